@@ -1,0 +1,218 @@
+package config
+
+import (
+	"time"
+)
+
+// Config describes the world ILB routes in and the settings of its parts.
+// Lists keep the order of the file: it is the order of clusters in routes
+// and of every listing ILB prints.
+type Config struct {
+	// Regions are the places engine clusters and sources live in.
+	Regions []Region `yaml:"regions" json:"regions"`
+	// Network gives, per ordered pair of regions, the round-trip time and the
+	// egress price. A pair inside one region defaults to [DefaultIntraRegion].
+	Network []Link `yaml:"network" json:"network"`
+	// Sources are the fleets of Envoys; a source's name is the Envoys'
+	// node.cluster.
+	Sources []Source `yaml:"sources" json:"sources"`
+	// Models are the model names clients may ask for.
+	Models []Model `yaml:"models" json:"models"`
+	// Profiles give the performance of one replica of an engine cluster.
+	Profiles []Profile `yaml:"profiles" json:"profiles"`
+	// Clusters are the engine clusters: the Envoy upstream clusters.
+	Clusters []EngineCluster `yaml:"clusters" json:"clusters"`
+
+	Controller Controller `yaml:"controller" json:"controller"`
+	Envoy      Envoy      `yaml:"envoy" json:"envoy"`
+	ExtProc    ExtProc    `yaml:"extproc" json:"extproc"`
+	Listen     Listen     `yaml:"listen" json:"listen"`
+}
+
+// Region is a place: a cloud region or a data centre.
+type Region struct {
+	Name string `yaml:"name" json:"name"`
+}
+
+// Link is the network from one region to another, as seen by traffic that
+// enters Envoy in From and is served by an engine in To.
+type Link struct {
+	From string `yaml:"from" json:"from"`
+	To   string `yaml:"to" json:"to"`
+	// RTTMs is the round-trip time in milliseconds, >= 0.
+	RTTMs float64 `yaml:"rtt_ms" json:"rtt_ms"`
+	// EgressUSDPerGB is the price of traffic on this link in US dollars per
+	// GB, >= 0.
+	EgressUSDPerGB float64 `yaml:"egress_usd_per_gb" json:"egress_usd_per_gb"`
+}
+
+// DefaultIntraRegion is the link assumed inside one region when the file
+// does not give one: 1 ms round trip, free egress.
+var DefaultIntraRegion = Link{RTTMs: 1, EgressUSDPerGB: 0}
+
+// FailMode says what a source's Envoys do with a request when the ext_proc
+// service cannot decide (unreachable, error, timeout).
+type FailMode string
+
+const (
+	// FailOpen routes the request by the source's fallback route: the
+	// default model's weights, drawn at random by Envoy.
+	FailOpen FailMode = "open"
+	// FailClosed answers 503 with a body that says why.
+	FailClosed FailMode = "closed"
+)
+
+// Source is a fleet of Envoys in one place, identified by node.cluster.
+type Source struct {
+	// Name is the Envoy node.cluster of the fleet; it keys xDS snapshots.
+	Name string `yaml:"name" json:"name"`
+	// Region is where the fleet runs.
+	Region string `yaml:"region" json:"region"`
+	// AllowedRegions lists the engine regions this source's traffic may be
+	// served in (data residency). Empty means every region.
+	AllowedRegions []string `yaml:"allowed_regions,omitempty" json:"allowed_regions,omitempty"`
+	// FailMode is "open" (default) or "closed".
+	FailMode FailMode `yaml:"fail_mode" json:"fail_mode"`
+	// DefaultModel is used by the fallback route and for requests that
+	// name no model (GET /v1/models). Defaults to the first model.
+	DefaultModel string `yaml:"default_model" json:"default_model"`
+	// Debug allows clients of this source to ask for decision headers
+	// (x-ilb-debug: 1). Off by default: nothing internal reaches clients.
+	Debug bool `yaml:"debug,omitempty" json:"debug,omitempty"`
+}
+
+// Model is a model clients may name in the OpenAI "model" field.
+type Model struct {
+	// Name is the canonical name, as engines serve it.
+	Name string `yaml:"name" json:"name"`
+	// Aliases are other names clients may use; ILB routes them as Name.
+	Aliases []string `yaml:"aliases,omitempty" json:"aliases,omitempty"`
+}
+
+// Profile is the performance of one engine replica.
+type Profile struct {
+	Name string `yaml:"name" json:"name"`
+	// CapacityPerReplica is the sustainable throughput of one ready replica
+	// in token-cost units per second (prompt and output tokens weighted by
+	// the model's cost), > 0.
+	CapacityPerReplica float64 `yaml:"capacity_per_replica" json:"capacity_per_replica"`
+}
+
+// EngineKind is the inference engine software of a cluster; it selects the
+// metric names ILB reads.
+type EngineKind string
+
+// Engine kinds ILB knows.
+const (
+	EngineVLLM   EngineKind = "vllm"
+	EngineSGLang EngineKind = "sglang"
+	EngineTGI    EngineKind = "tgi"
+	EngineTRTLLM EngineKind = "trtllm"
+)
+
+// EngineKinds lists the valid engine kinds, in documentation order.
+var EngineKinds = []EngineKind{EngineVLLM, EngineSGLang, EngineTGI, EngineTRTLLM}
+
+// EngineCluster is a pool of identical engine replicas in one region; it
+// is one Envoy upstream cluster.
+type EngineCluster struct {
+	// Name is the Envoy cluster name.
+	Name   string     `yaml:"name" json:"name"`
+	Region string     `yaml:"region" json:"region"`
+	Engine EngineKind `yaml:"engine" json:"engine"`
+	// Models are canonical model names the cluster serves.
+	Models []string `yaml:"models" json:"models"`
+	// Profile names the performance profile of one replica.
+	Profile string `yaml:"profile" json:"profile"`
+	// Endpoints are the replicas, as host:port.
+	Endpoints []string `yaml:"endpoints" json:"endpoints"`
+}
+
+// Policy names a weights policy.
+type Policy string
+
+// Policies ILB knows.
+const (
+	PolicyRoundRobin   Policy = "round_robin"
+	PolicyProportional Policy = "proportional"
+)
+
+// Policies lists the valid policies.
+var Policies = []Policy{PolicyRoundRobin, PolicyProportional}
+
+// Controller configures the slow loop that computes weights.
+type Controller struct {
+	// Tick is the period of the weights computation; default 5s, >= 100ms.
+	Tick Duration `yaml:"tick" json:"tick"`
+	// TargetUtilization is the share of a cluster's capacity the
+	// controller plans to use, in (0, 1]; default 0.8.
+	TargetUtilization float64 `yaml:"target_utilization" json:"target_utilization"`
+	// Policy selects how weights are computed; default "proportional".
+	Policy Policy `yaml:"policy" json:"policy"`
+}
+
+// Envoy configures the Envoy resources ILB serves and renders.
+type Envoy struct {
+	// Listener is the address the generated listener binds, host:port.
+	// Default 127.0.0.1:10000; use 0.0.0.0 in a container.
+	Listener string `yaml:"listener" json:"listener"`
+	// ExtProcCluster is the name of the bootstrap cluster that reaches the
+	// ILB ext_proc service; default "ilb_extproc".
+	ExtProcCluster string `yaml:"extproc_cluster" json:"extproc_cluster"`
+	// XDSCluster is the name of the bootstrap cluster that reaches the ILB
+	// xDS server; default "ilb_xds".
+	XDSCluster string `yaml:"xds_cluster" json:"xds_cluster"`
+	// MessageTimeout bounds each ext_proc exchange; default 1s, it must
+	// fit the parse of the largest prompt.
+	MessageTimeout Duration `yaml:"message_timeout" json:"message_timeout"`
+	// RequestBufferBytes caps a buffered request body (the OpenAI JSON);
+	// a larger body gets 413 from Envoy. Default 8 MiB.
+	RequestBufferBytes uint32 `yaml:"request_buffer_bytes" json:"request_buffer_bytes"`
+	// ConnectTimeout is the upstream connect timeout; default 2s.
+	ConnectTimeout Duration `yaml:"connect_timeout" json:"connect_timeout"`
+}
+
+// ExtProc configures the ext_proc service.
+type ExtProc struct {
+	// DecisionLogSize is how many decision records are kept; default 10000.
+	DecisionLogSize int `yaml:"decision_log_size" json:"decision_log_size"`
+	// MaxBodyBytes is the largest request body the service parses; default
+	// 8 MiB. A larger one gets 413.
+	MaxBodyBytes int `yaml:"max_body_bytes" json:"max_body_bytes"`
+}
+
+// Listen gives the addresses ILB's own servers bind, host:port.
+type Listen struct {
+	XDS     string `yaml:"xds" json:"xds"`         // default 127.0.0.1:18000
+	ExtProc string `yaml:"extproc" json:"extproc"` // default 127.0.0.1:18001
+	Admin   string `yaml:"admin" json:"admin"`     // default 127.0.0.1:18002
+}
+
+// Default returns the settings ILB uses for everything a file omits. The
+// topology lists are empty.
+func Default() *Config {
+	return &Config{
+		Controller: Controller{
+			Tick:              Duration(5 * time.Second),
+			TargetUtilization: 0.8,
+			Policy:            PolicyProportional,
+		},
+		Envoy: Envoy{
+			Listener:           "127.0.0.1:10000",
+			ExtProcCluster:     "ilb_extproc",
+			XDSCluster:         "ilb_xds",
+			MessageTimeout:     Duration(time.Second),
+			RequestBufferBytes: 8 << 20,
+			ConnectTimeout:     Duration(2 * time.Second),
+		},
+		ExtProc: ExtProc{
+			DecisionLogSize: 10000,
+			MaxBodyBytes:    8 << 20,
+		},
+		Listen: Listen{
+			XDS:     "127.0.0.1:18000",
+			ExtProc: "127.0.0.1:18001",
+			Admin:   "127.0.0.1:18002",
+		},
+	}
+}

@@ -1,0 +1,261 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+)
+
+const base = `
+regions: [{name: us}, {name: eu}]
+network:
+  - {from: us, to: eu, rtt_ms: 80, egress_usd_per_gb: 0.05}
+  - {from: eu, to: us, rtt_ms: 80, egress_usd_per_gb: 0.05}
+sources:
+  - {name: edge-us, region: us}
+  - {name: edge-eu, region: eu, allowed_regions: [eu], fail_mode: closed}
+models:
+  - {name: m1, aliases: [m-one]}
+  - {name: m2}
+profiles: [{name: p, capacity_per_replica: 100}]
+clusters:
+  - {name: us-a, region: us, engine: vllm, models: [m1, m2], profile: p, endpoints: ["10.0.0.1:8000"]}
+  - {name: eu-a, region: eu, engine: sglang, models: [m1, m2], profile: p, endpoints: ["eu-a.svc.local:8000", "10.1.0.2:8000"]}
+`
+
+func mustParse(t *testing.T, y string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(y))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return c
+}
+
+func TestParseAppliesDefaults(t *testing.T) {
+	c := mustParse(t, base)
+	s, _ := c.Source("edge-us")
+	if s.FailMode != config.FailOpen || s.DefaultModel != "m1" {
+		t.Errorf("source defaults = %q, %q; want open, m1", s.FailMode, s.DefaultModel)
+	}
+	if c.Controller.Tick.Std() != 5*time.Second || c.Controller.Policy != config.PolicyProportional || c.Controller.TargetUtilization != 0.8 {
+		t.Errorf("controller defaults = %+v", c.Controller)
+	}
+	if c.Listen.XDS != "127.0.0.1:18000" || c.Listen.ExtProc != "127.0.0.1:18001" || c.Listen.Admin != "127.0.0.1:18002" {
+		t.Errorf("listen defaults = %+v", c.Listen)
+	}
+	if l, ok := c.Link("us", "us"); !ok || l.RTTMs != config.DefaultIntraRegion.RTTMs {
+		t.Errorf("intra-region link = %+v, %v", l, ok)
+	}
+	if m, ok := c.ResolveModel("m-one"); !ok || m != "m1" {
+		t.Errorf("ResolveModel(m-one) = %q, %v", m, ok)
+	}
+	eu, _ := c.Source("edge-eu")
+	if got := c.Eligible(eu, "m1"); len(got) != 1 || got[0].Name != "eu-a" {
+		t.Errorf("Eligible(edge-eu, m1) = %+v; want only eu-a", got)
+	}
+}
+
+func TestLoadDemoConfig(t *testing.T) {
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sources) != 2 || len(c.Clusters) != 4 || len(c.Regions) != 3 {
+		t.Errorf("demo config: %d sources, %d clusters, %d regions", len(c.Sources), len(c.Clusters), len(c.Regions))
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"unknown top-level field", base + "colour: blue\n", `line 16: field colour not found`},
+		{"unknown nested field", strings.Replace(base, "{name: m2}", "{name: m2, size: 7}", 1), "field size not found"},
+		{"wrong type", base + "controller: {target_utilization: high}\n", "cannot unmarshal !!str `high`"},
+		{"bad duration", base + "controller: {tick: soon}\n", `"soon" is not a duration`},
+		{"empty file", "", "the file is empty"},
+		{"two documents", base + "---\nregions: []\n", "more than one YAML document"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Parse error = %v; want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *config.Config)
+		want   []string // each must appear in one problem, in this order of problems
+	}{
+		{
+			"unknown cluster region", func(c *config.Config) { c.Clusters[0].Region = "mars" },
+			[]string{`clusters[0].region: unknown region "mars" (known: eu, us)`},
+		},
+		{
+			"duplicate cluster", func(c *config.Config) { c.Clusters[1].Name = "us-a" },
+			[]string{`clusters[1].name: duplicate cluster "us-a"`},
+		},
+		{
+			"bad cluster name", func(c *config.Config) { c.Clusters[0].Name = "us a" },
+			[]string{`clusters[0].name: cluster name "us a" is not valid`},
+		},
+		{
+			"reserved cluster name", func(c *config.Config) { c.Clusters[0].Name = "ilb_extproc" },
+			[]string{`clusters[0].name: cluster name "ilb_extproc" is reserved`},
+		},
+		{
+			"unknown engine", func(c *config.Config) { c.Clusters[0].Engine = "llamacpp" },
+			[]string{`clusters[0].engine: unknown engine "llamacpp": want one of vllm, sglang, tgi, trtllm`},
+		},
+		{
+			"unknown model in cluster", func(c *config.Config) { c.Clusters[0].Models = []string{"m1", "m2", "m9"} },
+			[]string{`clusters[0].models[2]: unknown model "m9"`},
+		},
+		{
+			"alias in cluster", func(c *config.Config) { c.Clusters[0].Models = []string{"m-one", "m2"} },
+			[]string{`clusters[0].models[0]: "m-one" is an alias: name the model "m1"`},
+		},
+		{"model served by no cluster", func(c *config.Config) {
+			c.Models = append(c.Models, config.Model{Name: "m3"})
+		}, []string{`models[2]: model "m3" is served by no engine cluster`}},
+		{
+			"residency leaves model without cluster", func(c *config.Config) { c.Clusters[1].Models = []string{"m1"} },
+			[]string{`sources[1].allowed_regions: source "edge-eu" may not reach model "m2": no cluster serving it is in its allowed regions [eu] (served in: us)`},
+		},
+		{
+			"non-positive capacity", func(c *config.Config) { c.Profiles[0].CapacityPerReplica = 0 },
+			[]string{`profiles[0].capacity_per_replica: 0 is not a valid capacity`},
+		},
+		{
+			"bad endpoint port", func(c *config.Config) { c.Clusters[0].Endpoints = []string{"10.0.0.1:99999"} },
+			[]string{`clusters[0].endpoints[0]: "10.0.0.1:99999" is not a valid endpoint: port "99999" is not a number in 1..65535`},
+		},
+		{
+			"endpoint without port", func(c *config.Config) { c.Clusters[0].Endpoints = []string{"10.0.0.1"} },
+			[]string{`clusters[0].endpoints[0]: "10.0.0.1" is not a valid endpoint: want host:port`},
+		},
+		{
+			"bad endpoint host", func(c *config.Config) { c.Clusters[0].Endpoints = []string{"bad_host!:80"} },
+			[]string{`host "bad_host!" is neither an IP address nor a DNS name`},
+		},
+		{
+			"no endpoints", func(c *config.Config) { c.Clusters[0].Endpoints = nil },
+			[]string{`clusters[0].endpoints: cluster "us-a" has no endpoint`},
+		},
+		{
+			"unknown profile", func(c *config.Config) { c.Clusters[0].Profile = "h200" },
+			[]string{`clusters[0].profile: unknown profile "h200" (known: p)`},
+		},
+		{
+			"unknown allowed region", func(c *config.Config) { c.Sources[1].AllowedRegions = []string{"eu", "asia"} },
+			[]string{`sources[1].allowed_regions[1]: unknown region "asia"`},
+		},
+		{
+			"bad fail mode", func(c *config.Config) { c.Sources[0].FailMode = "ajar" },
+			[]string{`sources[0].fail_mode: unknown fail mode "ajar": want "open" or "closed"`},
+		},
+		{
+			"unknown default model", func(c *config.Config) { c.Sources[0].DefaultModel = "gpt-9" },
+			[]string{`sources[0].default_model: unknown model "gpt-9"`},
+		},
+		{
+			"duplicate source", func(c *config.Config) { c.Sources[1].Name = "edge-us" },
+			[]string{`sources[1].name: duplicate source "edge-us"`},
+		},
+		{
+			"missing network link", func(c *config.Config) { c.Network = c.Network[1:] },
+			[]string{`network: no link from region "us" to region "eu", which source "edge-us" may use (cluster "eu-a")`},
+		},
+		{
+			"negative rtt", func(c *config.Config) { c.Network[0].RTTMs = -1 },
+			[]string{`network[0].rtt_ms: -1 is not a valid round-trip time`},
+		},
+		{
+			"duplicate link", func(c *config.Config) { c.Network = append(c.Network, c.Network[0]) },
+			[]string{`network[2]: duplicate link from "us" to "eu"`},
+		},
+		{
+			"alias collides with model", func(c *config.Config) { c.Models[1].Aliases = []string{"m1"} },
+			[]string{`models[1].aliases[0]: model name "m1" is already used at models[0].name`},
+		},
+		{
+			"model name with space", func(c *config.Config) { c.Models[1].Aliases = []string{"my model"} },
+			[]string{`models[1].aliases[0]: model name "my model" is not valid`},
+		},
+		{
+			"target utilization", func(c *config.Config) { c.Controller.TargetUtilization = 1.5 },
+			[]string{`controller.target_utilization: 1.5 is out of range: want a number in (0, 1]`},
+		},
+		{
+			"unknown policy", func(c *config.Config) { c.Controller.Policy = "random" },
+			[]string{`controller.policy: unknown policy "random": want one of round_robin, proportional`},
+		},
+		{
+			"tick too short", func(c *config.Config) { c.Controller.Tick = config.Duration(time.Millisecond) },
+			[]string{`controller.tick: 1ms is too short`},
+		},
+		{
+			"listen clash", func(c *config.Config) { c.Listen.Admin = c.Listen.XDS },
+			[]string{`listen.admin: address "127.0.0.1:18000" is already used by listen.xds`},
+		},
+		{"every problem at once", func(c *config.Config) {
+			c.Clusters[0].Region = "mars"
+			c.Profiles[0].CapacityPerReplica = -3
+			c.Sources[0].FailMode = "ajar"
+		}, []string{`clusters[0].region`, `profiles[0].capacity_per_replica`, `sources[0].fail_mode`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, base)
+			tt.mutate(c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("Validate() = nil; want problems")
+			}
+			msgs := problems(t, err)
+			for _, w := range tt.want {
+				if !containsOne(msgs, w) {
+					t.Errorf("no problem contains %q; got:\n%s", w, strings.Join(msgs, "\n"))
+				}
+			}
+		})
+	}
+}
+
+// problems unwraps the joined error into its FieldErrors' messages.
+func problems(t *testing.T, err error) []string {
+	t.Helper()
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) {
+		t.Fatalf("error %v is not a joined error", err)
+	}
+	var out []string
+	for _, e := range joined.Unwrap() {
+		var fe *config.FieldError
+		if !errors.As(e, &fe) {
+			t.Errorf("problem %v is not a *config.FieldError", e)
+		}
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func containsOne(msgs []string, want string) bool {
+	for _, m := range msgs {
+		if strings.Contains(m, want) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,85 @@
+package config
+
+import "slices"
+
+// The lookups below scan the lists: configurations have tens to a few
+// thousand items and are read on the slow path only. Request-path code
+// builds its own indexes from a validated Config.
+
+// Source returns the source named name.
+func (c *Config) Source(name string) (Source, bool) {
+	for _, s := range c.Sources {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Source{}, false
+}
+
+// Cluster returns the engine cluster named name.
+func (c *Config) Cluster(name string) (EngineCluster, bool) {
+	for _, e := range c.Clusters {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return EngineCluster{}, false
+}
+
+// Profile returns the profile named name.
+func (c *Config) Profile(name string) (Profile, bool) {
+	for _, p := range c.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}
+
+// Link returns the network link from region from to region to. A pair
+// inside one region that the file omits is [DefaultIntraRegion].
+func (c *Config) Link(from, to string) (Link, bool) {
+	for _, l := range c.Network {
+		if l.From == from && l.To == to {
+			return l, true
+		}
+	}
+	if from == to {
+		l := DefaultIntraRegion
+		l.From, l.To = from, to
+		return l, true
+	}
+	return Link{}, false
+}
+
+// ResolveModel maps a model name or alias to its canonical name.
+func (c *Config) ResolveModel(name string) (string, bool) {
+	for _, m := range c.Models {
+		if m.Name == name || slices.Contains(m.Aliases, name) {
+			return m.Name, true
+		}
+	}
+	return "", false
+}
+
+// Allows reports whether source s may be served in region (residency).
+func (s Source) Allows(region string) bool {
+	return len(s.AllowedRegions) == 0 || slices.Contains(s.AllowedRegions, region)
+}
+
+// Serves reports whether the cluster serves the canonical model.
+func (e EngineCluster) Serves(model string) bool {
+	return slices.Contains(e.Models, model)
+}
+
+// Eligible returns, in file order, the engine clusters that serve the
+// canonical model in a region the source allows.
+func (c *Config) Eligible(s Source, model string) []EngineCluster {
+	var out []EngineCluster
+	for _, e := range c.Clusters {
+		if e.Serves(model) && s.Allows(e.Region) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package config
+
+import (
+	"math"
+	"net"
+	"slices"
+	"time"
+)
+
+func (c *Config) validateSettings(p *problems) {
+	ct := c.Controller
+	if ct.Tick.Std() < 100*time.Millisecond {
+		p.addf("controller.tick", "%s is too short: want >= 100ms", ct.Tick)
+	}
+	if math.IsNaN(ct.TargetUtilization) || ct.TargetUtilization <= 0 || ct.TargetUtilization > 1 {
+		p.addf("controller.target_utilization", "%v is out of range: want a number in (0, 1]", ct.TargetUtilization)
+	}
+	if !slices.Contains(Policies, ct.Policy) {
+		p.addf("controller.policy", "unknown policy %q: want one of %s", ct.Policy, join(Policies))
+	}
+
+	ev := c.Envoy
+	if err := checkHostPortZero(ev.Listener); err != nil {
+		p.addf("envoy.listener", "%q is not a valid address: %v", ev.Listener, err)
+	}
+	seen := map[string]bool{}
+	checkName(p, "envoy.extproc_cluster", "cluster", ev.ExtProcCluster, seen)
+	checkName(p, "envoy.xds_cluster", "cluster", ev.XDSCluster, seen)
+	if ev.MessageTimeout.Std() <= 0 {
+		p.addf("envoy.message_timeout", "%s is not positive: want a duration such as 1s", ev.MessageTimeout)
+	}
+	if ev.ConnectTimeout.Std() <= 0 {
+		p.addf("envoy.connect_timeout", "%s is not positive: want a duration such as 2s", ev.ConnectTimeout)
+	}
+	if ev.RequestBufferBytes < 1024 {
+		p.addf("envoy.request_buffer_bytes", "%d is too small: want >= 1024 bytes", ev.RequestBufferBytes)
+	}
+
+	if c.ExtProc.DecisionLogSize < 1 {
+		p.addf("extproc.decision_log_size", "%d is not positive: want >= 1", c.ExtProc.DecisionLogSize)
+	}
+	if c.ExtProc.MaxBodyBytes < 1024 {
+		p.addf("extproc.max_body_bytes", "%d is too small: want >= 1024 bytes", c.ExtProc.MaxBodyBytes)
+	}
+
+	addrs := map[string]string{}
+	for _, l := range []struct{ path, addr string }{
+		{"listen.xds", c.Listen.XDS}, {"listen.extproc", c.Listen.ExtProc}, {"listen.admin", c.Listen.Admin},
+	} {
+		if err := checkHostPortZero(l.addr); err != nil {
+			p.addf(l.path, "%q is not a valid address: %v", l.addr, err)
+			continue
+		}
+		if other, dup := addrs[l.addr]; dup && !isPortZero(l.addr) {
+			p.addf(l.path, "address %q is already used by %s", l.addr, other)
+		}
+		addrs[l.addr] = l.path
+	}
+}
+
+// checkHostPortZero is checkHostPort that also accepts port 0 (an
+// ephemeral port, for tests).
+func checkHostPortZero(s string) error {
+	if isPortZero(s) {
+		return nil
+	}
+	return checkHostPort(s)
+}
+
+func isPortZero(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	return err == nil && host != "" && port == "0"
+}

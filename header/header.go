@@ -1,0 +1,64 @@
+// Package header names the HTTP headers and gRPC metadata of ILB's wire
+// contract between the routes ILB serves to Envoy (package xds), the
+// ext_proc service (package extproc) and clients. Names are lowercase, as
+// Envoy and HTTP/2 carry them.
+package header
+
+// Internal request headers, set only by ext_proc. Envoy strips every
+// client-sent header with the RoutePrefix before any filter runs, so a
+// client can never pick a route by header.
+const (
+	// RoutePrefix is the prefix of every internal routing header.
+	RoutePrefix = "x-ilb-route-"
+	// RouteModel carries the canonical model; each model has a route that
+	// matches it exactly.
+	RouteModel = "x-ilb-route-model"
+	// RouteDraw carries a uint64 (decimal) that Envoy uses as the random
+	// value of the model route's weighted_clusters: the cluster is the one
+	// whose interval [begin, end) holds draw % total weight, walking the
+	// clusters in list order.
+	RouteDraw = "x-ilb-route-draw"
+	// RouteCluster names an engine cluster explicitly (an override route
+	// with cluster_header); it wins over RouteModel.
+	RouteCluster = "x-ilb-route-cluster"
+)
+
+// Internal response headers, added by the routes Envoy serves so that
+// ext_proc sees which cluster, host and weights version really served a
+// request. ext_proc removes them before the client sees them unless debug
+// is allowed and asked for.
+const (
+	ServedCluster  = "x-ilb-served-cluster"
+	WeightsVersion = "x-ilb-weights-version"
+	UpstreamHost   = "x-ilb-upstream-host"
+)
+
+// Client hints, all optional.
+const (
+	// Priority is "critical", "standard" (default) or "sheddable".
+	Priority = "x-ilb-priority"
+	// Session is a sticky-session key; absent, the body's "user" or
+	// "prompt_cache_key" is used.
+	Session = "x-ilb-session"
+	// Model names the model so ext_proc can decide on headers alone and
+	// skip the body.
+	Model = "x-ilb-model"
+	// Debug "1" asks for the Decision header on the response, honoured
+	// only for sources that allow debug.
+	Debug = "x-ilb-debug"
+)
+
+// Headers ILB adds to answers.
+const (
+	// Reason is a short code saying why ILB answered or routed as it did.
+	Reason = "x-ilb-reason"
+	// Decision is a compact summary of the routing decision (debug only).
+	Decision = "x-ilb-decision"
+	// RequestID is Envoy's request id, the key of decision records.
+	RequestID = "x-request-id"
+)
+
+// Source is the gRPC initial metadata key, set in the ext_proc filter
+// config ILB serves per source, that tells ext_proc which source a request
+// entered at.
+const Source = "x-ilb-source"

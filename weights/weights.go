@@ -1,0 +1,171 @@
+package weights
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Total is the sum of the integer weights of every (source, model) cell
+// that has capacity. It is fixed, so a weight reads as basis points.
+const Total = 10000
+
+// Target is one engine cluster of a cell and its integer weight, > 0.
+type Target struct {
+	Cluster string `json:"cluster"`
+	Weight  uint32 `json:"weight"`
+}
+
+// Cell is the routing of one model's traffic from one source.
+type Cell struct {
+	Source string `json:"source"`
+	Model  string `json:"model"`
+	// Targets are the clusters with a positive weight, in the order of the
+	// configuration's cluster list: the order Envoy walks them. Their
+	// weights sum to Total. Empty when no eligible cluster has capacity.
+	Targets []Target `json:"targets"`
+	// Shed is the fraction of this cell's requests to shed, per priority.
+	Shed ShedFractions `json:"shed"`
+	// Explanation says why the weights are what they are.
+	Explanation Explanation `json:"explanation"`
+}
+
+// Explanation of one cell's weights.
+type Explanation struct {
+	Policy  string `json:"policy"`
+	Summary string `json:"summary"`
+	// Terms holds one row per cluster serving the model, eligible or not,
+	// in configuration order.
+	Terms []Term `json:"terms"`
+}
+
+// Term is what the policy saw of one cluster for one cell.
+type Term struct {
+	Cluster string `json:"cluster"`
+	Region  string `json:"region"`
+	// Capacity is the cluster's planned capacity in token-cost units per
+	// second (ready replicas × per-replica capacity × target utilization).
+	Capacity float64 `json:"capacity"`
+	// Share is the exact share before quantization, in [0, 1].
+	Share  float64 `json:"share"`
+	Weight uint32  `json:"weight"`
+	// Excluded is why the cluster gets nothing, or "" when eligible.
+	Excluded string `json:"excluded,omitempty"`
+}
+
+// Weights is one version of the routing of every (source, model) cell. It
+// is immutable: share it freely between goroutines, never modify what its
+// methods return.
+type Weights struct {
+	version  string
+	policy   string
+	computed time.Time
+	cells    []Cell // sorted by (Source, Model)
+}
+
+// New builds a Weights from cells, checking that every cell's targets are
+// positive and sum to Total (or are empty), that no cell repeats and that
+// shed fractions are in [0, 1]. The version is a hash of the routing
+// content (targets and shed fractions, not explanations or time), so the
+// same routing always has the same version.
+func New(policy string, computed time.Time, cells []Cell) (*Weights, error) {
+	cs := slices.Clone(cells)
+	slices.SortFunc(cs, func(a, b Cell) int {
+		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Model, b.Model))
+	})
+	var errs []error
+	for i, c := range cs {
+		if i > 0 && cs[i-1].Source == c.Source && cs[i-1].Model == c.Model {
+			errs = append(errs, fmt.Errorf("cell (%s, %s) appears twice", c.Source, c.Model))
+		}
+		if err := c.check(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid weights: %w", err)
+	}
+	return &Weights{version: hashCells(cs), policy: policy, computed: computed, cells: cs}, nil
+}
+
+func (c Cell) check() error {
+	var sum uint64
+	seen := map[string]bool{}
+	for _, t := range c.Targets {
+		if t.Weight == 0 {
+			return fmt.Errorf("cell (%s, %s): cluster %q has weight 0: drop it instead", c.Source, c.Model, t.Cluster)
+		}
+		if seen[t.Cluster] {
+			return fmt.Errorf("cell (%s, %s): cluster %q appears twice", c.Source, c.Model, t.Cluster)
+		}
+		seen[t.Cluster] = true
+		sum += uint64(t.Weight)
+	}
+	if len(c.Targets) > 0 && sum != Total {
+		return fmt.Errorf("cell (%s, %s): weights sum to %d, want %d", c.Source, c.Model, sum, Total)
+	}
+	for _, p := range Priorities {
+		if f := c.Shed[p]; math.IsNaN(f) || f < 0 || f > 1 {
+			return fmt.Errorf("cell (%s, %s): shed fraction %v for %s is not in [0, 1]", c.Source, c.Model, f, p)
+		}
+	}
+	return nil
+}
+
+// hashCells hashes the routing content in a fixed, unambiguous encoding.
+func hashCells(cs []Cell) string {
+	h := sha256.New()
+	var buf [8]byte
+	str := func(s string) {
+		binary.BigEndian.PutUint64(buf[:], uint64(len(s)))
+		h.Write(buf[:])
+		h.Write([]byte(s))
+	}
+	num := func(v uint64) {
+		binary.BigEndian.PutUint64(buf[:], v)
+		h.Write(buf[:])
+	}
+	for _, c := range cs {
+		str(c.Source)
+		str(c.Model)
+		num(uint64(len(c.Targets)))
+		for _, t := range c.Targets {
+			str(t.Cluster)
+			num(uint64(t.Weight))
+		}
+		for _, f := range c.Shed {
+			num(math.Float64bits(f))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Version is the content hash: 16 hex digits.
+func (w *Weights) Version() string { return w.version }
+
+// Policy names the policy that computed these weights.
+func (w *Weights) Policy() string { return w.policy }
+
+// Computed is when the weights were computed.
+func (w *Weights) Computed() time.Time { return w.computed }
+
+// Cell returns the cell of (source, model).
+func (w *Weights) Cell(source, model string) (Cell, bool) {
+	i, ok := slices.BinarySearchFunc(w.cells, [2]string{source, model}, func(c Cell, k [2]string) int {
+		return cmp.Or(cmp.Compare(c.Source, k[0]), cmp.Compare(c.Model, k[1]))
+	})
+	if !ok {
+		return Cell{}, false
+	}
+	return w.cells[i], true
+}
+
+// Cells returns every cell, sorted by source then model. The slice is a
+// copy; the cells' slices are shared and must not be modified.
+func (w *Weights) Cells() []Cell { return slices.Clone(w.cells) }

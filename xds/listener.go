@@ -1,0 +1,113 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/envoy"
+	"github.com/ilbproject/ilb/header"
+)
+
+// Extension names of the filters ILB configures.
+const (
+	extProcFilterName       = "envoy.filters.http.ext_proc"
+	earlyHeaderMutationName = "envoy.http.early_header_mutation.header_mutation"
+)
+
+// listener builds the source's HTTP listener (DESIGN §2): the early header
+// mutation that strips every client-sent x-ilb-route-* header, ext_proc
+// with the source in its initial metadata, then the router on RDS routes.
+//
+// The ext_proc filter runs with failure_mode_allow for both fail modes:
+// when ext_proc cannot decide (unreachable, error, message timeout), the
+// request goes on without ILB's headers and the route table decides: the
+// fallback route serves a fail-open source by its default weights and
+// answers a fail-closed source 503 with a JSON body that says why. Every
+// failure thus ends in one clear, uniform answer, which Envoy's own
+// fail-closed replies (an empty 500 or 504) do not give.
+func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
+	host, portS, err := net.SplitHostPort(c.Envoy.Listener)
+	if err != nil {
+		return nil, fmt.Errorf("envoy.listener %q: %w", c.Envoy.Listener, err)
+	}
+	port, err := strconv.ParseUint(portS, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("envoy.listener %q: port: %w", c.Envoy.Listener, err)
+	}
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: "ilb",
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: RouteConfigName,
+		}},
+		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{{
+			Name: earlyHeaderMutationName,
+			TypedConfig: envoy.MustAny(&earlyheadermutationv3.HeaderMutation{
+				Mutations: []*mutationrulesv3.HeaderMutation{{
+					Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
+						KeyMatcher: &matcherv3.StringMatcher{
+							MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: header.RoutePrefix},
+						},
+					}},
+				}},
+			}),
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{
+			{Name: extProcFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(extProc(c, s))}},
+			{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(&routerv3.Router{})}},
+		},
+	}
+	return &listenerv3.Listener{
+		Name:                          ListenerName,
+		Address:                       socketAddress(host, uint32(port)),
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(c.Envoy.RequestBufferBytes),
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters: []*listenerv3.Filter{{
+				Name:       wellknown.HTTPConnectionManager,
+				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(hcm)},
+			}},
+		}},
+	}, nil
+}
+
+// extProc is the ext_proc filter config: request headers and the buffered
+// request body (the OpenAI JSON) go to ILB, response headers too (to read
+// back the served cluster); response bodies stream through untouched.
+// allow_mode_override lets ILB skip the body when the client names the
+// model in x-ilb-model.
+func extProc(c *config.Config, s config.Source) *extprocfilterv3.ExternalProcessor {
+	return &extprocfilterv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+				ClusterName: c.Envoy.ExtProcCluster,
+			}},
+			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: s.Name}},
+		},
+		FailureModeAllow: true,
+		ProcessingMode: &extprocfilterv3.ProcessingMode{
+			RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
+			ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocfilterv3.ProcessingMode_BUFFERED,
+			ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
+			RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
+			ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+		},
+		MessageTimeout:    durationpb.New(c.Envoy.MessageTimeout.Std()),
+		AllowModeOverride: true,
+	}
+}

@@ -1,0 +1,180 @@
+package xds
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Names of the resources ILB serves to every source.
+const (
+	ListenerName    = "ilb_listener"
+	RouteConfigName = "ilb_routes"
+	VirtualHostName = "ilb"
+)
+
+// Route names, which show in Envoy's stats and access logs.
+const (
+	routeOverride = "ilb_cluster_override"
+	routeFallback = "ilb_fallback"
+	routeModel    = "ilb_model:"
+)
+
+// routeConfig builds the source's route table (DESIGN §2), in match order:
+//
+//  1. x-ilb-route-cluster present → cluster_header (explicit override);
+//  2. per model, x-ilb-route-model == model → weighted_clusters drawn by
+//     x-ilb-route-draw (a direct 503 when no cluster has capacity);
+//  3. anything else → the fallback: the default model's weights for a
+//     fail-open source, a 503 with a JSON body for a fail-closed one.
+//
+// Every route reports, in response headers, the served cluster and the
+// weights version; ext_proc reads them back and removes them.
+func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3.RouteConfiguration {
+	version := w.Version()
+	routes := []*routev3.Route{{
+		Name: routeOverride,
+		Match: match(&routev3.HeaderMatcher{
+			Name:                 header.RouteCluster,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+		}),
+		Action: &routev3.Route_Route{Route: streamingAction(&routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: header.RouteCluster},
+		})},
+		ResponseHeadersToAdd: reportHeaders(version, "%UPSTREAM_CLUSTER%"),
+	}}
+	for _, m := range c.Models {
+		cell, _ := w.Cell(s.Name, m.Name)
+		r := &routev3.Route{
+			Name: routeModel + m.Name,
+			Match: match(&routev3.HeaderMatcher{
+				Name: header.RouteModel,
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: m.Name},
+				}},
+			}),
+		}
+		if len(cell.Targets) == 0 {
+			noCapacity(r, s.Name, m.Name)
+		} else {
+			r.Action = &routev3.Route_Route{Route: streamingAction(weighted(cell.Targets, header.RouteDraw))}
+			r.ResponseHeadersToAdd = reportHeaders(version, "")
+		}
+		routes = append(routes, r)
+	}
+	routes = append(routes, fallback(w, s))
+	return &routev3.RouteConfiguration{
+		Name: RouteConfigName,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    VirtualHostName,
+			Domains: []string{"*"},
+			Routes:  routes,
+		}},
+	}
+}
+
+// fallback is the route of requests that carry no ILB decision.
+func fallback(w *weights.Weights, s config.Source) *routev3.Route {
+	r := &routev3.Route{Name: routeFallback, Match: match()}
+	cell, _ := w.Cell(s.Name, s.DefaultModel)
+	switch {
+	case s.FailMode == config.FailClosed:
+		directJSON(r, 503, "routing_unavailable", fmt.Sprintf(
+			"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name))
+	case len(cell.Targets) == 0:
+		noCapacity(r, s.Name, s.DefaultModel)
+	default:
+		// No draw header: Envoy draws at random, by the same weights.
+		r.Action = &routev3.Route_Route{Route: streamingAction(weighted(cell.Targets, ""))}
+		r.ResponseHeadersToAdd = reportHeaders(w.Version(), "")
+	}
+	return r
+}
+
+// match matches every path, and the given headers.
+func match(headers ...*routev3.HeaderMatcher) *routev3.RouteMatch {
+	return &routev3.RouteMatch{
+		PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
+		Headers:       headers,
+	}
+}
+
+// streamingAction completes an action for LLM traffic: no route timeout
+// (responses stream for minutes) and an explicit 503 for a cluster that
+// does not exist.
+func streamingAction(a *routev3.RouteAction) *routev3.RouteAction {
+	a.Timeout = durationpb.New(0)
+	a.ClusterNotFoundResponseCode = routev3.RouteAction_SERVICE_UNAVAILABLE
+	return a
+}
+
+// weighted lists targets in order; each reports itself as served cluster.
+// drawHeader, when set, makes Envoy's pick deterministic.
+func weighted(targets []weights.Target, drawHeader string) *routev3.RouteAction {
+	wc := &routev3.WeightedCluster{}
+	for _, t := range targets {
+		wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{
+			Name:                 t.Cluster,
+			Weight:               wrapperspb.UInt32(t.Weight),
+			ResponseHeadersToAdd: []*corev3.HeaderValueOption{setHeader(header.ServedCluster, t.Cluster)},
+		})
+	}
+	if drawHeader != "" {
+		wc.RandomValueSpecifier = &routev3.WeightedCluster_HeaderName{HeaderName: drawHeader}
+	}
+	return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}}
+}
+
+// reportHeaders are the route-level response headers ext_proc reads back.
+// servedCluster, when set, is the served-cluster value (for routes whose
+// cluster is not a ClusterWeight).
+func reportHeaders(version, servedCluster string) []*corev3.HeaderValueOption {
+	hs := []*corev3.HeaderValueOption{
+		setHeader(header.WeightsVersion, version),
+		setHeader(header.UpstreamHost, "%UPSTREAM_HOST%"),
+	}
+	if servedCluster != "" {
+		hs = append(hs, setHeader(header.ServedCluster, servedCluster))
+	}
+	return hs
+}
+
+// setHeader overwrites (never appends) a response header, so an engine
+// cannot forge ILB's report headers. value is an Envoy formatter string.
+func setHeader(name, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: name, Value: value},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+func noCapacity(r *routev3.Route, source, model string) {
+	directJSON(r, 503, "no_capacity", fmt.Sprintf(
+		"no engine cluster has capacity for model %q from source %q", model, source))
+}
+
+// directJSON makes r answer with an OpenAI-style JSON error, its code in
+// x-ilb-reason (with '_' as '-').
+func directJSON(r *routev3.Route, status uint32, code, msg string) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": msg, "type": "service_unavailable", "param": nil, "code": code,
+	}})
+	r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
+		Status: status,
+		Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(body)}},
+	}}
+	r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd,
+		setHeader("content-type", "application/json"),
+		setHeader(header.Reason, strings.ReplaceAll(code, "_", "-")),
+	)
+}

@@ -1,0 +1,147 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Options configure a Server.
+type Options struct {
+	Config   *config.Config       // validated; required
+	Logger   *slog.Logger         // nil: discard
+	Registry *prometheus.Registry // nil: metrics are not exported
+}
+
+// Server is ILB's xDS control plane: a go-control-plane ADS server (state
+// of the world and delta) over a snapshot cache keyed by node.cluster, the
+// source. It is a weights.Sink: each published weights version becomes one
+// validated snapshot per source. Safe for concurrent use.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	cache   cache.SnapshotCache
+	xds     serverv3.Server
+	tracker *tracker
+	mu      sync.Mutex // serialises Publish
+}
+
+var _ weights.Sink = (*Server)(nil)
+
+// nodeCluster keys snapshots by node.cluster: every Envoy of a source gets
+// the same snapshot, whatever its node id.
+type nodeCluster struct{}
+
+func (nodeCluster) ID(n *corev3.Node) string { return n.GetCluster() }
+
+// New builds the server; it serves nothing until Serve or Register.
+func New(ctx context.Context, o Options) (*Server, error) {
+	if o.Config == nil {
+		return nil, errors.New("xds: Config is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	t, err := newTracker(o.Config, o.Logger, o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	c := cache.NewSnapshotCache(true, nodeCluster{}, cacheLogger{o.Logger})
+	return &Server{
+		cfg:     o.Config,
+		log:     o.Logger,
+		cache:   c,
+		xds:     serverv3.NewServer(ctx, c, t.callbacks()),
+		tracker: t,
+	}, nil
+}
+
+// Publish builds, validates and sets the snapshot of every source. The
+// snapshots are all built and checked before any is set, so a version is
+// rolled out to every source or to none.
+func (s *Server) Publish(ctx context.Context, w *weights.Weights) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snaps := make(map[string]*cache.Snapshot, len(s.cfg.Sources))
+	for _, src := range s.cfg.Sources {
+		res, err := Build(s.cfg, w, src.Name)
+		if err != nil {
+			return fmt.Errorf("xds: weights %s: %w", w.Version(), err)
+		}
+		snap, err := res.Snapshot()
+		if err != nil {
+			return fmt.Errorf("xds: weights %s: source %s: %w", w.Version(), src.Name, err)
+		}
+		snaps[src.Name] = snap
+	}
+	for _, src := range s.cfg.Sources {
+		if err := s.cache.SetSnapshot(ctx, src.Name, snaps[src.Name]); err != nil {
+			return fmt.Errorf("xds: set snapshot of %s: %w", src.Name, err)
+		}
+	}
+	s.tracker.published(w.Version())
+	s.log.InfoContext(ctx, "xds snapshots set", "weights", w.Version(), "sources", len(snaps))
+	return nil
+}
+
+// Snapshot returns the snapshot currently set for a source.
+func (s *Server) Snapshot(source string) (*cache.Snapshot, error) {
+	snap, err := s.cache.GetSnapshot(source)
+	if err != nil {
+		return nil, fmt.Errorf("xds: snapshot of %s: %w", source, err)
+	}
+	cs, ok := snap.(*cache.Snapshot)
+	if !ok {
+		return nil, fmt.Errorf("xds: snapshot of %s has type %T", source, snap)
+	}
+	return cs, nil
+}
+
+// Nodes reports what each connected Envoy has acknowledged or rejected.
+func (s *Server) Nodes() []NodeStatus { return s.tracker.nodes() }
+
+// Register adds the ADS service, and the per-type services for Envoys
+// that do not use ADS, to g.
+func (s *Server) Register(g *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
+}
+
+// Serve serves xDS on ln until ctx is done, then stops gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	g := grpc.NewServer()
+	s.Register(g)
+	if err := serve.GRPC(ctx, g, ln); err != nil {
+		return fmt.Errorf("xds: %w", err)
+	}
+	return nil
+}
+
+// cacheLogger adapts slog to go-control-plane's logger.
+type cacheLogger struct{ l *slog.Logger }
+
+func (c cacheLogger) Debugf(f string, a ...any) { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }

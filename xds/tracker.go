@@ -1,0 +1,204 @@
+package xds
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ilbproject/ilb/config"
+)
+
+// NodeStatus is what one Envoy (node id) has acknowledged and rejected.
+type NodeStatus struct {
+	ID      string `json:"id"`
+	Cluster string `json:"cluster"`
+	Streams int    `json:"streams"`
+	// Acked maps a resource type (cluster, endpoint, route, listener) to
+	// the last version the node acknowledged.
+	Acked map[string]string `json:"acked"`
+	// LastNACK is the last version the node rejected, if any.
+	LastNACK *NACK `json:"last_nack,omitempty"`
+}
+
+// NACK is a rejected version with Envoy's error detail.
+type NACK struct {
+	Type    string    `json:"type"`
+	Version string    `json:"version"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// tracker follows xDS streams: which node each is, which version each
+// response carried (by nonce), and what nodes ACK and NACK.
+type tracker struct {
+	cfg *config.Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	streams map[int64]*streamState
+	byID    map[string]*NodeStatus
+
+	mStreams prometheus.Gauge
+	mAcks    *prometheus.CounterVec
+	mNacks   *prometheus.CounterVec
+	mPublish prometheus.Counter
+}
+
+type streamState struct {
+	node   *corev3.Node
+	nonces map[string]string // nonce -> version sent
+}
+
+func newTracker(c *config.Config, l *slog.Logger, reg *prometheus.Registry) (*tracker, error) {
+	t := &tracker{
+		cfg: c, log: l,
+		streams: map[int64]*streamState{},
+		byID:    map[string]*NodeStatus{},
+		mStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ilb_xds_streams", Help: "Open xDS streams (state of the world and delta).",
+		}),
+		mAcks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_xds_acks_total", Help: "xDS responses acknowledged by Envoys, by resource type.",
+		}, []string{"type"}),
+		mNacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_xds_nacks_total", Help: "xDS responses rejected by Envoys, by resource type.",
+		}, []string{"type"}),
+		mPublish: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ilb_xds_snapshots_published_total", Help: "Weights versions turned into snapshots for every source.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{t.mStreams, t.mAcks, t.mNacks, t.mPublish} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("xds metrics: %w", err)
+			}
+		}
+	}
+	return t, nil
+}
+
+func (t *tracker) published(string) { t.mPublish.Inc() }
+
+func (t *tracker) callbacks() serverv3.Callbacks {
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc:      func(context.Context, int64, string) error { t.open(); return nil },
+		StreamClosedFunc:    func(id int64, _ *corev3.Node) { t.closed(id) },
+		DeltaStreamOpenFunc: func(context.Context, int64, string) error { t.open(); return nil },
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			t.closed(id)
+		},
+		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
+			return t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
+			t.sent(id, r.GetNonce(), r.GetVersionInfo())
+		},
+		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
+			return t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
+		},
+		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
+			t.sent(id, r.GetNonce(), r.GetSystemVersionInfo())
+		},
+	}
+}
+
+func (t *tracker) open() { t.mStreams.Inc() }
+
+func (t *tracker) closed(id int64) {
+	t.mStreams.Dec()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st, ok := t.streams[id]; ok && st.node != nil {
+		if ns := t.byID[st.node.GetId()]; ns != nil {
+			ns.Streams--
+		}
+	}
+	delete(t.streams, id)
+}
+
+func (t *tracker) sent(id int64, nonce, version string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st, ok := t.streams[id]; ok {
+		st.nonces[nonce] = version
+	}
+}
+
+// request records the node of a stream, refuses nodes of unknown sources
+// (the stream is closed with the error, which Envoy logs), and counts ACKs
+// and NACKs. ackVersion is the accepted version (state of the world only).
+func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersion, nackMsg string, nack bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st, ok := t.streams[id]
+	if !ok {
+		st = &streamState{nonces: map[string]string{}}
+		t.streams[id] = st
+	}
+	if st.node == nil && node != nil {
+		if _, known := t.cfg.Source(node.GetCluster()); !known {
+			names := make([]string, len(t.cfg.Sources))
+			for i, s := range t.cfg.Sources {
+				names[i] = s.Name
+			}
+			t.log.Warn("xds: node of an unknown source refused", "node", node.GetId(), "cluster", node.GetCluster())
+			return fmt.Errorf("node.cluster %q is not a source of this ILB (known sources: %s)", node.GetCluster(), strings.Join(names, ", "))
+		}
+		st.node = node
+		ns := t.byID[node.GetId()]
+		if ns == nil {
+			ns = &NodeStatus{ID: node.GetId(), Cluster: node.GetCluster(), Acked: map[string]string{}}
+			t.byID[node.GetId()] = ns
+		}
+		ns.Streams++
+	}
+	if nonce == "" || st.node == nil {
+		return nil // a subscription, not an answer to a response
+	}
+	typ := shortType(typeURL)
+	ns := t.byID[st.node.GetId()]
+	sentVersion := st.nonces[nonce]
+	delete(st.nonces, nonce)
+	if nack {
+		t.mNacks.WithLabelValues(typ).Inc()
+		ns.LastNACK = &NACK{Type: typ, Version: sentVersion, Message: nackMsg, At: time.Now()}
+		t.log.Warn("xds: envoy rejected a version", "node", ns.ID, "source", ns.Cluster, "type", typ, "version", sentVersion, "error", nackMsg)
+		return nil
+	}
+	t.mAcks.WithLabelValues(typ).Inc()
+	if ackVersion == "" {
+		ackVersion = sentVersion
+	}
+	ns.Acked[typ] = ackVersion
+	return nil
+}
+
+func (t *tracker) nodes() []NodeStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]NodeStatus, 0, len(t.byID))
+	for _, n := range t.byID {
+		c := *n
+		c.Acked = make(map[string]string, len(n.Acked))
+		for k, v := range n.Acked {
+			c.Acked[k] = v
+		}
+		if n.LastNACK != nil {
+			nk := *n.LastNACK
+			c.LastNACK = &nk
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
