@@ -28,7 +28,7 @@ func (r *Resources) YAML() ([]byte, error) {
 	} {
 		list := []json.RawMessage{}
 		for _, it := range part.items {
-			b, err := protojson.Marshal(it)
+			b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(it)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", part.key, err)
 			}

@@ -1,0 +1,162 @@
+package envoy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ilbproject/ilb/config"
+)
+
+// BootstrapOptions say how an Envoy of a source reaches ILB.
+type BootstrapOptions struct {
+	// NodeID is the Envoy's node.id; default "<source>-envoy".
+	NodeID string
+	// XDS and ExtProc are ILB's addresses as host:port seen from Envoy;
+	// default the configuration's listen addresses.
+	XDS, ExtProc string
+	// Admin is Envoy's admin address; default 127.0.0.1:9901. "" after
+	// defaults means no admin listener.
+	Admin string
+}
+
+// Bootstrap renders the bootstrap of an Envoy of source: node.cluster is
+// the source (it keys the snapshot ILB serves), every resource comes over
+// one ADS stream to ILB, and two static HTTP/2 clusters reach ILB's xDS
+// and ext_proc services. The result passes [Validate].
+func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
+	if _, ok := c.Source(source); !ok {
+		return nil, fmt.Errorf("bootstrap: unknown source %q", source)
+	}
+	if o.NodeID == "" {
+		o.NodeID = source + "-envoy"
+	}
+	if o.XDS == "" {
+		o.XDS = c.Listen.XDS
+	}
+	if o.ExtProc == "" {
+		o.ExtProc = c.Listen.ExtProc
+	}
+	xds, err := grpcCluster(c.Envoy.XDSCluster, o.XDS)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: xds address: %w", err)
+	}
+	ep, err := grpcCluster(c.Envoy.ExtProcCluster, o.ExtProc)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: extproc address: %w", err)
+	}
+	b := &bootstrapv3.Bootstrap{
+		Node: &corev3.Node{Id: o.NodeID, Cluster: source},
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &corev3.ApiConfigSource{
+				ApiType:             corev3.ApiConfigSource_GRPC,
+				TransportApiVersion: corev3.ApiVersion_V3,
+				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: c.Envoy.XDSCluster},
+				}}},
+			},
+			CdsConfig: ads(),
+			LdsConfig: ads(),
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds, ep}},
+	}
+	if o.Admin != "" {
+		host, port, err := splitPort(o.Admin)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: admin address: %w", err)
+		}
+		b.Admin = &bootstrapv3.Admin{Address: socket(host, port)}
+	}
+	if err := Validate(b); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	return b, nil
+}
+
+func ads() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+}
+
+// grpcCluster is a static (IP) or STRICT_DNS (name) cluster speaking
+// HTTP/2, as gRPC needs.
+func grpcCluster(name, addr string) (*clusterv3.Cluster, error) {
+	host, port, err := splitPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	typ := clusterv3.Cluster_STATIC
+	if net.ParseIP(host) == nil {
+		typ = clusterv3.Cluster_STRICT_DNS
+	}
+	h2, err := anypb.New(&upstreamhttpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: typ},
+		ConnectTimeout:       durationpb.New(time.Second),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2,
+		},
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: name,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socket(host, port)}},
+			}}}},
+		},
+	}, nil
+}
+
+func splitPort(addr string) (string, uint32, error) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %w", addr, err)
+	}
+	p, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || p == 0 {
+		return "", 0, fmt.Errorf("%q: want a port in 1..65535", addr)
+	}
+	return host, uint32(p), nil
+}
+
+func socket(host string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}
+
+// MarshalYAML renders any Envoy message as YAML in Envoy's JSON mapping,
+// keys sorted: what `envoy -c FILE` reads.
+func MarshalYAML(m proto.Message) ([]byte, error) {
+	js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, js); err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(buf.Bytes())
+}

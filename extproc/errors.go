@@ -1,0 +1,74 @@
+package extproc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/ilbproject/ilb/header"
+)
+
+// RequestError is a request ILB answers itself instead of routing: a bad
+// request (4xx) or no capacity (503). It becomes an ImmediateResponse with
+// an OpenAI-style JSON error body.
+type RequestError struct {
+	Status int    // HTTP status
+	Type   string // OpenAI error type, e.g. invalid_request_error
+	Code   string // machine-readable code, e.g. model_not_found
+	Param  string // the offending field or header, "" if none
+	Msg    string // human-readable, names the field and the value
+}
+
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+// Reason is the x-ilb-reason value: the code with '-' for '_'.
+func (e *RequestError) Reason() string { return strings.ReplaceAll(e.Code, "_", "-") }
+
+func badRequest(param, code, msg string) *RequestError {
+	return &RequestError{Status: 400, Type: "invalid_request_error", Code: code, Param: param, Msg: msg}
+}
+
+// immediate is the one boundary that turns an error into Envoy's answer:
+// a *RequestError keeps its status and code; anything else is an internal
+// error (500) whose message is not leaked.
+func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
+	var re *RequestError
+	if !errors.As(err, &re) {
+		re = &RequestError{Status: 500, Type: "internal_error", Code: "internal_error", Msg: "the router failed to process the request"}
+	}
+	var param any
+	if re.Param != "" {
+		param = re.Param
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": re.Msg, "type": re.Type, "param": param, "code": re.Code,
+	}})
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(re.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				setRaw("content-type", "application/json"),
+				setRaw(header.Reason, re.Reason()),
+			}},
+			Body:    body,
+			Details: "ilb_" + strings.ReplaceAll(re.Code, "-", "_") + "_" + strconv.Itoa(re.Status),
+		},
+	}}, re
+}
+
+// setRaw overwrites a header; the value goes in raw_value only, which is
+// the field Envoy reads (setting value too is an error).
+func setRaw(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}

@@ -1,0 +1,57 @@
+package extproc
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of the ext_proc service. Label values are bounded: sources and
+// models come from the configuration ("unknown" otherwise), clusters from
+// the weights, reasons and statuses from ILB's own codes.
+type metrics struct {
+	decisions  *prometheus.CounterVec
+	rejections *prometheus.CounterVec
+	latency    prometheus.Histogram
+	mismatches *prometheus.CounterVec
+	streams    prometheus.Gauge
+}
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_decisions_total",
+			Help: "Requests routed by ext_proc, by source, model, chosen cluster and reason (weighted, session).",
+		}, []string{"source", "model", "cluster", "reason"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_rejections_total",
+			Help: "Requests ext_proc answered itself, by source, HTTP status and reason code.",
+		}, []string{"source", "status", "reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ilb_extproc_decision_duration_seconds",
+			Help:    "Time from the message that completes what ext_proc needs (headers or body) to its answer, including body parsing.",
+			Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1},
+		}),
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_served_mismatch_total",
+			Help: "Responses served by another cluster than ext_proc predicted (Envoy on another weights version, or a fallback route).",
+		}, []string{"source"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ilb_extproc_streams",
+			Help: "Open ext_proc streams (one per in-flight request).",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("extproc metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) rejected(source string, re *RequestError) {
+	m.rejections.WithLabelValues(source, strconv.Itoa(re.Status), re.Reason()).Inc()
+}

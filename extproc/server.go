@@ -1,0 +1,130 @@
+package extproc
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	randv2 "math/rand/v2"
+	"net"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Options configure a Server.
+type Options struct {
+	Config   *config.Config       // validated; required
+	Logger   *slog.Logger         // nil: discard
+	Registry *prometheus.Registry // nil: metrics are not exported
+	// Rand draws the random value of requests without a session. Must be
+	// safe for concurrent use. nil: math/rand/v2.
+	Rand func() uint64
+	// Now is the clock of decision records. nil: time.Now.
+	Now func() time.Time
+	// NewID names requests that reach ext_proc without x-request-id.
+	// nil: random 26-character ids.
+	NewID func() string
+	// DefaultSource is the source of streams whose Envoy sends no
+	// x-ilb-source metadata (static setups); "" rejects such streams.
+	DefaultSource string
+}
+
+// Server is the ext_proc service (DESIGN §2): one gRPC stream per HTTP
+// request, one answer of the matching type per message. It is a
+// weights.Sink: each published version becomes the immutable State that
+// requests read. Safe for concurrent use.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	opts    Options
+	state   atomic.Pointer[State]
+	log     *Log
+	metrics *metrics
+}
+
+var (
+	_ extprocv3.ExternalProcessorServer = (*Server)(nil)
+	_ weights.Sink                      = (*Server)(nil)
+)
+
+// New checks the options and registers the metrics.
+func New(o Options) (*Server, error) {
+	if o.Config == nil {
+		return nil, errors.New("extproc: Config is required")
+	}
+	if o.DefaultSource != "" {
+		if _, ok := o.Config.Source(o.DefaultSource); !ok {
+			return nil, fmt.Errorf("extproc: default source %q is not in the configuration", o.DefaultSource)
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Rand == nil {
+		o.Rand = randv2.Uint64
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.NewID == nil {
+		o.NewID = rand.Text
+	}
+	m, err := newMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{opts: o, log: NewLog(o.Config.ExtProc.DecisionLogSize), metrics: m}, nil
+}
+
+// Publish indexes a weights version and swaps it in whole; a version that
+// cannot be indexed leaves the running state untouched.
+func (s *Server) Publish(_ context.Context, w *weights.Weights) error {
+	st, err := newState(s.opts.Config, w)
+	if err != nil {
+		return fmt.Errorf("extproc: %w", err)
+	}
+	s.state.Store(st)
+	return nil
+}
+
+// Version is the weights version requests are decided on, "" before the
+// first Publish.
+func (s *Server) Version() string {
+	if st := s.state.Load(); st != nil {
+		return st.version
+	}
+	return ""
+}
+
+// Decisions is the decision log.
+func (s *Server) Decisions() *Log { return s.log }
+
+// GRPCOptions are the server options ext_proc needs: messages large
+// enough for a whole buffered request body (gRPC's default is 4 MiB).
+func (s *Server) GRPCOptions() []grpc.ServerOption {
+	c := s.opts.Config
+	limit := max(c.ExtProc.MaxBodyBytes, int(c.Envoy.RequestBufferBytes)) + 1<<20
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(limit)}
+}
+
+// Register adds the ext_proc service to g; build g with GRPCOptions.
+func (s *Server) Register(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, s) }
+
+// Serve serves ext_proc on ln until ctx is done.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	g := grpc.NewServer(s.GRPCOptions()...)
+	s.Register(g)
+	if err := serve.GRPC(ctx, g, ln); err != nil {
+		return fmt.Errorf("extproc: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package extproc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// State is the request-path view of one weights version: for every source
+// and model, the clusters in the order Envoy walks them. It is immutable
+// and swapped whole (atomic.Pointer) when a new version is published.
+type State struct {
+	version string
+	sources map[string]*sourceState
+	models  map[string]string // name or alias -> canonical name
+	known   string            // canonical names, for error messages
+}
+
+type sourceState struct {
+	name         string
+	debug        bool
+	defaultModel string
+	cells        map[string]*cell // by canonical model
+}
+
+// cell is one (source, model): targets with the end of each one's draw
+// interval, and every cluster serving the model for decision records.
+type cell struct {
+	targets    []weights.Target
+	ends       []uint64 // ends[i] = sum of weights[0..i]
+	total      uint64
+	candidates []Candidate
+}
+
+// newState indexes a weights version for the request path.
+func newState(c *config.Config, w *weights.Weights) (*State, error) {
+	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}}
+	var names []string
+	for _, m := range c.Models {
+		st.models[m.Name] = m.Name
+		for _, a := range m.Aliases {
+			st.models[a] = m.Name
+		}
+		names = append(names, m.Name)
+	}
+	st.known = strings.Join(names, ", ")
+	for _, s := range c.Sources {
+		ss := &sourceState{name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{}}
+		for _, m := range c.Models {
+			wc, ok := w.Cell(s.Name, m.Name)
+			if !ok {
+				return nil, fmt.Errorf("weights %s have no cell for source %s, model %s", w.Version(), s.Name, m.Name)
+			}
+			ss.cells[m.Name] = newCell(wc)
+		}
+		st.sources[s.Name] = ss
+	}
+	return st, nil
+}
+
+func newCell(wc weights.Cell) *cell {
+	c := &cell{targets: slices.Clone(wc.Targets)}
+	for _, t := range c.targets {
+		c.total += uint64(t.Weight)
+		c.ends = append(c.ends, c.total)
+	}
+	for _, term := range wc.Explanation.Terms {
+		c.candidates = append(c.candidates, Candidate{
+			Cluster: term.Cluster, Weight: term.Weight,
+			Share: float64(term.Weight) / float64(max(c.total, 1)), Excluded: term.Excluded,
+		})
+	}
+	return c
+}
+
+// pick returns the cluster Envoy takes for draw, exactly as Envoy's
+// weighted_clusters does: slot = draw % total, then the first cluster, in
+// list order, whose interval [begin, end) holds slot. ok is false when the
+// cell has no cluster.
+func (c *cell) pick(draw uint64) (cluster string, slot uint64, ok bool) {
+	if c.total == 0 {
+		return "", 0, false
+	}
+	slot = draw % c.total
+	i, _ := slices.BinarySearch(c.ends, slot+1) // first end > slot
+	return c.targets[i].Cluster, slot, true
+}
+
+// Version is the weights version this state was built from.
+func (s *State) Version() string { return s.version }

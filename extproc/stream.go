@@ -1,0 +1,298 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// hints are what ILB reads from the request headers.
+type hints struct {
+	requestID, method, path string
+	priority                string
+	session, model          string
+	debug                   bool
+	endpoint                Endpoint
+}
+
+// exchange is the state of one stream, that is one HTTP request.
+type exchange struct {
+	source string
+	start  time.Time
+	st     *State // pinned at request headers: one version per request
+	src    *sourceState
+	h      hints
+	rec    *Record // nil until ILB decided or answered
+	body   []byte  // request body chunks received so far
+	debug  bool    // debug asked and allowed
+	done   bool    // ILB answered with an ImmediateResponse
+}
+
+// Process handles one ext_proc stream. Envoy sends request headers, then
+// (BUFFERED) the whole request body, then response headers; every message
+// gets exactly one answer of the matching type, or an ImmediateResponse.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	s.metrics.streams.Inc()
+	defer s.metrics.streams.Dec()
+	x := &exchange{source: sourceOf(stream, s.opts.DefaultSource)}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("extproc: receive: %w", err)
+		}
+		resp := s.handle(x, req)
+		if err := stream.Send(resp); err != nil {
+			return fmt.Errorf("extproc: send: %w", err)
+		}
+	}
+}
+
+func sourceOf(stream extprocv3.ExternalProcessor_ProcessServer, def string) string {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	if v := md.Get(header.Source); len(v) > 0 && v[0] != "" {
+		return v[0]
+	}
+	return def
+}
+
+// handle answers one message.
+func (s *Server) handle(x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	switch r := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return s.onRequestHeaders(x, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return s.onRequestBody(x, r.RequestBody)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return s.onResponseHeaders(x, r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	}
+	// A message type this version does not know: answer the request path
+	// unchanged rather than leave Envoy waiting.
+	return headersResponse(nil, false)
+}
+
+func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	x.start = s.opts.Now()
+	began := time.Now()
+	hs := headerMap(m.GetHeaders())
+	x.h = hints{
+		requestID: hs[header.RequestID], method: hs[":method"], path: hs[":path"],
+		priority: hs[header.Priority], session: hs[header.Session], model: hs[header.Model],
+		debug: hs[header.Debug] == "1", endpoint: endpointOf(hs[":path"]),
+	}
+	if x.h.requestID == "" {
+		x.h.requestID = s.opts.NewID()
+	}
+	x.rec = &Record{
+		RequestID: x.h.requestID, Start: x.start, Source: x.source,
+		Method: x.h.method, Path: x.h.path, Priority: weights.Standard.String(),
+	}
+	if err := s.admit(x); err != nil {
+		return s.reject(x, err, began)
+	}
+	// Decide on headers when the body cannot help: there is none, the
+	// client named the model, or the endpoint is not an OpenAI one.
+	if m.GetEndOfStream() || x.h.model != "" || x.h.endpoint == EndpointOther {
+		x.rec.HeaderOnly = !m.GetEndOfStream()
+		mut, err := s.decide(x.st, x.src, &x.h, nil, x.rec)
+		if err != nil {
+			return s.reject(x, err, began)
+		}
+		s.decided(x, began)
+		resp := headersResponse(mut, true)
+		if !m.GetEndOfStream() {
+			resp.ModeOverride = skipBody()
+		}
+		return resp
+	}
+	return headersResponse(nil, false)
+}
+
+// admit checks what the headers say before any decision: the weights are
+// there, the source is known, the priority is valid.
+func (s *Server) admit(x *exchange) error {
+	x.st = s.state.Load()
+	if x.st == nil {
+		return &RequestError{
+			Status: 503, Type: "service_unavailable", Code: "not_ready",
+			Msg: "the router has no weights yet; retry in a few seconds",
+		}
+	}
+	x.rec.WeightsVersion = x.st.version
+	src, ok := x.st.sources[x.source]
+	if !ok {
+		s.opts.Logger.Error("ext_proc stream from an unknown source: check the x-ilb-source initial metadata of the Envoy ext_proc filter",
+			"source", x.source, "request_id", x.h.requestID)
+		return &RequestError{
+			Status: 500, Type: "internal_error", Code: "unknown_source",
+			Msg: fmt.Sprintf("the router does not know the source %q of this proxy", x.source),
+		}
+	}
+	x.src = src
+	x.debug = x.h.debug && src.debug
+	if x.h.priority != "" {
+		p, err := weights.ParsePriority(x.h.priority)
+		if err != nil {
+			return badRequest(header.Priority, "invalid_priority",
+				fmt.Sprintf("header %s is %q: want critical, standard or sheddable", header.Priority, x.h.priority))
+		}
+		x.rec.Priority = p.String()
+	}
+	return nil
+}
+
+func (s *Server) onRequestBody(x *exchange, m *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	began := time.Now()
+	if x.done || x.st == nil || x.rec.Chosen != "" {
+		return bodyResponse(nil)
+	}
+	if len(x.body)+len(m.GetBody()) > s.opts.Config.ExtProc.MaxBodyBytes {
+		return s.reject(x, &RequestError{
+			Status: 413, Type: "invalid_request_error", Code: "request_too_large",
+			Msg: fmt.Sprintf("the request body is over %d bytes", s.opts.Config.ExtProc.MaxBodyBytes),
+		}, began)
+	}
+	x.body = append(x.body, m.GetBody()...)
+	if !m.GetEndOfStream() {
+		return bodyResponse(nil)
+	}
+	b, err := parseBody(x.h.endpoint, x.body)
+	x.body = nil
+	if err != nil {
+		return s.reject(x, err, began)
+	}
+	mut, err := s.decide(x.st, x.src, &x.h, &b, x.rec)
+	if err != nil {
+		return s.reject(x, err, began)
+	}
+	s.decided(x, began)
+	return bodyResponse(mut)
+}
+
+// decided logs and counts a routing decision.
+func (s *Server) decided(x *exchange, began time.Time) {
+	d := time.Since(began)
+	x.rec.DecisionMicros = d.Microseconds()
+	s.metrics.latency.Observe(d.Seconds())
+	s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason).Inc()
+	s.log.add(x.rec)
+}
+
+// reject answers the request with an ImmediateResponse built from err.
+func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.ProcessingResponse {
+	resp, re := immediate(err)
+	x.done = true
+	d := time.Since(began)
+	x.rec.DecisionMicros = d.Microseconds()
+	x.rec.Reason, x.rec.Status, x.rec.Complete = re.Code, re.Status, true
+	x.rec.TotalMillis = float64(s.opts.Now().Sub(x.start).Microseconds()) / 1000
+	source := x.source
+	if x.src == nil {
+		source = "unknown"
+	}
+	s.metrics.latency.Observe(d.Seconds())
+	s.metrics.rejected(source, re)
+	s.log.add(x.rec)
+	return resp
+}
+
+func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	hs := headerMap(m.GetHeaders())
+	code, _ := strconv.Atoi(hs[":status"])
+	if x.rec != nil && !x.done {
+		s.log.update(x.rec, func(r *Record) {
+			r.Status = code
+			r.ServedCluster, r.ServedVersion, r.UpstreamHost = hs[header.ServedCluster], hs[header.WeightsVersion], hs[header.UpstreamHost]
+			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
+			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
+			r.Complete = true
+		})
+		if x.rec.Mismatch {
+			s.metrics.mismatches.WithLabelValues(x.source).Inc()
+		}
+	}
+	mut := &extprocv3.HeaderMutation{}
+	if x.debug && x.rec != nil {
+		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.Decision, decisionHeader(x.rec)))
+	} else {
+		mut.RemoveHeaders = []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},
+	}}
+}
+
+// decisionHeader is the compact x-ilb-decision value (debug only).
+func decisionHeader(r *Record) string {
+	return fmt.Sprintf("request_id=%s; model=%s; cluster=%s; reason=%s; draw=%d; slot=%d/%d; version=%s",
+		r.RequestID, r.Model, r.Chosen, r.Reason, r.Draw, r.Slot, r.TotalWeight, r.WeightsVersion)
+}
+
+// headerMap flattens Envoy's header map; Envoy sends values in raw_value
+// (value on older versions). Repeated headers are joined with ",".
+func headerMap(m *corev3.HeaderMap) map[string]string {
+	out := make(map[string]string, len(m.GetHeaders()))
+	for _, h := range m.GetHeaders() {
+		v := string(h.GetRawValue())
+		if v == "" {
+			v = h.GetValue()
+		}
+		k := strings.ToLower(h.GetKey())
+		if prev, ok := out[k]; ok {
+			v = prev + "," + v
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// headersResponse continues the request, applying mut. rematch asks Envoy to
+// re-match the route, which Envoy does only because mut is present.
+func headersResponse(mut *extprocv3.HeaderMutation, rematch bool) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: rematch && mut != nil}},
+	}}
+}
+
+// bodyResponse answers a request body, applying mut and re-matching the
+// route when mut is set.
+func bodyResponse(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: mut != nil}},
+	}}
+}
+
+// skipBody is the mode override of the header-only fast path: Envoy sends
+// no request body; response headers still come. Every field is explicit,
+// as older Envoys replace the whole mode.
+func skipBody() *extprocfilterv3.ProcessingMode {
+	return &extprocfilterv3.ProcessingMode{
+		RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
+		ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
+		RequestBodyMode:     extprocfilterv3.ProcessingMode_NONE,
+		ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
+		RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
+		ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+	}
+}
