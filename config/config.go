@@ -76,6 +76,8 @@ type Source struct {
 	// DefaultModel is used by the fallback route and for requests that
 	// name no model (GET /v1/models). Defaults to the first model.
 	DefaultModel string `yaml:"default_model" json:"default_model"`
+	// Listener overrides envoy.listener for this source's Envoys, host:port.
+	Listener string `yaml:"listener,omitempty" json:"listener,omitempty"`
 	// Debug allows clients of this source to ask for decision headers
 	// (x-ilb-debug: 1). Off by default: nothing internal reaches clients.
 	Debug bool `yaml:"debug,omitempty" json:"debug,omitempty"`

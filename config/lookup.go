@@ -83,3 +83,12 @@ func (c *Config) Eligible(s Source, model string) []EngineCluster {
 	}
 	return out
 }
+
+// ListenerOf returns the address the source's Envoys listen on: its own
+// listener, else envoy.listener.
+func (c *Config) ListenerOf(s Source) string {
+	if s.Listener != "" {
+		return s.Listener
+	}
+	return c.Envoy.Listener
+}

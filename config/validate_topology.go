@@ -120,6 +120,11 @@ func (c *Config) validateSources(p *problems, regions, models map[string]bool) {
 		if s.FailMode != FailOpen && s.FailMode != FailClosed {
 			p.addf(path+".fail_mode", "unknown fail mode %q: want %q or %q", s.FailMode, FailOpen, FailClosed)
 		}
+		if s.Listener != "" {
+			if err := checkHostPortZero(s.Listener); err != nil {
+				p.addf(path+".listener", "%q is not a valid address: %v", s.Listener, err)
+			}
+		}
 		if !models[s.DefaultModel] {
 			p.addf(path+".default_model", "unknown model %q (known: %s)", s.DefaultModel, keys(models))
 		}

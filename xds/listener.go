@@ -40,17 +40,21 @@ const (
 // failure thus ends in one clear, uniform answer, which Envoy's own
 // fail-closed replies (an empty 500 or 504) do not give.
 func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
-	host, portS, err := net.SplitHostPort(c.Envoy.Listener)
+	addr := c.ListenerOf(s)
+	host, portS, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("envoy.listener %q: %w", c.Envoy.Listener, err)
+		return nil, fmt.Errorf("listener address %q: %w", addr, err)
 	}
 	port, err := strconv.ParseUint(portS, 10, 16)
 	if err != nil {
-		return nil, fmt.Errorf("envoy.listener %q: port: %w", c.Envoy.Listener, err)
+		return nil, fmt.Errorf("listener address %q: port: %w", addr, err)
 	}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: "ilb",
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		// Clients get the x-request-id of their request back: the key of
+		// its decision record (`ilb explain ID`).
+		AlwaysSetRequestIdInResponse: true,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,

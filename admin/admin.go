@@ -1,0 +1,154 @@
+// Package admin is ILB's admin HTTP API: health, Prometheus metrics and
+// the debug views of weights, decisions, configuration and xDS nodes. It
+// reads the components through small interfaces and never changes them.
+package admin
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/xds"
+)
+
+// Weights reports the weights in force.
+type Weights interface {
+	Current() *weights.Weights
+}
+
+// Decisions looks up decision records.
+type Decisions interface {
+	Get(requestID string) (extproc.Record, bool)
+	Recent(n int) []extproc.Record
+}
+
+// Nodes reports the Envoys connected to the xDS server.
+type Nodes interface {
+	Nodes() []xds.NodeStatus
+}
+
+var (
+	_ Weights   = (*weights.Controller)(nil)
+	_ Decisions = (*extproc.Log)(nil)
+	_ Nodes     = (*xds.Server)(nil)
+)
+
+// Options are the parts the admin API shows. Nil parts answer 404.
+type Options struct {
+	Config    *config.Config
+	Registry  *prometheus.Registry
+	Weights   Weights
+	Decisions Decisions
+	Nodes     Nodes
+	Logger    *slog.Logger
+}
+
+// Handler serves:
+//
+//	GET /healthz                    200 {"status":"ok","weights_version":...}
+//	GET /metrics                    Prometheus text exposition
+//	GET /debug/weights              the weights in force (JSON)
+//	GET /debug/decisions?limit=N    the N most recent decision records (default 50)
+//	GET /debug/decisions/{id}       the decision record of a request id
+//	GET /debug/config               the configuration in force
+//	GET /debug/xds                  xDS nodes: ACKed versions, last NACK
+//
+// Errors are JSON {"error":{"message":...}} with a 4xx status.
+func Handler(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		v := ""
+		if o.Weights != nil {
+			if cur := o.Weights.Current(); cur != nil {
+				v = cur.Version()
+			}
+		}
+		writeJSON(w, map[string]string{"status": "ok", "weights_version": v})
+	})
+	if o.Registry != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{ErrorLog: slogErrorLog{o.Logger}}))
+	}
+	mux.HandleFunc("GET /debug/weights", func(w http.ResponseWriter, r *http.Request) {
+		if o.Weights == nil || o.Weights.Current() == nil {
+			writeError(w, http.StatusNotFound, "no weights have been computed yet")
+			return
+		}
+		writeJSON(w, o.Weights.Current())
+	})
+	mux.HandleFunc("GET /debug/decisions", func(w http.ResponseWriter, r *http.Request) {
+		if o.Decisions == nil {
+			writeError(w, http.StatusNotFound, "this process keeps no decision log")
+			return
+		}
+		n := 50
+		if s := r.URL.Query().Get("limit"); s != "" {
+			v, err := strconv.Atoi(s)
+			if err != nil || v < 1 || v > 10000 {
+				writeError(w, http.StatusBadRequest, "limit "+strconv.Quote(s)+" is not a number in 1..10000")
+				return
+			}
+			n = v
+		}
+		writeJSON(w, o.Decisions.Recent(n))
+	})
+	mux.HandleFunc("GET /debug/decisions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if o.Decisions == nil {
+			writeError(w, http.StatusNotFound, "this process keeps no decision log")
+			return
+		}
+		rec, ok := o.Decisions.Get(id)
+		if !ok {
+			writeError(w, http.StatusNotFound, "no decision record for request id "+strconv.Quote(id)+" (unknown, or evicted from the log)")
+			return
+		}
+		writeJSON(w, rec)
+	})
+	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, r *http.Request) {
+		if o.Config == nil {
+			writeError(w, http.StatusNotFound, "no configuration")
+			return
+		}
+		writeJSON(w, o.Config)
+	})
+	mux.HandleFunc("GET /debug/xds", func(w http.ResponseWriter, r *http.Request) {
+		if o.Nodes == nil {
+			writeError(w, http.StatusNotFound, "this process serves no xDS")
+			return
+		}
+		writeJSON(w, o.Nodes.Nodes())
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// slogErrorLog adapts slog to promhttp's error logger.
+type slogErrorLog struct{ l *slog.Logger }
+
+func (s slogErrorLog) Println(v ...any) { s.l.Error("metrics exposition failed", "err", v) }

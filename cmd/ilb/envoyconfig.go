@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/envoy"
+	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/xds"
+)
+
+// runEnvoyConfig prints the bootstrap of a source's Envoys, or with
+// --resources what the xDS server serves them now (static capacity).
+func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("envoy-config", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "ILB configuration file (YAML)")
+	source := fs.String("source", "", "source (Envoy node.cluster) to render for")
+	nodeID := fs.String("node-id", "", "Envoy node.id (default SOURCE-envoy)")
+	xdsAddr := fs.String("xds", "", "ILB xDS address as Envoy reaches it (default listen.xds)")
+	extprocAddr := fs.String("extproc", "", "ILB ext_proc address as Envoy reaches it (default listen.extproc)")
+	adminAddr := fs.String("admin", "127.0.0.1:9901", "Envoy admin address; empty for none")
+	resources := fs.Bool("resources", false, "print the xDS resources (CDS, EDS, RDS, LDS) instead of the bootstrap")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if *cfgPath == "" || *source == "" {
+		return errors.New("envoy-config: --config and --source are required")
+	}
+	c, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	var out []byte
+	if *resources {
+		policy, err := weights.NewPolicy(c.Controller.Policy)
+		if err != nil {
+			return err
+		}
+		w, err := policy.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c)})
+		if err != nil {
+			return err
+		}
+		res, err := xds.Build(c, w, *source)
+		if err != nil {
+			return err
+		}
+		if _, err := res.Snapshot(); err != nil {
+			return err
+		}
+		if out, err = res.YAML(); err != nil {
+			return err
+		}
+	} else {
+		b, err := envoy.Bootstrap(c, *source, envoy.BootstrapOptions{NodeID: *nodeID, XDS: *xdsAddr, ExtProc: *extprocAddr, Admin: *adminAddr})
+		if err != nil {
+			return err
+		}
+		if out, err = envoy.MarshalYAML(b); err != nil {
+			return err
+		}
+	}
+	_, err = stdout.Write(out)
+	return err
+}

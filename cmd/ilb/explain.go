@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ilbproject/ilb/extproc"
+)
+
+// runExplain prints the story of one request from the admin API.
+func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	asJSON := fs.Bool("json", false, "print the decision record as JSON")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("explain: want exactly one REQUEST_ID (the x-request-id of the request)")
+	}
+	rec, raw, err := fetchRecord(ctx, *adminAddr, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	printRecord(stdout, rec)
+	return nil
+}
+
+// fetchRecord asks the admin API for the decision record of id.
+func fetchRecord(ctx context.Context, adminAddr, id string) (extproc.Record, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	u := "http://" + adminAddr + "/debug/decisions/" + url.PathEscape(id)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return extproc.Record{}, nil, fmt.Errorf("explain: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return extproc.Record{}, nil, fmt.Errorf("explain: admin API at %s: %w", adminAddr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return extproc.Record{}, nil, fmt.Errorf("explain: read %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			return extproc.Record{}, nil, fmt.Errorf("explain: %s", e.Error.Message)
+		}
+		return extproc.Record{}, nil, fmt.Errorf("explain: %s answered %s", u, resp.Status)
+	}
+	var rec extproc.Record
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return extproc.Record{}, nil, fmt.Errorf("explain: decode record: %w", err)
+	}
+	return rec, body, nil
+}
+
+// printRecord writes a decision record for people.
+func printRecord(w io.Writer, r extproc.Record) {
+	p := func(k, f string, a ...any) { fmt.Fprintf(w, "%-11s %s\n", k, fmt.Sprintf(f, a...)) }
+	p("request", "%s  %s %s  at %s", r.RequestID, r.Method, r.Path, r.Start.UTC().Format(time.RFC3339Nano))
+	p("source", "%s  (priority %s)", r.Source, r.Priority)
+	if r.Model != "" {
+		asked := ""
+		if r.RequestedModel != r.Model {
+			asked = fmt.Sprintf(" (asked for %q)", r.RequestedModel)
+		}
+		how := "read from the body"
+		if r.HeaderOnly {
+			how = "from x-ilb-model, body not read"
+		}
+		p("model", "%s%s, %s; stream %v, max_tokens %d, ~%d prompt tokens", r.Model, asked, how, r.Stream, r.MaxTokens, r.PromptTokens)
+	}
+	if r.SessionHash != "" {
+		p("session", "key from %s, hash %s: the draw is the hash, so the session sticks to one cluster", r.SessionFrom, r.SessionHash)
+	}
+	p("weights", "version %s", r.WeightsVersion)
+	if len(r.Candidates) > 0 {
+		fmt.Fprintln(w, "candidates:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CLUSTER\tWEIGHT\tSHARE\tINTERVAL\tNOTE")
+		var begin uint64
+		for _, c := range r.Candidates {
+			interval, note := "-", c.Excluded
+			if c.Weight > 0 {
+				end := begin + uint64(c.Weight)
+				interval = fmt.Sprintf("[%d, %d)", begin, end)
+				if r.Chosen == c.Cluster && r.Slot >= begin && r.Slot < end {
+					note = fmt.Sprintf("<- slot %d falls here", r.Slot)
+				}
+				begin = end
+			} else if note != "" {
+				note = "excluded: " + note
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%.1f%%\t%s\t%s\n", c.Cluster, c.Weight, 100*c.Share, interval, note)
+		}
+		_ = tw.Flush()
+	}
+	if r.Chosen != "" {
+		p("draw", "%d (%s) -> slot %d of %d", r.Draw, r.DrawFrom, r.Slot, r.TotalWeight)
+		p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
+	} else {
+		p("answered", "%d by ILB itself (reason %s)", r.Status, r.Reason)
+	}
+	switch {
+	case !r.Complete:
+		p("served", "no response yet (in flight, or the client went away)")
+	case r.ServedCluster != "":
+		p("served", "%s at %s, weights %s, status %d", r.ServedCluster, orDash(r.UpstreamHost), orDash(r.ServedVersion), r.Status)
+		if r.Mismatch {
+			p("WARNING", "Envoy served %s, not %s: it routed with weights %s while ILB decided on %s", r.ServedCluster, r.Chosen, orDash(r.ServedVersion), r.WeightsVersion)
+		}
+	case r.Chosen != "":
+		p("served", "status %d, no served-cluster report (a local reply from Envoy)", r.Status)
+	}
+	p("timing", "decision %dµs, request to response headers %.1f ms", r.DecisionMicros, r.TotalMillis)
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+)
+
+// exitError ends the process with code after the command printed what it
+// had to say.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// command is one subcommand of ilb.
+type command struct {
+	name, args, summary string
+	run                 func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "--config FILE", "run ILB: xDS (:18000), ext_proc (:18001) and admin (:18002) in one process", runServe},
+		{"demo", "[--config FILE] [--duration D]", "run the whole stack here (engines, ILB, envoysim) under a short load and report", runDemo},
+		{"validate", "--config FILE", "check a configuration: one problem per line, exit 1 if any", runValidate},
+		{"envoy-config", "--config FILE --source S", "print the Envoy bootstrap for the Envoys of source S", runEnvoyConfig},
+		{"explain", "[--admin ADDR] REQUEST_ID", "explain how one request was routed", runExplain},
+	}
+}
+
+// run is the whole program behind main: it parses args and runs one
+// command until it returns or ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "ilb — the Inference Load Balancer\n\nUsage: ilb COMMAND [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-13s %-34s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun ilb COMMAND -h for the flags of a command.")
+}
+
+// parse parses flags into fs, which reports to stderr. -h is not an error.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitError{0}
+		}
+		return exitError{2}
+	}
+	return nil
+}
+
+// newLogger writes text logs at level ("debug", "info", "warn", "error").
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

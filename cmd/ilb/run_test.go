@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+
+	"github.com/ilbproject/ilb/envoy"
+)
+
+func runCmd(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func exitCode(err error) int {
+	var ec exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		return ec.code
+	}
+	return 1
+}
+
+func TestValidateCommand(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	demo, err := os.ReadFile("../../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(demo), "region: us-west\n", "region: us-wset\n", 1)
+	broken = strings.Replace(broken, "capacity_per_replica: 6000", "capacity_per_replica: -1", 1)
+	if err := os.WriteFile(bad, []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		args  []string
+		code  int
+		lines []string
+	}{
+		{
+			"valid",
+			[]string{"validate", "--config", "../../examples/demo/ilb.yaml"},
+			0,
+			[]string{"ok: 3 regions, 2 sources, 2 models, 4 engine clusters (6 endpoints), policy proportional"},
+		},
+		{"one problem per line", []string{"validate", "--config", bad}, 1, []string{
+			`profiles[1].capacity_per_replica: -1 is not a valid capacity`,
+			`clusters[1].region: unknown region "us-wset"`,
+		}},
+		{"missing file", []string{"validate", "--config", "/nonexistent.yaml"}, 1, []string{"no such file"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCmd(t, tt.args...)
+			if got := exitCode(err); got != tt.code {
+				t.Fatalf("exit code %d (%v); want %d\n%s", got, err, tt.code, out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if tt.code == 1 && len(lines) < len(tt.lines) {
+				t.Errorf("%d lines; want at least %d:\n%s", len(lines), len(tt.lines), out)
+			}
+			for _, l := range tt.lines {
+				if !strings.Contains(out, l) {
+					t.Errorf("output lacks %q:\n%s", l, out)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvoyConfigCommand(t *testing.T) {
+	out, _, err := runCmd(t, "envoy-config", "--config", "../../examples/demo/ilb.yaml", "--source", "edge-eu", "--xds", "ilb.internal:18000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := envoy.DecodeYAML([]byte(out), &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := envoy.Validate(&b); err != nil {
+		t.Fatal(err)
+	}
+	if b.GetNode().GetCluster() != "edge-eu" || !strings.Contains(out, "address: ilb.internal") || !strings.Contains(out, "type: STRICT_DNS") {
+		t.Errorf("bootstrap:\n%s", out)
+	}
+	out, _, err = runCmd(t, "envoy-config", "--config", "../../examples/demo/ilb.yaml", "--source", "edge-eu", "--resources")
+	if err != nil || !strings.Contains(out, "x-ilb-route-draw") {
+		t.Errorf("resources: %v\n%s", err, out)
+	}
+	if _, _, err := runCmd(t, "envoy-config", "--config", "../../examples/demo/ilb.yaml", "--source", "edge-mars"); err == nil || !strings.Contains(err.Error(), `unknown source "edge-mars"`) {
+		t.Errorf("unknown source: %v", err)
+	}
+}
+
+func TestExplainCommand(t *testing.T) {
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/debug/decisions/req-1":
+			_, _ = w.Write([]byte(`{"request_id":"req-1","source":"edge-us","model":"m","requested_model":"m","priority":"standard",
+				"weights_version":"v1","candidates":[{"cluster":"a","weight":3000,"share":0.3},{"cluster":"b","weight":7000,"share":0.7},
+				{"cluster":"c","weight":0,"share":0,"excluded":"residency: region x"}],"draw":13500,"draw_from":"random","slot":3500,
+				"total_weight":10000,"chosen":"b","reason":"weighted","status":200,"served_cluster":"a","served_version":"v0",
+				"upstream_host":"10.0.0.1:80","mismatch":true,"complete":true}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"message":"no decision record for request id \"nope\""}}`))
+		}
+	}))
+	defer admin.Close()
+	addr := strings.TrimPrefix(admin.URL, "http://")
+	out, _, err := runCmd(t, "explain", "--admin", addr, "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"b        7000    70.0%  [3000, 10000)  <- slot 3500 falls here",
+		"excluded: residency: region x",
+		"draw        13500 (random) -> slot 3500 of 10000",
+		"WARNING     Envoy served a, not b: it routed with weights v0 while ILB decided on v1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, _, err := runCmd(t, "explain", "--admin", addr, "nope"); err == nil || !strings.Contains(err.Error(), `no decision record for request id "nope"`) {
+		t.Errorf("unknown id: %v", err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	out, _, err := runCmd(t, "help")
+	if err != nil || !strings.Contains(out, "serve") || !strings.Contains(out, "demo") {
+		t.Errorf("help: %v\n%s", err, out)
+	}
+	if _, _, err := runCmd(t, "frobnicate"); err == nil || !strings.Contains(err.Error(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %v", err)
+	}
+	if _, _, err := runCmd(t, "serve"); err == nil || !strings.Contains(err.Error(), "--config is required") {
+		t.Errorf("serve without config: %v", err)
+	}
+}
+
+// TestDemo runs the demo briefly: every request must succeed and the
+// report must show the split, the decision time and an explanation.
+func TestDemo(t *testing.T) {
+	out, errOut, err := runCmd(t, "demo", "--config", "../../examples/demo/ilb.yaml", "--duration", "1500ms", "--envoy", "sim")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out, errOut)
+	}
+	for _, want := range []string{"requests/s", "Traffic split per source and model", "ext_proc decision time (from its histogram): p50", "$ ilb explain", "chosen"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+// Package envoysim is a Go model of the part of Envoy that ILB relies on,
+// for local demo runs and end-to-end tests where no Envoy binary can be
+// installed. It is a real data plane: an ADS client of a real xDS server over
+// gRPC, real HTTP listeners, real ext_proc gRPC streams and real proxying to
+// upstream HTTP servers.
+//
+// envoysim behaves like Envoy for every rule it models, and refuses every
+// configuration field that would change behaviour it does not model: New
+// and LoadBootstrap report such fields in the bootstrap, and an xDS resource
+// using one is NACKed with an error naming the field. Tests therefore never
+// pass on ignored behaviour. The authoritative list of accepted fields is in
+// policy.go: "modelled" fields are interpreted, "ignored" fields are purely
+// informational and accepted; any other populated field is refused.
+//
+// # xDS
+//
+// State-of-the-world aggregated discovery over gRPC (ads_config api_type
+// GRPC, transport V3; DELTA_GRPC is refused) to a STATIC or STRICT_DNS
+// bootstrap cluster configured for HTTP/2, dialled as insecure h2c gRPC.
+// cds_config and lds_config must be "ads: {}". envoysim subscribes to CDS
+// and LDS (wildcard), to EDS for every EDS cluster's service name and to RDS
+// for every route_config_name; it ACKs with version_info and response_nonce
+// and NACKs with error_detail and the previous version. As Envoy's
+// subscriptions do, valid resources of a NACKed response are applied and the
+// invalid ones keep their previous version. The stream reconnects with
+// jittered exponential back-off (500 ms to 30 s) and the configuration is
+// kept meanwhile. Every accepted change builds an immutable snapshot that is
+// swapped atomically; requests in flight keep the snapshot they started
+// with. https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol
+//
+// # Clusters
+//
+// Types STATIC, STRICT_DNS and LOGICAL_DNS (resolved with net.Resolver per
+// dns_lookup_family, refreshed every dns_refresh_rate) and EDS (priority 0
+// only). lb_policy ROUND_ROBIN (seeded index; EDF scheduling when weights
+// differ) and LEAST_REQUEST (choice_count random samples, fewest active
+// requests; weight/(active+1) EDF when weights differ). EDS health:
+// UNKNOWN/HEALTHY healthy, DEGRADED degraded, UNHEALTHY/TIMEOUT unhealthy,
+// DRAINING excluded; the load split between healthy and degraded hosts, the
+// overprovisioning factor and panic mode (common_lb_config
+// healthy_panic_threshold, default 50%) follow LoadBalancerBase. Upstreams
+// speak HTTP/1.1, or prior-knowledge HTTP/2 when the cluster's
+// HttpProtocolOptions select http2_protocol_options. Router failures: no
+// host → 503 "no healthy upstream"; connect failure → 503 "upstream connect
+// error or disconnect/reset before headers. reset reason: connection
+// failure"; route timeout (default 15 s, 0 disables, spanning the whole
+// exchange) → 504 "upstream request timeout" before response headers and a
+// stream reset after them.
+// https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/load_balancing
+//
+// # Listeners and the HTTP connection manager
+//
+// One socket address (port 0 binds an ephemeral port, see
+// [Envoy.ListenerAddr]), one filter chain holding one
+// http_connection_manager, per_connection_buffer_limit_bytes (default 1 MiB).
+// codec_type AUTO (HTTP/1.1 and h2c), HTTP1 or HTTP2. Before the filters:
+// early_header_mutation_extensions (remove, remove_on_match, append), then
+// ConnectionManagerUtility::mutateRequestHeaders (hop-by-hop headers,
+// x-forwarded-for/proto with use_remote_address, :scheme, removal of
+// internal x-envoy-* headers and internal_only_headers, via,
+// x-envoy-external-address, x-request-id generation, x-forwarded-client-cert
+// removal) and host normalisation (strip_trailing_host_dot,
+// strip_any_host_port, strip_matching_host_port). HTTP filters: any number of
+// envoy.filters.http.ext_proc followed by the terminal router.
+// https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_conn_man/http_conn_man
+//
+// # Routing
+//
+// Virtual hosts by authority (exact, "*suffix" and "prefix*" wildcards
+// longest first, "*"; ignore_port_in_host_matching); routes in order on
+// prefix, path, safe_regex (RE2 with Go's regexp) or path_separated_prefix,
+// case_sensitive, header matchers (HeaderUtility semantics) and grpc. The
+// route is computed when the first ext_proc filter starts (or at the router)
+// and cached; it is recomputed only after an ext_proc response with a
+// header_mutation clears the cache (route_cache_action). Actions: cluster,
+// cluster_header, weighted_clusters (header_name draws), direct_response,
+// cluster_not_found_response_code, timeout, idle_timeout, prefix_rewrite,
+// host_rewrite_literal; request/response headers to add and remove at every
+// level with Envoy's order and append actions; header values with
+// %UPSTREAM_HOST%, %UPSTREAM_CLUSTER%, %REQ(name)% and "%%" (any other
+// operator is refused); ExtProcPerRoute{disabled}.
+// https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_routing
+//
+// # ext_proc
+//
+// One gRPC stream per request, opened on the first message to a host of the
+// grpc_service.envoy_grpc cluster, with initial_metadata as gRPC metadata.
+// Modes: header modes DEFAULT/SEND/SKIP, body modes NONE/BUFFERED, trailer
+// modes DEFAULT/SKIP. Messages carry every header (pseudo headers included)
+// with raw_value, end_of_stream, protocol_config on the first one. Each wait
+// is bounded by message_timeout (override_message_timeout honoured up to
+// max_message_timeout). Header mutations read raw_value only, apply the
+// mutation rules (HeaderMutationRules), and may clear the route cache; body
+// mutations must match content-length; mode_override is honoured on headers
+// responses when allow_mode_override (and allowed_override_modes) permit.
+// Failures follow ext_proc.cc: gRPC errors and spurious messages give
+// status_on_error (default 500) or continue with failure_mode_allow; a
+// message timeout gives 504 or continues; a mutation error always gives
+// status_on_error. ImmediateResponse becomes a local reply. Local replies
+// sent while decoding go through every ext_proc filter's response path, as
+// in Envoy's filter manager.
+// https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/ext_proc_filter
+//
+// # Refused
+//
+// Among others: listener_filters, filter_chain_match, more than one filter
+// chain, TLS transport sockets, HTTP filters other than ext_proc and router,
+// scoped routes, VHDS, query_parameters and other route matchers, retries
+// (retry_policy at route and virtual host), redirects, mirrors, rate limits,
+// CORS, hash-based and subset load balancing, outlier detection, active
+// health checks, priorities other than 0, ext_proc STREAMED,
+// BUFFERED_PARTIAL and FULL_DUPLEX_STREAMED bodies, trailer SEND modes,
+// CONTINUE_AND_REPLACE (an error response), observability mode,
+// forward_rules, request/response attributes, request_timeout other than 0,
+// normalize_path, merge_slashes, layered runtime, header_prefix.
+//
+// # Ignored
+//
+// Informational fields only: names, stat prefixes, stats configuration,
+// access logs, tracing, metadata, admin, overload manager, watchdogs, DNS
+// resolver tuning, connection pool and HTTP/1 and HTTP/2 codec tuning,
+// circuit breakers, grpc_service.timeout. See policy.go for the full list.
+//
+// # Not modelled, although accepted
+//
+// Timing details: the route timeout starts when the router starts rather
+// than at the end of the downstream request; the stream idle timeout only
+// runs from the router on; a 413 is sent once the body is read after the
+// headers response rather than while it arrives. Envoy's EDF scheduler
+// pre-picks a random number of entries; envoysim does not. envoysim paces
+// repeated NACKs of the same version (up to 5 s) so that a control plane
+// that resends a rejected snapshot does not spin. Response trailers are
+// forwarded to HTTP/2 clients only. gRPC-specific local replies
+// (grpc-status) are not generated.
+package envoysim

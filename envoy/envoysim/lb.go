@@ -1,0 +1,308 @@
+package envoysim
+
+import (
+	"container/heap"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+)
+
+// hostHealth is the coarse health of a host as the load balancer sees it.
+type hostHealth int
+
+const (
+	hostHealthy hostHealth = iota
+	hostDegraded
+	hostUnhealthy
+	hostExcluded
+)
+
+// healthOf maps an EDS health_status: UNKNOWN and HEALTHY are healthy;
+// DEGRADED is degraded; UNHEALTHY and TIMEOUT fail EDS health
+// (FAILED_EDS_HEALTH); DRAINING excludes the host from the health
+// computation (EDS_STATUS_DRAINING, runtime exclude_host_in_eds_status_draining,
+// source/common/upstream/upstream_impl.cc setEdsHealthFlag).
+func healthOf(s corev3.HealthStatus) hostHealth {
+	switch s {
+	case corev3.HealthStatus_UNKNOWN, corev3.HealthStatus_HEALTHY:
+		return hostHealthy
+	case corev3.HealthStatus_DEGRADED:
+		return hostDegraded
+	case corev3.HealthStatus_DRAINING:
+		return hostExcluded
+	default:
+		return hostUnhealthy
+	}
+}
+
+// host is an upstream host of a built cluster.
+type host struct {
+	addr   string // ip:port
+	weight uint32
+	health hostHealth
+	active *atomic.Int64 // rq_active, shared by every build of the cluster
+}
+
+// Host sources, as LoadBalancerBase::HostsSource::SourceType.
+const (
+	srcAll = iota
+	srcHealthy
+	srcDegraded
+	numSources
+)
+
+// clusterRuntime is the state of a cluster that outlives snapshots while its
+// definition is unchanged: connection pool, round robin indexes (seeded with
+// a random value, EdfLoadBalancerBase::seed_) and per-host active request
+// counters.
+type clusterRuntime struct {
+	cfg       *clusterConfig
+	transport *http.Transport
+
+	mu      sync.Mutex
+	rrIndex [numSources]uint64
+	active  map[string]*atomic.Int64
+}
+
+func newClusterRuntime(cc *clusterConfig, seed uint64) *clusterRuntime {
+	rt := &clusterRuntime{
+		cfg:       cc,
+		transport: newTransport(cc),
+		active:    map[string]*atomic.Int64{},
+	}
+	for i := range rt.rrIndex {
+		rt.rrIndex[i] = seed
+	}
+	return rt
+}
+
+func (rt *clusterRuntime) activeFor(addr string) *atomic.Int64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	a := rt.active[addr]
+	if a == nil {
+		a = &atomic.Int64{}
+		rt.active[addr] = a
+	}
+	return a
+}
+
+// close releases the connection pool.
+func (rt *clusterRuntime) close() {
+	rt.transport.CloseIdleConnections()
+}
+
+// newTransport returns the connection pool of a cluster: HTTP/1.1, or
+// prior-knowledge HTTP/2 (h2c) when the cluster's protocol options select
+// HTTP/2. Compression is never added and the connect timeout is the
+// cluster's connect_timeout.
+func newTransport(cc *clusterConfig) *http.Transport {
+	d := &net.Dialer{Timeout: cc.connectTimeout}
+	t := &http.Transport{
+		DialContext:         d.DialContext,
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 1024,
+		Proxy:               nil,
+	}
+	protocols := new(http.Protocols)
+	if cc.http2 {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP1(true)
+	}
+	t.Protocols = protocols
+	return t
+}
+
+// cluster is a cluster of a snapshot: its configuration, its hosts and the
+// priority-0 load computation of LoadBalancerBase::recalculatePerPriorityState
+// and recalculatePerPriorityPanic (source/extensions/load_balancing_policies/
+// common/load_balancer_impl.cc).
+type cluster struct {
+	cfg          *clusterConfig
+	rt           *clusterRuntime
+	sources      [numSources][]*host
+	healthyLoad  uint32
+	degradedLoad uint32
+	panic        bool
+
+	mu  sync.Mutex
+	edf [numSources]*edfScheduler // only when host weights differ
+}
+
+// buildCluster computes the host sets and loads for hosts.
+func buildCluster(cfg *clusterConfig, rt *clusterRuntime, hosts []hostSpec, overprovisioning uint32) *cluster {
+	c := &cluster{cfg: cfg, rt: rt}
+	excluded := 0
+	for _, hs := range hosts {
+		h := &host{addr: hs.addr, weight: hs.weight, health: healthOf(hs.health), active: rt.activeFor(hs.addr)}
+		c.sources[srcAll] = append(c.sources[srcAll], h)
+		switch h.health {
+		case hostHealthy:
+			c.sources[srcHealthy] = append(c.sources[srcHealthy], h)
+		case hostDegraded:
+			c.sources[srcDegraded] = append(c.sources[srcDegraded], h)
+		case hostExcluded:
+			excluded++
+		}
+	}
+	count := uint64(len(c.sources[srcAll]) - excluded)
+	nHealthy, nDegraded := uint64(len(c.sources[srcHealthy])), uint64(len(c.sources[srcDegraded]))
+	var health, degraded uint64
+	if count > 0 {
+		health = min(100, uint64(overprovisioning)*nHealthy/count)
+		degraded = min(100, uint64(overprovisioning)*nDegraded/count)
+	}
+	normalized := min(100, health+degraded)
+	if normalized > 0 {
+		hl := min(100, health*100/normalized)
+		dl := min(100-hl, degraded*100/normalized)
+		if rem := 100 - hl - dl; rem != 0 {
+			if health > 0 {
+				hl += rem
+			} else {
+				dl += rem
+			}
+		}
+		c.healthyLoad, c.degradedLoad = uint32(hl), uint32(dl)
+	}
+	threshold := uint64(math.Round(min(100, cfg.panicThreshold)))
+	switch {
+	case threshold == 0 && normalized == 0:
+		c.healthyLoad = 100
+	case normalized == 100:
+		c.panic = false
+	default:
+		var pct float64
+		if count > 0 {
+			pct = 100 * float64(nHealthy+nDegraded) / float64(count)
+		}
+		c.panic = pct < float64(threshold)
+	}
+	if c.panic {
+		c.healthyLoad, c.degradedLoad = 100, 0 // recalculateLoadInTotalPanic with one priority
+	}
+	for src, hs := range c.sources {
+		if !weightsEqual(hs) {
+			c.edf[src] = newEDF(hs, c.hostWeight)
+		}
+	}
+	return c
+}
+
+func weightsEqual(hs []*host) bool {
+	for _, h := range hs {
+		if h.weight != hs[0].weight {
+			return false
+		}
+	}
+	return true
+}
+
+// hostWeight is the EDF weight: the configured weight for round robin, and
+// weight / (active + 1) for least request (active_request_bias 1.0,
+// least_request_lb.cc hostWeight).
+func (c *cluster) hostWeight(h *host) float64 {
+	w := float64(h.weight)
+	if c.cfg.lb == lbLeastRequest {
+		w /= float64(h.active.Load() + 1)
+	}
+	return w
+}
+
+// chooseHost is ZoneAwareLoadBalancerBase::chooseHostOnce for one priority:
+// one random value picks healthy or degraded hosts by load (hash % 100 + 1
+// against the cumulative loads), panic mode uses all hosts; then round robin
+// or least request picks a host. It returns nil when the source is empty.
+func (c *cluster) chooseHost(rand func() uint64) *host {
+	hash := rand()
+	src := srcHealthy
+	if c.panic {
+		src = srcAll
+	} else if p := uint32(hash%100 + 1); p > c.healthyLoad && p <= c.healthyLoad+c.degradedLoad {
+		src = srcDegraded
+	}
+	hosts := c.sources[src]
+	if len(hosts) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.edf[src]; e != nil {
+		return e.pickAndAdd(c.hostWeight)
+	}
+	if c.cfg.lb == lbLeastRequest {
+		// unweightedHostPickNChoices: choice_count random samples, fewest active wins, ties keep the first.
+		var cand *host
+		for range c.cfg.choiceCount {
+			h := hosts[rand()%uint64(len(hosts))]
+			if cand == nil || h.active.Load() < cand.active.Load() {
+				cand = h
+			}
+		}
+		return cand
+	}
+	c.rt.mu.Lock()
+	i := c.rt.rrIndex[src]
+	c.rt.rrIndex[src]++
+	c.rt.mu.Unlock()
+	return hosts[i%uint64(len(hosts))]
+}
+
+// edfScheduler is Envoy's EdfScheduler (source/common/upstream/edf_scheduler.h):
+// each entry's deadline is the current time plus 1/weight; the earliest
+// deadline (then the earliest insertion) is picked and re-added with its
+// current weight. envoysim does not pre-pick a random number of entries.
+type edfScheduler struct {
+	now   float64
+	order uint64
+	q     edfHeap
+}
+
+type edfEntry struct {
+	deadline float64
+	order    uint64
+	h        *host
+}
+
+type edfHeap []edfEntry
+
+func (q edfHeap) Len() int { return len(q) }
+func (q edfHeap) Less(i, j int) bool {
+	if q[i].deadline != q[j].deadline {
+		return q[i].deadline < q[j].deadline
+	}
+	return q[i].order < q[j].order
+}
+func (q edfHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *edfHeap) Push(x any)   { *q = append(*q, x.(edfEntry)) }
+func (q *edfHeap) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+func newEDF(hosts []*host, weight func(*host) float64) *edfScheduler {
+	s := &edfScheduler{}
+	for _, h := range hosts {
+		s.add(weight(h), h)
+	}
+	return s
+}
+
+func (s *edfScheduler) add(w float64, h *host) {
+	heap.Push(&s.q, edfEntry{deadline: s.now + 1/w, order: s.order, h: h})
+	s.order++
+}
+
+func (s *edfScheduler) pickAndAdd(weight func(*host) float64) *host {
+	e := heap.Pop(&s.q).(edfEntry)
+	s.now = e.deadline
+	s.add(weight(e.h), e.h)
+	return e.h
+}

@@ -1,0 +1,123 @@
+package envoysim
+
+import (
+	"maps"
+	"sync"
+)
+
+// Stats is a snapshot of envoysim's counters, named after the Envoy stats
+// they model, for tests.
+type Stats struct {
+	// XDS holds per type URL ACK/NACK counters (control_plane / update_rejected).
+	XDS map[string]XDSStats
+	// ExtProc aggregates every ext_proc filter
+	// (http.<stat_prefix>.ext_proc.<stat_prefix>.*).
+	ExtProc ExtProcStats
+	// RouteMatches counts route computations, RouteRematches those that
+	// followed a route cache clear.
+	RouteMatches   uint64
+	RouteRematches uint64
+	// Responses counts responses sent downstream by class: "1xx" … "5xx".
+	Responses map[string]uint64
+	// LocalReplies counts local replies by response code details.
+	LocalReplies map[string]uint64
+	// UpstreamRequests counts upstream requests per cluster (upstream_rq_total),
+	// UpstreamEndpointRequests per cluster and host address.
+	UpstreamRequests         map[string]uint64
+	UpstreamEndpointRequests map[string]map[string]uint64
+	// Router failures: no_route, no_cluster, no_healthy_upstream,
+	// upstream_rq_timeout, upstream_cx_connect_fail, upstream resets.
+	NoRoute                 uint64
+	NoCluster               uint64
+	NoHealthyUpstream       uint64
+	UpstreamTimeouts        uint64
+	UpstreamConnectFailures uint64
+	UpstreamResets          uint64
+}
+
+// XDSStats are the counters of one xDS type.
+type XDSStats struct {
+	Acks          uint64
+	Nacks         uint64
+	LastNackError string
+}
+
+// ExtProcStats are the ext_proc filter counters (ext_proc.cc ExtProcFilterStats).
+type ExtProcStats struct {
+	StreamsStarted          uint64
+	StreamsFailed           uint64 // gRPC errors
+	StreamsClosed           uint64
+	MessagesSent            uint64
+	MessagesReceived        uint64
+	MessageTimeouts         uint64
+	SpuriousMessages        uint64
+	FailureModeAllowed      uint64
+	RejectedHeaderMutations uint64
+	ClearRouteCache         uint64 // route cache cleared
+	ClearRouteCacheIgnored  uint64 // clear requested without a header mutation
+	ClearRouteCacheDisabled uint64 // clear requested under RETAIN
+	ImmediateResponses      uint64
+	OverrideTimeoutReceived uint64
+	OverrideTimeoutIgnored  uint64
+	UnsupportedModeOverride uint64 // mode_override to a mode envoysim does not model
+}
+
+// statsRegistry guards the counters.
+type statsRegistry struct {
+	mu sync.Mutex
+	s  Stats
+}
+
+func newStatsRegistry() *statsRegistry {
+	return &statsRegistry{s: Stats{
+		XDS:                      map[string]XDSStats{},
+		Responses:                map[string]uint64{},
+		LocalReplies:             map[string]uint64{},
+		UpstreamRequests:         map[string]uint64{},
+		UpstreamEndpointRequests: map[string]map[string]uint64{},
+	}}
+}
+
+// update runs f with the counters locked.
+func (r *statsRegistry) update(f func(s *Stats)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.s)
+}
+
+// extProc updates the ext_proc counters.
+func (r *statsRegistry) extProc(f func(s *ExtProcStats)) {
+	r.update(func(s *Stats) { f(&s.ExtProc) })
+}
+
+func (r *statsRegistry) snapshot() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.s
+	out.XDS = maps.Clone(r.s.XDS)
+	out.Responses = maps.Clone(r.s.Responses)
+	out.LocalReplies = maps.Clone(r.s.LocalReplies)
+	out.UpstreamRequests = maps.Clone(r.s.UpstreamRequests)
+	out.UpstreamEndpointRequests = make(map[string]map[string]uint64, len(r.s.UpstreamEndpointRequests))
+	for k, v := range r.s.UpstreamEndpointRequests {
+		out.UpstreamEndpointRequests[k] = maps.Clone(v)
+	}
+	return out
+}
+
+func (r *statsRegistry) upstreamRequest(clusterName, addr string) {
+	r.update(func(s *Stats) {
+		s.UpstreamRequests[clusterName]++
+		m := s.UpstreamEndpointRequests[clusterName]
+		if m == nil {
+			m = map[string]uint64{}
+			s.UpstreamEndpointRequests[clusterName] = m
+		}
+		m[addr]++
+	})
+}
+
+func (r *statsRegistry) response(status int) {
+	class := string(rune('0'+status/100)) + "xx"
+	r.update(func(s *Stats) { s.Responses[class]++ })
+}

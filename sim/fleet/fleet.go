@@ -1,0 +1,116 @@
+// Package fleet runs one simulated engine replica (package engine) per
+// endpoint of a configuration, on loopback: the engines of the demo and
+// the end-to-end tests.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/engine"
+)
+
+// Options configure a fleet.
+type Options struct {
+	// Rebind starts every replica on an ephemeral loopback port and
+	// rewrites the endpoints of the returned configuration; otherwise each
+	// replica binds its configured endpoint.
+	Rebind bool
+	// Timing of every replica; nil: engine.DefaultFixedTiming().
+	Timing *engine.FixedTiming
+	Logger *slog.Logger // nil: discard
+}
+
+// Fleet is a set of running replicas.
+type Fleet struct {
+	// Config is the configuration the replicas serve: the input one, with
+	// the bound endpoints when Rebind was set.
+	Config *config.Config
+	// Replicas maps each endpoint (host:port, as in Config) to its server.
+	Replicas map[string]*engine.Server
+	group    *errgroup.Group
+}
+
+// Start binds and serves one replica per endpoint until ctx is done. A
+// replica serves its cluster's models under their canonical names and
+// aliases (as vLLM does with several --served-model-name).
+func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	timing := engine.DefaultFixedTiming()
+	if o.Timing != nil {
+		timing = *o.Timing
+	}
+	out := *c
+	out.Clusters = slices.Clone(c.Clusters)
+	f := &Fleet{Config: &out, Replicas: map[string]*engine.Server{}}
+	var lc net.ListenConfig
+	var lns []net.Listener
+	var srvs []*engine.Server
+	closeAll := func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}
+	for ci := range out.Clusters {
+		cl := &out.Clusters[ci]
+		cl.Endpoints = slices.Clone(cl.Endpoints)
+		for i, ep := range cl.Endpoints {
+			addr := ep
+			if o.Rebind {
+				addr = "127.0.0.1:0"
+			}
+			ln, err := lc.Listen(ctx, "tcp", addr)
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("fleet: cluster %s endpoint %s: %w", cl.Name, ep, err)
+			}
+			lns = append(lns, ln)
+			srv, err := engine.New(engine.Options{
+				Name:    fmt.Sprintf("%s/%d", cl.Name, i),
+				Cluster: cl.Name,
+				Models:  servedNames(c, cl.Models),
+				Backend: engine.NewFixedBackend(timing),
+				Logger:  o.Logger.With("replica", fmt.Sprintf("%s/%d", cl.Name, i)),
+			})
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("fleet: cluster %s: %w", cl.Name, err)
+			}
+			srvs = append(srvs, srv)
+			cl.Endpoints[i] = ln.Addr().String()
+			f.Replicas[cl.Endpoints[i]] = srv
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i, srv := range srvs {
+		ln := lns[i]
+		g.Go(func() error { return srv.Serve(gctx, ln) })
+	}
+	f.group = g
+	return f, nil
+}
+
+// Wait blocks until every replica has stopped.
+func (f *Fleet) Wait() error { return f.group.Wait() }
+
+// servedNames lists canonical names then aliases of models.
+func servedNames(c *config.Config, models []string) []string {
+	var names []string
+	for _, m := range models {
+		names = append(names, m)
+		for _, cm := range c.Models {
+			if cm.Name == m {
+				names = append(names, cm.Aliases...)
+			}
+		}
+	}
+	return names
+}

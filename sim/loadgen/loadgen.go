@@ -1,0 +1,170 @@
+// Package loadgen drives OpenAI chat requests at Envoy listeners, as the
+// clients of several sources would, and records where each one was
+// served. It is the load of the demo and of the end-to-end tests.
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Target is the Envoy listener of one source.
+type Target struct {
+	Source string
+	URL    string // e.g. http://127.0.0.1:10000
+}
+
+// Options shape the load. Every worker draws from its own PCG stream
+// seeded by Seed, so a run's request mix is reproducible.
+type Options struct {
+	Targets []Target
+	// Models are the model names requests ask for, drawn uniformly.
+	Models []string
+	// Duration bounds the run; Requests, when > 0, bounds it too.
+	Duration time.Duration
+	Requests int
+	// Concurrency is the number of workers per target; default 4.
+	Concurrency int
+	// SessionShare is the fraction of requests with an x-ilb-session key
+	// drawn from Sessions keys; StreamShare the fraction with stream: true.
+	SessionShare, StreamShare float64
+	Sessions                  int
+	// MaxTokens per request; default 8.
+	MaxTokens int
+	// Header adds headers to every request (e.g. x-ilb-debug).
+	Header http.Header
+	Seed   uint64
+	Client *http.Client // nil: a client with a 30s timeout
+}
+
+// Result is one request's outcome.
+type Result struct {
+	Source, Model, Session string
+	Stream                 bool
+	Status                 int
+	// Cluster and Replica are the sim engine's x-ilb-engine-* headers:
+	// where the request was really served.
+	Cluster, Replica string
+	RequestID        string // x-request-id of the response
+	Events           int    // SSE data events received
+	Latency          time.Duration
+	Err              error
+}
+
+// Run sends requests until the duration or count is reached or ctx is
+// done, and returns every result in completion order.
+func Run(ctx context.Context, o Options) ([]Result, error) {
+	if len(o.Targets) == 0 || len(o.Models) == 0 {
+		return nil, errors.New("loadgen: want at least one target and one model")
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = 8
+	}
+	if o.Sessions <= 0 {
+		o.Sessions = 16
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	var (
+		mu      sync.Mutex
+		results []Result
+		wg      sync.WaitGroup
+	)
+	budget := make(chan struct{}, max(o.Requests, 1))
+	for range o.Requests {
+		budget <- struct{}{}
+	}
+	for ti, t := range o.Targets {
+		for w := range o.Concurrency {
+			rng := rand.New(rand.NewPCG(o.Seed, uint64(ti*1000+w)))
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if o.Requests > 0 {
+						select {
+						case <-budget:
+						default:
+							return
+						}
+					}
+					r := one(ctx, o, t, rng)
+					if ctx.Err() != nil && r.Err != nil {
+						return // cut by the end of the run, not a failure
+					}
+					mu.Lock()
+					results = append(results, r)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return results, nil
+}
+
+// one sends a request and reads the whole response.
+func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
+	r := Result{Source: t.Source, Model: o.Models[rng.IntN(len(o.Models))], Stream: rng.Float64() < o.StreamShare}
+	if rng.Float64() < o.SessionShare {
+		r.Session = fmt.Sprintf("session-%d", rng.IntN(o.Sessions))
+	}
+	body, _ := json.Marshal(map[string]any{
+		"model":      r.Model,
+		"messages":   []map[string]string{{"role": "user", "content": fmt.Sprintf("Say something about the number %d.", rng.IntN(1000))}},
+		"stream":     r.Stream,
+		"max_tokens": o.MaxTokens,
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(t.URL, "/")+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, vs := range o.Header {
+		req.Header[k] = vs
+	}
+	if r.Session != "" {
+		req.Header.Set("x-ilb-session", r.Session)
+	}
+	start := time.Now()
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	defer resp.Body.Close()
+	r.Status = resp.StatusCode
+	r.Cluster, r.Replica = resp.Header.Get("x-ilb-engine-cluster"), resp.Header.Get("x-ilb-engine-replica")
+	r.RequestID = resp.Header.Get("x-request-id")
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data:") {
+				r.Events++
+			}
+		}
+		r.Err = sc.Err()
+	} else {
+		_, r.Err = io.Copy(io.Discard, resp.Body)
+	}
+	r.Latency = time.Since(start)
+	return r
+}
