@@ -17,10 +17,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ilbproject/ilb/config"
 )
+
+// extProcMaxStreams bounds concurrent ext_proc streams per Envoy.
+const extProcMaxStreams = 100000
 
 // BootstrapOptions say how an Envoy of a source reaches ILB.
 type BootstrapOptions struct {
@@ -59,6 +63,14 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: extproc address: %w", err)
 	}
+	// ext_proc holds one gRPC stream per in-flight request: Envoy's
+	// default of 1024 concurrent requests per cluster would turn load
+	// above it into ext_proc failures (and fallback routing).
+	ep.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		MaxConnections:     wrapperspb.UInt32(extProcMaxStreams),
+		MaxPendingRequests: wrapperspb.UInt32(extProcMaxStreams),
+		MaxRequests:        wrapperspb.UInt32(extProcMaxStreams),
+	}}}
 	b := &bootstrapv3.Bootstrap{
 		Node: &corev3.Node{Id: o.NodeID, Cluster: source},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
