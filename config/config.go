@@ -164,9 +164,15 @@ type Envoy struct {
 	// XDSCluster is the name of the bootstrap cluster that reaches the ILB
 	// xDS server; default "ilb_xds".
 	XDSCluster string `yaml:"xds_cluster" json:"xds_cluster"`
-	// MessageTimeout bounds each ext_proc exchange; default 1s, it must
-	// fit the parse of the largest prompt.
+	// MessageTimeout bounds each ext_proc exchange; default 1s, in
+	// (0, 1h] (Envoy's limit); it must fit the parse of the largest prompt.
 	MessageTimeout Duration `yaml:"message_timeout" json:"message_timeout"`
+	// UseRemoteAddress makes the listener an edge proxy (default true):
+	// Envoy trusts the peer address rather than a client's
+	// x-forwarded-for, and replaces the x-request-id of external requests,
+	// so a client cannot choose the id that keys decision records. Set
+	// false behind another proxy that already sets these headers.
+	UseRemoteAddress bool `yaml:"use_remote_address" json:"use_remote_address"`
 	// RequestBufferBytes caps a buffered request body (the OpenAI JSON);
 	// a larger body gets 413 from Envoy. Default 8 MiB.
 	RequestBufferBytes uint32 `yaml:"request_buffer_bytes" json:"request_buffer_bytes"`
@@ -204,6 +210,7 @@ func Default() *Config {
 			ExtProcCluster:     "ilb_extproc",
 			XDSCluster:         "ilb_xds",
 			MessageTimeout:     Duration(time.Second),
+			UseRemoteAddress:   true,
 			RequestBufferBytes: 8 << 20,
 			ConnectTimeout:     Duration(2 * time.Second),
 		},

@@ -81,6 +81,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad duration", base + "controller: {tick: soon}\n", `"soon" is not a duration`},
 		{"empty file", "", "the file is empty"},
 		{"two documents", base + "---\nregions: []\n", "more than one YAML document"},
+		{"every decode problem, one per line", base + "colour: blue\nsize: 3\n", "decode: line 16: field colour not found in type config.Config\ndecode: line 17: field size not found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,8 +45,17 @@ func Decode(data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
-		if errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		switch {
+		case errors.Is(err, io.EOF):
 			return nil, errors.New("decode: the file is empty")
+		case errors.As(err, &te):
+			// One error per problem, each naming its line.
+			errs := make([]error, len(te.Errors))
+			for i, msg := range te.Errors {
+				errs[i] = fmt.Errorf("decode: %s", msg)
+			}
+			return nil, errors.Join(errs...)
 		}
 		return nil, fmt.Errorf("decode: %w", err)
 	}

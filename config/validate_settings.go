@@ -26,8 +26,8 @@ func (c *Config) validateSettings(p *problems) {
 	seen := map[string]bool{}
 	checkName(p, "envoy.extproc_cluster", "cluster", ev.ExtProcCluster, seen)
 	checkName(p, "envoy.xds_cluster", "cluster", ev.XDSCluster, seen)
-	if ev.MessageTimeout.Std() <= 0 {
-		p.addf("envoy.message_timeout", "%s is not positive: want a duration such as 1s", ev.MessageTimeout)
+	if ev.MessageTimeout.Std() <= 0 || ev.MessageTimeout.Std() > time.Hour {
+		p.addf("envoy.message_timeout", "%s is out of range: want a duration in (0, 1h], such as 1s", ev.MessageTimeout)
 	}
 	if ev.ConnectTimeout.Std() <= 0 {
 		p.addf("envoy.connect_timeout", "%s is not positive: want a duration such as 2s", ev.ConnectTimeout)

@@ -23,9 +23,10 @@ const (
 // rec. body is nil when ILB decides on headers alone.
 func (s *Server) decide(st *State, src *sourceState, h *hints, body *Body, rec *Record) (*extprocv3.HeaderMutation, error) {
 	name := h.model
+	rec.ModelFrom = "header"
 	session, from := h.session, "header"
 	if body != nil {
-		name = body.Model
+		name, rec.ModelFrom = body.Model, "body"
 		rec.Stream, rec.MaxTokens, rec.PromptTokens = body.Stream, body.MaxTokens, body.PromptTokens
 		if session == "" {
 			session, from = body.User, "user"
@@ -35,7 +36,7 @@ func (s *Server) decide(st *State, src *sourceState, h *hints, body *Body, rec *
 		}
 	}
 	if name == "" {
-		name = src.defaultModel
+		name, rec.ModelFrom = src.defaultModel, "default"
 	}
 	rec.RequestedModel = name
 	model, ok := st.models[name]

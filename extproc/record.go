@@ -24,9 +24,10 @@ type Record struct {
 	Stream       bool   `json:"stream"`
 	MaxTokens    int    `json:"max_tokens,omitempty"`
 	PromptTokens int    `json:"prompt_tokens_estimate,omitempty"`
-	// HeaderOnly is true when the client named the model in x-ilb-model
-	// and ILB decided without reading the body.
-	HeaderOnly bool `json:"header_only,omitempty"`
+	// ModelFrom says where the model came from: "body" (the request
+	// JSON), "header" (x-ilb-model: ILB decided without the body) or
+	// "default" (the request names none: the source's default model).
+	ModelFrom string `json:"model_from,omitempty"`
 
 	WeightsVersion string      `json:"weights_version,omitempty"`
 	Candidates     []Candidate `json:"candidates,omitempty"`

@@ -85,15 +85,24 @@ func New(o Options) (*Server, error) {
 	return &Server{opts: o, log: NewLog(o.Config.ExtProc.DecisionLogSize), metrics: m}, nil
 }
 
-// Publish indexes a weights version and swaps it in whole; a version that
-// cannot be indexed leaves the running state untouched.
-func (s *Server) Publish(_ context.Context, w *weights.Weights) error {
+// Publish prepares and commits w (see Prepare).
+func (s *Server) Publish(ctx context.Context, w *weights.Weights) error {
+	commit, err := s.Prepare(ctx, w)
+	if err != nil {
+		return err
+	}
+	commit()
+	return nil
+}
+
+// Prepare indexes a weights version; commit swaps it in whole. A version
+// that cannot be indexed leaves the running state untouched.
+func (s *Server) Prepare(_ context.Context, w *weights.Weights) (func(), error) {
 	st, err := newState(s.opts.Config, w)
 	if err != nil {
-		return fmt.Errorf("extproc: %w", err)
+		return nil, fmt.Errorf("extproc: %w", err)
 	}
-	s.state.Store(st)
-	return nil
+	return func() { s.state.Store(st) }, nil
 }
 
 // Version is the weights version requests are decided on, "" before the

@@ -123,10 +123,21 @@ func reqHeaders(eos bool, kv ...string) *extprocv3.ProcessingRequest {
 	}}
 }
 
-func reqBody(body string) *extprocv3.ProcessingRequest {
+func reqBody(body string) *extprocv3.ProcessingRequest { return reqChunk(body, true) }
+
+// reqChunk is a body message; eos false is a chunk (STREAMED) or, in
+// BUFFERED mode, a whole body followed by trailers.
+func reqChunk(body string, eos bool) *extprocv3.ProcessingRequest {
 	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-		RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true},
+		RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: eos},
 	}}
+}
+
+// streamedMode marks the first message of a stream as Envoy does when the
+// filter sends the request body in STREAMED mode.
+func streamedMode(m *extprocv3.ProcessingRequest) *extprocv3.ProcessingRequest {
+	m.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocfilterv3.ProcessingMode_STREAMED}
+	return m
 }
 
 func respHeaders(kv ...string) *extprocv3.ProcessingRequest {
@@ -196,36 +207,57 @@ func TestRouting(t *testing.T) {
 		draw     uint64
 		reason   string
 		fastPath bool
+		from     string
 	}{
 		{
 			"chat body routes by weights", "edge-us",
 			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions"), reqBody(body("qwen2.5-7b-instruct", ""))},
-			"qwen2.5-7b-instruct", fixedDraw, "weighted", false,
+			"qwen2.5-7b-instruct", fixedDraw, "weighted", false, "body",
 		},
 		{
 			"alias resolves to the canonical model", "edge-us",
 			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions"), reqBody(body("llama3-8b", ""))},
-			"llama-3.1-8b-instruct", fixedDraw, "weighted", false,
+			"llama-3.1-8b-instruct", fixedDraw, "weighted", false, "body",
 		},
 		{
 			"session header gives a stable draw", "edge-us",
 			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions", header.Session, "conv-77"), reqBody(body("llama3-8b", ""))},
-			"llama-3.1-8b-instruct", 0, "session", false,
+			"llama-3.1-8b-instruct", 0, "session", false, "body",
 		},
 		{
 			"body user is a session key", "edge-eu",
 			[]*extprocv3.ProcessingRequest{post("/v1/completions"), reqBody(`{"model":"qwen-7b","prompt":"say hi","user":"u-1"}`)},
-			"qwen2.5-7b-instruct", 0, "session", false,
+			"qwen2.5-7b-instruct", 0, "session", false, "body",
 		},
 		{
 			"x-ilb-model decides on headers and skips the body", "edge-us",
 			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions", header.Model, "qwen-7b")},
-			"qwen2.5-7b-instruct", fixedDraw, "weighted", true,
+			"qwen2.5-7b-instruct", fixedDraw, "weighted", true, "header",
 		},
 		{
 			"GET without body uses the default model", "edge-eu",
 			[]*extprocv3.ProcessingRequest{reqHeaders(true, ":method", "GET", ":path", "/v1/models", "x-request-id", "req-1")},
-			"llama-3.1-8b-instruct", fixedDraw, "weighted", false,
+			"llama-3.1-8b-instruct", fixedDraw, "weighted", false, "default",
+		},
+		{
+			"other endpoint: the model comes from its JSON body", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/responses"), reqBody(`{"model":"qwen-7b","input":"hi"}`)},
+			"qwen2.5-7b-instruct", fixedDraw, "weighted", false, "body",
+		},
+		{
+			"other endpoint without JSON: the default model", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/tokenize"), reqBody(`plain text`)},
+			"llama-3.1-8b-instruct", fixedDraw, "weighted", false, "default",
+		},
+		{
+			"buffered body followed by trailers (no end_of_stream) is decided", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions"), reqChunk(body("qwen-7b", ""), false)},
+			"qwen2.5-7b-instruct", fixedDraw, "weighted", false, "body",
+		},
+		{
+			"streamed body is decided on the last chunk", "edge-us",
+			[]*extprocv3.ProcessingRequest{streamedMode(post("/v1/chat/completions")), reqChunk(`{"model":"qwen-7b",`, false), reqChunk(`"messages":[{"role":"user","content":"x"}]}`, true)},
+			"qwen2.5-7b-instruct", fixedDraw, "weighted", false, "body",
 		},
 	}
 	for _, tt := range tests {
@@ -268,8 +300,13 @@ func TestRouting(t *testing.T) {
 			if want := expected(t, h.w, tt.source, tt.model, draw); rec.Chosen != want || rec.Reason != tt.reason || rec.Draw != draw {
 				t.Errorf("record chose %s (reason %s, draw %d); want %s (%s, %d)", rec.Chosen, rec.Reason, rec.Draw, want, tt.reason, draw)
 			}
-			if rec.WeightsVersion != h.w.Version() || rec.Source != tt.source {
-				t.Errorf("record version %s source %s", rec.WeightsVersion, rec.Source)
+			if rec.WeightsVersion != h.w.Version() || rec.Source != tt.source || rec.ModelFrom != tt.from {
+				t.Errorf("record version %s source %s model from %q (want %q)", rec.WeightsVersion, rec.Source, rec.ModelFrom, tt.from)
+			}
+			if len(resps) > 2 { // streamed: earlier chunks got a plain continue
+				if c := resps[1].GetRequestBody().GetResponse(); c.GetHeaderMutation() != nil {
+					t.Errorf("answer to the first chunk = %v; want a plain continue", c)
+				}
 			}
 		})
 	}

@@ -39,6 +39,12 @@ type exchange struct {
 	body   []byte  // request body chunks received so far
 	debug  bool    // debug asked and allowed
 	done   bool    // ILB answered with an ImmediateResponse
+	// streamed is true when Envoy sends the request body in chunks. In
+	// BUFFERED mode (what ILB configures) the one body message is the
+	// whole body, whether or not end_of_stream is set (it is not when
+	// trailers follow). Envoy tells the mode in protocol_config on the
+	// first message; Envoys that do not are taken as BUFFERED.
+	streamed bool
 }
 
 // Process handles one ext_proc stream. Envoy sends request headers, then
@@ -73,6 +79,12 @@ func sourceOf(stream extprocv3.ExternalProcessor_ProcessServer, def string) stri
 
 // handle answers one message.
 func (s *Server) handle(x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	if pc := req.GetProtocolConfig(); pc != nil {
+		switch pc.GetRequestBodyMode() {
+		case extprocfilterv3.ProcessingMode_STREAMED, extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
+			x.streamed = true
+		}
+	}
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return s.onRequestHeaders(x, r.RequestHeaders)
@@ -111,10 +123,10 @@ func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpro
 	if err := s.admit(x); err != nil {
 		return s.reject(x, err, began)
 	}
-	// Decide on headers when the body cannot help: there is none, the
-	// client named the model, or the endpoint is not an OpenAI one.
-	if m.GetEndOfStream() || x.h.model != "" || x.h.endpoint == EndpointOther {
-		x.rec.HeaderOnly = !m.GetEndOfStream()
+	switch {
+	case x.h.model != "" || m.GetEndOfStream() && !needsBody(x.h):
+		// The client named the model, or there is no body to read (GET
+		// /v1/models): decide now, and tell Envoy to skip any body.
 		mut, err := s.decide(x.st, x.src, &x.h, nil, x.rec)
 		if err != nil {
 			return s.reject(x, err, began)
@@ -125,8 +137,17 @@ func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpro
 			resp.ModeOverride = skipBody()
 		}
 		return resp
+	case m.GetEndOfStream():
+		return s.reject(x, badRequest("", "invalid_json",
+			fmt.Sprintf("the request has no body: %s %s needs a JSON object naming the model", x.h.method, x.h.path)), began)
 	}
 	return headersResponse(nil, false)
+}
+
+// needsBody reports whether a request must carry a JSON body: a POST to
+// an OpenAI endpoint ILB parses.
+func needsBody(h hints) bool {
+	return h.endpoint != EndpointOther && (h.method == "" || h.method == "POST")
 }
 
 // admit checks what the headers say before any decision: the weights are
@@ -174,13 +195,18 @@ func (s *Server) onRequestBody(x *exchange, m *extprocv3.HttpBody) *extprocv3.Pr
 		}, began)
 	}
 	x.body = append(x.body, m.GetBody()...)
-	if !m.GetEndOfStream() {
-		return bodyResponse(nil)
+	if x.streamed && !m.GetEndOfStream() {
+		return bodyResponse(nil) // a chunk: wait for the rest
 	}
 	b, err := parseBody(x.h.endpoint, x.body)
 	x.body = nil
-	if err != nil {
+	if err != nil && x.h.endpoint != EndpointOther {
 		return s.reject(x, err, began)
+	}
+	if err != nil {
+		// Not an OpenAI endpoint ILB knows: the body need not be JSON;
+		// route by the default model.
+		b = Body{}
 	}
 	mut, err := s.decide(x.st, x.src, &x.h, &b, x.rec)
 	if err != nil {

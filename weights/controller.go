@@ -14,10 +14,12 @@ import (
 	"github.com/ilbproject/ilb/config"
 )
 
-// Sink receives each new weights version. Publish must either take the
-// version whole or return an error and keep what it had.
+// Sink serves weights versions. A version is rolled out in two phases so
+// that it reaches every sink or none: Prepare builds and checks everything
+// the sink needs for w without changing what it serves, and returns commit,
+// which switches the sink to w and cannot fail.
 type Sink interface {
-	Publish(ctx context.Context, w *Weights) error
+	Prepare(ctx context.Context, w *Weights) (commit func(), err error)
 }
 
 // StateFunc returns the current state of every engine cluster.
@@ -29,8 +31,8 @@ type ControllerOptions struct {
 	Policy Policy         // required
 	// State reports cluster states; nil means StaticState(Config).
 	State StateFunc
-	// Sinks get every new version, in order; a sink that fails stops the
-	// rollout of that version to the sinks after it.
+	// Sinks get every new version: all prepare it, then all commit it; a
+	// sink that fails to prepare stops the version for every sink.
 	Sinks    []Sink
 	Logger   *slog.Logger         // nil: discard
 	Now      func() time.Time     // nil: time.Now
@@ -106,7 +108,7 @@ func registerAll(r *prometheus.Registry, cs ...prometheus.Collector) error {
 func (c *Controller) Current() *Weights { return c.current.Load() }
 
 // Tick computes the weights once and publishes them if the version
-// changed. On error the last good version stays current.
+// changed. On error the last good version stays current, in every sink.
 func (c *Controller) Tick(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -127,11 +129,17 @@ func (c *Controller) Tick(ctx context.Context) error {
 		c.metrics.ticks.WithLabelValues("unchanged").Inc()
 		return nil
 	}
+	commits := make([]func(), len(c.opts.Sinks))
 	for i, s := range c.opts.Sinks {
-		if err := s.Publish(ctx, w); err != nil {
+		commit, err := s.Prepare(ctx, w)
+		if err != nil {
 			c.metrics.ticks.WithLabelValues("failed").Inc()
-			return fmt.Errorf("publish weights %s to sink %d (%T): %w", w.Version(), i, s, err)
+			return fmt.Errorf("weights %s rejected by sink %d (%T): %w", w.Version(), i, s, err)
 		}
+		commits[i] = commit
+	}
+	for _, commit := range commits {
+		commit()
 	}
 	c.current.Store(w)
 	c.metrics.ticks.WithLabelValues("published").Inc()

@@ -246,12 +246,11 @@ type recordingSink struct {
 	err error
 }
 
-func (s *recordingSink) Publish(_ context.Context, w *weights.Weights) error {
+func (s *recordingSink) Prepare(_ context.Context, w *weights.Weights) (func(), error) {
 	if s.err != nil {
-		return s.err
+		return nil, s.err
 	}
-	s.got = append(s.got, w.Version())
-	return nil
+	return func() { s.got = append(s.got, w.Version()) }, nil
 }
 
 var _ weights.Sink = (*recordingSink)(nil)
@@ -281,16 +280,16 @@ func TestControllerPublishes(t *testing.T) {
 	}
 
 	// A sink that rejects the next version keeps the last good one current
-	// and stops the rollout before later sinks.
+	// in every sink, including those that would have accepted it.
 	state = map[string]weights.ClusterState{"us-a": state["us-a"]}
-	first.err = errors.New("snapshot inconsistent")
+	second.err = errors.New("snapshot inconsistent")
 	if err := ctl.Tick(ctx); err == nil || !strings.Contains(err.Error(), "snapshot inconsistent") {
 		t.Fatalf("Tick error = %v; want the sink's error", err)
 	}
-	if ctl.Current().Version() != v1 || len(second.got) != 1 {
-		t.Errorf("after a rejected version: current %s (want %s), second sink got %v", ctl.Current().Version(), v1, second.got)
+	if ctl.Current().Version() != v1 || len(first.got) != 1 || len(second.got) != 1 {
+		t.Errorf("after a rejected version: current %s (want %s), sinks got %v and %v", ctl.Current().Version(), v1, first.got, second.got)
 	}
-	first.err = nil
+	second.err = nil
 	if err := ctl.Tick(ctx); err != nil || ctl.Current().Version() == v1 {
 		t.Errorf("after recovery: err %v, version %s", err, ctl.Current().Version())
 	}

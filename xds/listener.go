@@ -55,6 +55,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 		// Clients get the x-request-id of their request back: the key of
 		// its decision record (`ilb explain ID`).
 		AlwaysSetRequestIdInResponse: true,
+		UseRemoteAddress:             wrapperspb.Bool(c.Envoy.UseRemoteAddress),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,

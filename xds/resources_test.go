@@ -147,11 +147,24 @@ func TestRoutes(t *testing.T) {
 				}
 			}
 		}},
-		{"fail-open fallback uses the default model's weights, drawn at random", "edge-us", func(t *testing.T, routes []*routev3.Route) {
+		{"fail-open fallback: default model's weights over clusters serving every model, drawn at random", "edge-us", func(t *testing.T, routes []*routev3.Route) {
 			r := routes[len(routes)-1]
 			wc := r.GetRoute().GetWeightedClusters()
 			if len(r.GetMatch().GetHeaders()) != 0 || wc == nil || wc.GetHeaderName() != "" {
-				t.Errorf("fallback = %v", r)
+				t.Fatalf("fallback = %v", r)
+			}
+			cell, _ := w.Cell("edge-us", "llama-3.1-8b-instruct")
+			var want, got []weights.Target
+			for _, tg := range cell.Targets {
+				if tg.Cluster != "us-west-sglang" { // serves llama only
+					want = append(want, tg)
+				}
+			}
+			for _, cw := range wc.GetClusters() {
+				got = append(got, weights.Target{Cluster: cw.GetName(), Weight: cw.GetWeight().GetValue()})
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("fallback clusters = %v; want %v", got, want)
 			}
 		}},
 		{"fail-closed fallback is a JSON 503", "edge-eu", func(t *testing.T, routes []*routev3.Route) {

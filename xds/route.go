@@ -3,6 +3,7 @@ package xds
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -72,7 +73,7 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 		}
 		routes = append(routes, r)
 	}
-	routes = append(routes, fallback(w, s))
+	routes = append(routes, fallback(c, w, s))
 	return &routev3.RouteConfiguration{
 		Name: RouteConfigName,
 		VirtualHosts: []*routev3.VirtualHost{{
@@ -83,10 +84,15 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 	}
 }
 
-// fallback is the route of requests that carry no ILB decision.
-func fallback(w *weights.Weights, s config.Source) *routev3.Route {
+// fallback is the route of requests that carry no ILB decision. Envoy
+// cannot read the model without ext_proc, so a fail-open source routes by
+// its default model's weights, restricted to the clusters that serve every
+// model (so a request for another model does not land on an engine that
+// does not serve it) when there are any.
+func fallback(c *config.Config, w *weights.Weights, s config.Source) *routev3.Route {
 	r := &routev3.Route{Name: routeFallback, Match: match()}
 	cell, _ := w.Cell(s.Name, s.DefaultModel)
+	cell.Targets = servingAll(c, cell.Targets)
 	switch {
 	case s.FailMode == config.FailClosed:
 		directJSON(r, 503, "routing_unavailable", fmt.Sprintf(
@@ -99,6 +105,23 @@ func fallback(w *weights.Weights, s config.Source) *routev3.Route {
 		r.ResponseHeadersToAdd = reportHeaders(w.Version(), "")
 	}
 	return r
+}
+
+// servingAll keeps the targets whose cluster serves every model, or all
+// targets when none does.
+func servingAll(c *config.Config, targets []weights.Target) []weights.Target {
+	var out []weights.Target
+	for _, t := range targets {
+		e, _ := c.Cluster(t.Cluster)
+		if slices.ContainsFunc(c.Models, func(m config.Model) bool { return !e.Serves(m.Name) }) {
+			continue
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return targets
+	}
+	return out
 }
 
 // match matches every path, and the given headers.

@@ -41,7 +41,7 @@ type Server struct {
 	cache   cache.SnapshotCache
 	xds     serverv3.Server
 	tracker *tracker
-	mu      sync.Mutex // serialises Publish
+	mu      sync.Mutex // serialises commits
 }
 
 var _ weights.Sink = (*Server)(nil)
@@ -74,32 +74,49 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}, nil
 }
 
-// Publish builds, validates and sets the snapshot of every source. The
-// snapshots are all built and checked before any is set, so a version is
-// rolled out to every source or to none.
+// Publish prepares and commits w (see Prepare).
 func (s *Server) Publish(ctx context.Context, w *weights.Weights) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	commit, err := s.Prepare(ctx, w)
+	if err != nil {
+		return err
+	}
+	commit()
+	return nil
+}
+
+// Prepare builds and validates the snapshot of every source for w; commit
+// sets them all. Nothing changes for any Envoy when a source's snapshot
+// fails, so a version is rolled out to every source or to none.
+func (s *Server) Prepare(ctx context.Context, w *weights.Weights) (func(), error) {
 	snaps := make(map[string]*cache.Snapshot, len(s.cfg.Sources))
 	for _, src := range s.cfg.Sources {
 		res, err := Build(s.cfg, w, src.Name)
 		if err != nil {
-			return fmt.Errorf("xds: weights %s: %w", w.Version(), err)
+			return nil, fmt.Errorf("xds: weights %s: %w", w.Version(), err)
 		}
 		snap, err := res.Snapshot()
 		if err != nil {
-			return fmt.Errorf("xds: weights %s: source %s: %w", w.Version(), src.Name, err)
+			return nil, fmt.Errorf("xds: weights %s: source %s: %w", w.Version(), src.Name, err)
 		}
 		snaps[src.Name] = snap
 	}
+	return func() { s.commit(ctx, w, snaps) }, nil
+}
+
+// commit sets prepared snapshots. SetSnapshot stores the snapshot before it
+// answers open watches, so an error there (a stream that went away) does
+// not lose the version: it is logged.
+func (s *Server) commit(ctx context.Context, w *weights.Weights, snaps map[string]*cache.Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, src := range s.cfg.Sources {
 		if err := s.cache.SetSnapshot(ctx, src.Name, snaps[src.Name]); err != nil {
-			return fmt.Errorf("xds: set snapshot of %s: %w", src.Name, err)
+			s.log.WarnContext(ctx, "xds: answering watches after a new snapshot failed; Envoys get it on their next request",
+				"source", src.Name, "weights", w.Version(), "err", err)
 		}
 	}
 	s.tracker.published(w.Version())
 	s.log.InfoContext(ctx, "xds snapshots set", "weights", w.Version(), "sources", len(snaps))
-	return nil
 }
 
 // Snapshot returns the snapshot currently set for a source.

@@ -35,9 +35,10 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 		}
 		ok++
 		model, _ := d.Config.ResolveModel(r.Model)
-		served[key{r.Source, model, r.Cluster}]++
-		perCell[[2]string{r.Source, model}]++
-		if r.Session != "" {
+		if r.Session == "" { // random draws; a session's draw is its hash
+			served[key{r.Source, model, r.Cluster}]++
+			perCell[[2]string{r.Source, model}]++
+		} else {
 			k := r.Source + "/" + model + "/" + r.Session
 			if sessions[k] == nil {
 				sessions[k] = map[string]bool{}
@@ -55,15 +56,17 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 	}
 
 	cur := d.App.Controller.Current()
-	fmt.Fprintf(w, "\nTraffic split per source and model: the weights (version %s) beside what the load observed\n", cur.Version())
+	fmt.Fprintf(w, "\nTraffic split per source and model: the weights (version %s) beside what the random-draw requests observed\n", cur.Version())
+	fmt.Fprintln(w, "(requests with a session key are left out: their draw is the hash of the key, not random; tolerance = 4 standard deviations)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "source\tmodel\tcluster\tweight\tobserved\trequests\t")
+	fmt.Fprintln(tw, "source\tmodel\tcluster\tweight\tobserved\ttolerance\trequests\t")
 	for _, cell := range cur.Cells() {
-		n := perCell[[2]string{cell.Source, cell.Model}]
+		n := float64(max(perCell[[2]string{cell.Source, cell.Model}], 1))
 		for _, t := range cell.Targets {
 			got := served[key{cell.Source, cell.Model, t.Cluster}]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%.1f%%\t%d\t\n", cell.Source, cell.Model, t.Cluster,
-				100*float64(t.Weight)/weights.Total, 100*float64(got)/float64(max(n, 1)), got)
+			p := float64(t.Weight) / weights.Total
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%.1f%%\t±%.1f%%\t%d\t\n", cell.Source, cell.Model, t.Cluster,
+				100*p, 100*float64(got)/n, 400*math.Sqrt(p*(1-p)/n), got)
 		}
 	}
 	_ = tw.Flush()

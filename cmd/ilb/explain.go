@@ -83,10 +83,11 @@ func printRecord(w io.Writer, r extproc.Record) {
 		if r.RequestedModel != r.Model {
 			asked = fmt.Sprintf(" (asked for %q)", r.RequestedModel)
 		}
-		how := "read from the body"
-		if r.HeaderOnly {
-			how = "from x-ilb-model, body not read"
-		}
+		how := map[string]string{
+			"body":    "read from the body",
+			"header":  "from x-ilb-model, body not read",
+			"default": "the request names none: the source's default model",
+		}[r.ModelFrom]
 		p("model", "%s%s, %s; stream %v, max_tokens %d, ~%d prompt tokens", r.Model, asked, how, r.Stream, r.MaxTokens, r.PromptTokens)
 	}
 	if r.SessionHash != "" {

@@ -45,6 +45,10 @@ func TestValidateCommand(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(broken), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	undecodable := filepath.Join(t.TempDir(), "undecodable.yaml")
+	if err := os.WriteFile(undecodable, []byte("colour: blue\nsize: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
 		args  []string
@@ -61,7 +65,11 @@ func TestValidateCommand(t *testing.T) {
 			`profiles[1].capacity_per_replica: -1 is not a valid capacity`,
 			`clusters[1].region: unknown region "us-wset"`,
 		}},
-		{"missing file", []string{"validate", "--config", "/nonexistent.yaml"}, 1, []string{"no such file"}},
+		{"missing file", []string{"validate", "--config", "/nonexistent.yaml"}, 1, []string{}},
+		{"decode problems, one per line, named once", []string{"validate", "--config", undecodable}, 1, []string{
+			undecodable + ": decode: line 1: field colour not found in type config.Config\n",
+			undecodable + ": decode: line 2: field size not found in type config.Config\n",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
