@@ -51,6 +51,17 @@ func StaticState(c *config.Config) map[string]ClusterState {
 	return out
 }
 
+// ComputeStatic computes the weights of c with its configured policy on
+// StaticState: what ILB serves before any live signal, and what offline
+// commands (validate, envoy-config) show.
+func ComputeStatic(c *config.Config) (*Weights, error) {
+	p, err := NewPolicy(c.Controller.Policy)
+	if err != nil {
+		return nil, err
+	}
+	return p.Compute(Input{Config: c, Clusters: StaticState(c)})
+}
+
 // NewPolicy returns the policy named name.
 func NewPolicy(name config.Policy) (Policy, error) {
 	switch name {

@@ -35,11 +35,7 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var out []byte
 	if *resources {
-		policy, err := weights.NewPolicy(c.Controller.Policy)
-		if err != nil {
-			return err
-		}
-		w, err := policy.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c)})
+		w, err := weights.ComputeStatic(c)
 		if err != nil {
 			return err
 		}

@@ -52,11 +52,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) err
 // source's snapshot (ValidateAll, references, consistency) and bootstrap —
 // so that "ok" means the server will start.
 func servable(c *config.Config) error {
-	policy, err := weights.NewPolicy(c.Controller.Policy)
-	if err != nil {
-		return err
-	}
-	w, err := policy.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c)})
+	w, err := weights.ComputeStatic(c)
 	if err != nil {
 		return err
 	}
