@@ -55,6 +55,8 @@ type Options struct {
 //	GET /healthz                    200 {"status":"ok","weights_version":...}
 //	GET /metrics                    Prometheus text exposition
 //	GET /debug/weights              the weights in force (JSON)
+//	GET /debug/weights?explain=1[&source=S][&model=M]
+//	                                with the controller's explanation of each cell
 //	GET /debug/decisions?limit=N    the N most recent decision records (default 50)
 //	GET /debug/decisions/{id}       the decision record of a request id
 //	GET /debug/config               the configuration in force
@@ -83,7 +85,16 @@ func Handler(o Options) http.Handler {
 			writeError(w, http.StatusNotFound, "no weights have been computed yet")
 			return
 		}
-		writeJSON(w, o.Weights.Current())
+		q := r.URL.Query()
+		cur := o.Weights.Current()
+		if q.Get("explain") == "" && q.Get("source") == "" && q.Get("model") == "" {
+			writeJSON(w, cur)
+			return
+		}
+		source, model := q.Get("source"), q.Get("model")
+		writeJSON(w, cur.View(func(c weights.Cell) bool {
+			return (source == "" || c.Source == source) && (model == "" || c.Model == model)
+		}))
 	})
 	mux.HandleFunc("GET /debug/decisions", func(w http.ResponseWriter, r *http.Request) {
 		if o.Decisions == nil {

@@ -89,6 +89,19 @@ type Model struct {
 	Name string `yaml:"name" json:"name"`
 	// Aliases are other names clients may use; ILB routes them as Name.
 	Aliases []string `yaml:"aliases,omitempty" json:"aliases,omitempty"`
+	// PromptTokenCost and OutputTokenCost turn a request into token-cost
+	// units, the unit of demand and capacity: cost = prompt tokens ×
+	// PromptTokenCost + output tokens × OutputTokenCost. Defaults 1 and 4
+	// (an output token takes about four times the GPU time of a prompt
+	// token on vLLM-class engines: prefill runs at several times the token
+	// rate of decode). Both >= 0; when both are 0 or omitted, the defaults
+	// apply.
+	PromptTokenCost float64 `yaml:"prompt_token_cost" json:"prompt_token_cost"`
+	OutputTokenCost float64 `yaml:"output_token_cost" json:"output_token_cost"`
+	// TTFTBudgetMs, when > 0, makes clusters whose round trip from a
+	// source exceeds it ineligible for that source, unless no cluster
+	// within the budget can serve.
+	TTFTBudgetMs float64 `yaml:"ttft_budget_ms,omitempty" json:"ttft_budget_ms,omitempty"`
 }
 
 // Profile is the performance of one engine replica.
@@ -128,29 +141,6 @@ type EngineCluster struct {
 	Profile string `yaml:"profile" json:"profile"`
 	// Endpoints are the replicas, as host:port.
 	Endpoints []string `yaml:"endpoints" json:"endpoints"`
-}
-
-// Policy names a weights policy.
-type Policy string
-
-// Policies ILB knows.
-const (
-	PolicyRoundRobin   Policy = "round_robin"
-	PolicyProportional Policy = "proportional"
-)
-
-// Policies lists the valid policies.
-var Policies = []Policy{PolicyRoundRobin, PolicyProportional}
-
-// Controller configures the slow loop that computes weights.
-type Controller struct {
-	// Tick is the period of the weights computation; default 5s, >= 100ms.
-	Tick Duration `yaml:"tick" json:"tick"`
-	// TargetUtilization is the share of a cluster's capacity the
-	// controller plans to use, in (0, 1]; default 0.8.
-	TargetUtilization float64 `yaml:"target_utilization" json:"target_utilization"`
-	// Policy selects how weights are computed; default "proportional".
-	Policy Policy `yaml:"policy" json:"policy"`
 }
 
 // Envoy configures the Envoy resources ILB serves and renders.
@@ -200,11 +190,7 @@ type Listen struct {
 // topology lists are empty.
 func Default() *Config {
 	return &Config{
-		Controller: Controller{
-			Tick:              Duration(5 * time.Second),
-			TargetUtilization: 0.8,
-			Policy:            PolicyProportional,
-		},
+		Controller: DefaultController(),
 		Envoy: Envoy{
 			Listener:           "127.0.0.1:10000",
 			ExtProcCluster:     "ilb_extproc",

@@ -41,7 +41,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 	if s.FailMode != config.FailOpen || s.DefaultModel != "m1" {
 		t.Errorf("source defaults = %q, %q; want open, m1", s.FailMode, s.DefaultModel)
 	}
-	if c.Controller.Tick.Std() != 5*time.Second || c.Controller.Policy != config.PolicyProportional || c.Controller.TargetUtilization != 0.8 {
+	if c.Controller.Tick.Std() != 5*time.Second || c.Controller.Policy != config.PolicyOptimizer || c.Controller.TargetUtilization != 0.8 {
 		t.Errorf("controller defaults = %+v", c.Controller)
 	}
 	if c.Listen.XDS != "127.0.0.1:18000" || c.Listen.ExtProc != "127.0.0.1:18001" || c.Listen.Admin != "127.0.0.1:18002" {
@@ -200,7 +200,7 @@ func TestValidate(t *testing.T) {
 		},
 		{
 			"unknown policy", func(c *config.Config) { c.Controller.Policy = "random" },
-			[]string{`controller.policy: unknown policy "random": want one of round_robin, proportional`},
+			[]string{`controller.policy: unknown policy "random": want one of optimizer, round_robin, proportional, waterfall`},
 		},
 		{
 			"tick too short", func(c *config.Config) { c.Controller.Tick = config.Duration(time.Millisecond) },

@@ -70,6 +70,12 @@ func Decode(data []byte) (*Config, error) {
 // applyDefaults fills the defaults of list items, which YAML decoding over
 // Default cannot reach.
 func (c *Config) applyDefaults() {
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.PromptTokenCost == 0 && m.OutputTokenCost == 0 {
+			m.PromptTokenCost, m.OutputTokenCost = DefaultPromptTokenCost, DefaultOutputTokenCost
+		}
+	}
 	for i := range c.Sources {
 		s := &c.Sources[i]
 		if s.FailMode == "" {

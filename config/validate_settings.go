@@ -18,6 +18,7 @@ func (c *Config) validateSettings(p *problems) {
 	if !slices.Contains(Policies, ct.Policy) {
 		p.addf("controller.policy", "unknown policy %q: want one of %s", ct.Policy, join(Policies))
 	}
+	c.validateController(p)
 
 	ev := c.Envoy
 	if err := checkHostPortZero(ev.Listener); err != nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -35,7 +36,7 @@ func TestLogRing(t *testing.T) {
 }
 
 func TestPickMatchesEnvoy(t *testing.T) {
-	c := newCell(cellOf(3000, 7000))
+	c := newCell(&config.Config{}, config.Source{}, "m", cellOf(3000, 7000))
 	for _, tt := range []struct {
 		draw uint64
 		want string

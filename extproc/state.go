@@ -54,24 +54,37 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 			if !ok {
 				return nil, fmt.Errorf("weights %s have no cell for source %s, model %s", w.Version(), s.Name, m.Name)
 			}
-			ss.cells[m.Name] = newCell(wc)
+			ss.cells[m.Name] = newCell(c, s, m.Name, wc)
 		}
 		st.sources[s.Name] = ss
 	}
 	return st, nil
 }
 
-func newCell(wc weights.Cell) *cell {
+// newCell indexes a cell. Its candidates are every cluster serving the
+// model, in configuration order: those with a weight, and the others with
+// why they have none that is known without the controller's explanation
+// (residency); `ilb why` tells the rest.
+func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
 	c := &cell{targets: slices.Clone(wc.Targets)}
+	weight := map[string]uint32{}
 	for _, t := range c.targets {
 		c.total += uint64(t.Weight)
 		c.ends = append(c.ends, c.total)
+		weight[t.Cluster] = t.Weight
 	}
-	for _, term := range wc.Explanation.Terms {
-		c.candidates = append(c.candidates, Candidate{
-			Cluster: term.Cluster, Weight: term.Weight,
-			Share: float64(term.Weight) / float64(max(c.total, 1)), Excluded: term.Excluded,
-		})
+	for _, e := range cfg.Clusters {
+		if !e.Serves(model) {
+			continue
+		}
+		cand := Candidate{Cluster: e.Name, Weight: weight[e.Name], Share: float64(weight[e.Name]) / float64(max(c.total, 1))}
+		switch {
+		case !s.Allows(e.Region):
+			cand.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
+		case cand.Weight == 0:
+			cand.Excluded = "weight 0 in this weights version (ilb why explains it)"
+		}
+		c.candidates = append(c.candidates, cand)
 	}
 	return c
 }

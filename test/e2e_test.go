@@ -359,7 +359,7 @@ func TestAdminAPI(t *testing.T) {
 		want   []string
 	}{
 		{"/healthz", 200, []string{`"status": "ok"`, `"weights_version": "` + version + `"`}},
-		{"/debug/weights", 200, []string{`"version": "` + version + `"`, `"policy": "proportional"`, `"excluded": "residency: region us-east is not in the allowed regions of source edge-eu"`}},
+		{"/debug/weights?explain=1&source=edge-eu", 200, []string{`"version": "` + version + `"`, `"policy": "proportional"`, `"excluded": "residency: region us-east is not in the allowed regions of source edge-eu"`}},
 		{"/debug/decisions?limit=1", 200, []string{`"source": "edge-eu"`, `"model": "qwen2.5-7b-instruct"`}},
 		{"/debug/decisions?limit=0", 400, []string{`limit \"0\" is not a number in 1..10000`}},
 		{"/debug/decisions/no-such-id", 404, []string{`no decision record for request id \"no-such-id\"`}},

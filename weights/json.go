@@ -10,12 +10,19 @@ type weightsJSON struct {
 	Version  string    `json:"version"`
 	Policy   string    `json:"policy"`
 	Computed time.Time `json:"computed"`
+	Status   string    `json:"status,omitempty"`
 	Cells    []Cell    `json:"cells"`
 }
 
 // MarshalJSON writes version, policy, computation time and every cell.
 func (w *Weights) MarshalJSON() ([]byte, error) {
-	return json.Marshal(weightsJSON{Version: w.version, Policy: w.policy, Computed: w.computed, Cells: w.cells})
+	return json.Marshal(weightsJSON{Version: w.version, Policy: w.policy, Computed: w.computed, Status: w.status, Cells: w.cells})
+}
+
+// View is the JSON form of a weights version with a chosen subset of its
+// cells, explained (what /debug/weights?explain=1 serves).
+func (w *Weights) View(keep func(Cell) bool) any {
+	return weightsJSON{Version: w.version, Policy: w.policy, Computed: w.computed, Status: w.status, Cells: w.Explained(keep)}
 }
 
 // UnmarshalJSON reads the form MarshalJSON writes, re-checking every cell
@@ -33,6 +40,7 @@ func (w *Weights) UnmarshalJSON(b []byte) error {
 	if j.Version != "" && j.Version != nw.version {
 		return &VersionMismatchError{Claimed: j.Version, Content: nw.version}
 	}
+	nw.status = j.Status
 	*w = *nw
 	return nil
 }

@@ -2,7 +2,6 @@ package weights
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/ilbproject/ilb/config"
 )
@@ -12,43 +11,6 @@ import (
 type Policy interface {
 	Name() string
 	Compute(in Input) (*Weights, error)
-}
-
-// Input is everything a policy may use. Config must have passed Validate.
-type Input struct {
-	Config *config.Config
-	// Clusters is the live state per engine cluster name. A cluster
-	// missing from the map has no capacity.
-	Clusters map[string]ClusterState
-	// Previous is the last published weights, nil at start.
-	Previous *Weights
-	// Now stamps the result.
-	Now time.Time
-}
-
-// ClusterState is what the controller knows of an engine cluster now.
-type ClusterState struct {
-	// ReadyReplicas is the number of replicas that take traffic.
-	ReadyReplicas int `json:"ready_replicas"`
-	// Capacity is the planned capacity in token-cost units per second:
-	// ready replicas × per-replica capacity × target utilization.
-	Capacity float64 `json:"capacity"`
-}
-
-// StaticState derives the cluster states from the configuration alone:
-// every configured endpoint counts as a ready replica. It is the state
-// used until live engine signals are available.
-func StaticState(c *config.Config) map[string]ClusterState {
-	out := make(map[string]ClusterState, len(c.Clusters))
-	for _, e := range c.Clusters {
-		p, _ := c.Profile(e.Profile)
-		n := len(e.Endpoints)
-		out[e.Name] = ClusterState{
-			ReadyReplicas: n,
-			Capacity:      float64(n) * p.CapacityPerReplica * c.Controller.TargetUtilization,
-		}
-	}
-	return out
 }
 
 // ComputeStatic computes the weights of c with its configured policy on
@@ -69,6 +31,10 @@ func NewPolicy(name config.Policy) (Policy, error) {
 		return RoundRobin{}, nil
 	case config.PolicyProportional:
 		return Proportional{}, nil
+	case config.PolicyOptimizer:
+		return Optimizer{}, nil
+	case config.PolicyWaterfall:
+		return Waterfall{}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", name)
 }
@@ -104,11 +70,19 @@ func (p Proportional) Compute(in Input) (*Weights, error) {
 // computeShares builds every cell of the configuration with share(state)
 // as the unnormalised share of each eligible cluster.
 func computeShares(in Input, policy, summary string, share func(ClusterState) float64) (*Weights, error) {
+	if err := in.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", policy, err)
+	}
 	c := in.Config
 	var cells []Cell
 	for _, s := range c.Sources {
 		for _, m := range c.Models {
-			cells = append(cells, cell(c, in.Clusters, s, m.Name, policy, summary, share))
+			cl := cell(c, in.Clusters, s, m.Name, policy, summary, share)
+			cl.Explanation = nil // recomputed on demand: the same inputs give the same terms
+			explainLazily(&cl, in.Previous, func() Explanation {
+				return *cell(c, in.Clusters, s, m.Name, policy, summary, share).Explanation
+			})
+			cells = append(cells, cl)
 		}
 	}
 	w, err := New(policy, in.Now, cells)
@@ -130,8 +104,8 @@ func cell(c *config.Config, states map[string]ClusterState, s config.Source, mod
 		switch {
 		case !s.Allows(e.Region):
 			t.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
-		case st.ReadyReplicas <= 0 || st.Capacity <= 0:
-			t.Excluded = "no ready replica"
+		case st.Capacity <= 0:
+			t.Excluded = "no capacity: no ready replica"
 		}
 		terms = append(terms, t)
 		if t.Excluded == "" {
@@ -147,7 +121,7 @@ func cell(c *config.Config, states map[string]ClusterState, s config.Source, mod
 			sum += r
 		}
 	}
-	out := Cell{Source: s.Name, Model: model, Explanation: Explanation{Policy: policy}}
+	out := Cell{Source: s.Name, Model: model, Explanation: &Explanation{Policy: policy}}
 	eligible := 0
 	for i := range terms {
 		if ok(raw[i]) {

@@ -32,8 +32,16 @@ type Cell struct {
 	Targets []Target `json:"targets"`
 	// Shed is the fraction of this cell's requests to shed, per priority.
 	Shed ShedFractions `json:"shed"`
-	// Explanation says why the weights are what they are.
-	Explanation Explanation `json:"explanation"`
+	// Demand is the demand the cell was planned for and Served the part
+	// of it routed, in token-cost units per second (0 for policies that
+	// ignore demand).
+	Demand float64 `json:"demand,omitempty"`
+	Served float64 `json:"served,omitempty"`
+	// Explanation says why the weights are what they are. Policies attach
+	// it lazily (computing it for every cell of a large fleet costs more
+	// than the solve): Weights.Explain and Weights.Explained fill it.
+	Explanation *Explanation `json:"explanation,omitempty"`
+	explain     func() Explanation
 }
 
 // Explanation of one cell's weights.
@@ -43,6 +51,8 @@ type Explanation struct {
 	// Terms holds one row per cluster serving the model, eligible or not,
 	// in configuration order.
 	Terms []Term `json:"terms"`
+	// Changes says what moved since the previous version, and why.
+	Changes []string `json:"changes,omitempty"`
 }
 
 // Term is what the policy saw of one cluster for one cell.
@@ -55,8 +65,26 @@ type Term struct {
 	// Share is the exact share before quantization, in [0, 1].
 	Share  float64 `json:"share"`
 	Weight uint32  `json:"weight"`
+	// PrevWeight is the cluster's weight in the previous version.
+	PrevWeight uint32 `json:"prev_weight"`
 	// Excluded is why the cluster gets nothing, or "" when eligible.
 	Excluded string `json:"excluded,omitempty"`
+
+	// The optimizer's cost terms, in ms-equivalent per token-cost unit:
+	// the round trip, the egress price, and the marginal cost of the next
+	// unit here (latency + egress + movement + the utilization band the
+	// cluster's planned load falls in).
+	LatencyMs    float64 `json:"latency_ms,omitempty"`
+	EgressCost   float64 `json:"egress_cost,omitempty"`
+	MarginalCost float64 `json:"marginal_cost,omitempty"`
+	// Flow is the cell's planned load on the cluster (token-cost units
+	// per second) and Utilization the cluster's planned utilization with
+	// every cell's new weights (the predicted post-shift load).
+	Flow        float64 `json:"flow,omitempty"`
+	Utilization float64 `json:"utilization,omitempty"`
+	// Binding names the constraint that shapes this weight: at capacity,
+	// above target, step bound, deadband, capacity lost, dearer.
+	Binding string `json:"binding,omitempty"`
 }
 
 // Weights is one version of the routing of every (source, model) cell. It
@@ -67,6 +95,7 @@ type Weights struct {
 	policy   string
 	computed time.Time
 	cells    []Cell // sorted by (Source, Model)
+	status   string // why the routing is what it is when not freshly computed
 }
 
 // New builds a Weights from cells, checking that every cell's targets are
@@ -146,6 +175,17 @@ func hashCells(cs []Cell) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
+// WithStatus returns a copy of w that carries status (for example why the
+// controller kept these weights); the version does not change.
+func (w *Weights) WithStatus(status string) *Weights {
+	c := *w
+	c.status = status
+	return &c
+}
+
+// Status is the note WithStatus attached, "" for fresh weights.
+func (w *Weights) Status() string { return w.status }
+
 // Version is the content hash: 16 hex digits.
 func (w *Weights) Version() string { return w.version }
 
@@ -166,6 +206,42 @@ func (w *Weights) Cell(source, model string) (Cell, bool) {
 	return w.cells[i], true
 }
 
-// Cells returns every cell, sorted by source then model. The slice is a
-// copy; the cells' slices are shared and must not be modified.
+// Cells returns every cell, sorted by source then model, without their
+// explanations (see Explained). The slice is a copy; the cells' slices are
+// shared and must not be modified.
 func (w *Weights) Cells() []Cell { return slices.Clone(w.cells) }
+
+// Explain returns the explanation of one cell, computing it if the policy
+// attached it lazily.
+func (w *Weights) Explain(source, model string) (Explanation, bool) {
+	c, ok := w.Cell(source, model)
+	if !ok {
+		return Explanation{}, false
+	}
+	return c.explanation(), true
+}
+
+// Explained returns the cells that match keep (nil: all) with their
+// explanations filled.
+func (w *Weights) Explained(keep func(Cell) bool) []Cell {
+	var out []Cell
+	for _, c := range w.cells {
+		if keep != nil && !keep(c) {
+			continue
+		}
+		e := c.explanation()
+		c.Explanation = &e
+		out = append(out, c)
+	}
+	return out
+}
+
+func (c Cell) explanation() Explanation {
+	switch {
+	case c.Explanation != nil:
+		return *c.Explanation
+	case c.explain != nil:
+		return c.explain()
+	}
+	return Explanation{}
+}

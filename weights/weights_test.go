@@ -16,7 +16,7 @@ import (
 	"github.com/ilbproject/ilb/weights"
 )
 
-const world = `
+const smallWorld = `
 regions: [{name: us}, {name: eu}]
 network:
   - {from: us, to: eu, rtt_ms: 80, egress_usd_per_gb: 0.05}
@@ -34,7 +34,7 @@ clusters:
 
 func load(t *testing.T) *config.Config {
 	t.Helper()
-	c, err := config.Parse([]byte(world))
+	c, err := config.Parse([]byte(smallWorld))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestExplanation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cell, _ := w.Cell("edge-eu", "m1")
+	cell := explained(t, w, "edge-eu", "m1")
 	ex := map[string]string{}
 	for _, term := range cell.Explanation.Terms {
 		ex[term.Cluster] = term.Excluded
@@ -159,12 +159,12 @@ func TestExplanation(t *testing.T) {
 	if !strings.Contains(ex["us-a"], "residency") || ex["us-b"] != "residency: region us is not in the allowed regions of source edge-eu" || ex["eu-a"] != "" {
 		t.Errorf("exclusions = %q", ex)
 	}
-	cell, _ = w.Cell("edge-us", "m1")
+	cell = explained(t, w, "edge-us", "m1")
 	for _, term := range cell.Explanation.Terms {
-		if term.Cluster == "us-b" && (term.Excluded != "no ready replica" || term.Weight != 0) {
+		if term.Cluster == "us-b" && (term.Excluded != "no capacity: no ready replica" || term.Weight != 0) {
 			t.Errorf("us-b term = %+v; want excluded for no ready replica", term)
 		}
-		if term.Cluster == "us-a" && math.Abs(term.Share-480.0/(480+80)) > 1e-12 {
+		if term.Cluster == "us-a" && math.Abs(term.Share-600.0/(600+100)) > 1e-12 {
 			t.Errorf("us-a share = %v", term.Share)
 		}
 	}
@@ -176,7 +176,7 @@ func TestNoCapacityGivesEmptyTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cell, _ := w.Cell("edge-us", "m1")
+	cell := explained(t, w, "edge-us", "m1")
 	if len(cell.Targets) != 0 || !strings.Contains(cell.Explanation.Summary, "503") {
 		t.Errorf("cell = %+v; want no targets and a 503 summary", cell)
 	}

@@ -1,0 +1,105 @@
+package config
+
+import (
+	"fmt"
+	"math"
+)
+
+// finite reports whether v is a finite number >= 0.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
+
+func (c *Config) validateController(p *problems) {
+	ct := c.Controller
+	for _, f := range []struct {
+		path string
+		v    float64
+	}{
+		{"controller.egress_ms_per_usd_per_gb", ct.EgressMsPerUSDPerGB},
+		{"controller.movement_cost", ct.MovementCost},
+		{"controller.min_cell_demand", ct.MinCellDemand},
+	} {
+		if !finite(f.v) {
+			p.addf(f.path, "%v is not valid: want a finite number >= 0", f.v)
+		}
+	}
+	for _, f := range []struct {
+		path string
+		v    float64
+	}{
+		{"controller.max_weight_step", ct.MaxWeightStep},
+		{"controller.max_utilization_step", ct.MaxUtilizationStep},
+		{"controller.max_capacity_drop", ct.MaxCapacityDrop},
+	} {
+		if !finite(f.v) || f.v <= 0 || f.v > 1 {
+			p.addf(f.path, "%v is out of range: want a number in (0, 1]", f.v)
+		}
+	}
+	if !finite(ct.Deadband) || ct.Deadband >= 1 {
+		p.addf("controller.deadband", "%v is out of range: want a number in [0, 1)", ct.Deadband)
+	}
+	if !finite(ct.MaxDemandJump) || ct.MaxDemandJump <= 1 {
+		p.addf("controller.max_demand_jump", "%v is out of range: want a finite factor > 1", ct.MaxDemandJump)
+	}
+	if ct.DemandHalfLife.Std() <= 0 {
+		p.addf("controller.demand_half_life", "%s is not positive: want a duration such as 30s", ct.DemandHalfLife)
+	}
+	if ct.StaleAfter.Std() < ct.Tick.Std() {
+		p.addf("controller.stale_after", "%s is shorter than the tick %s: every input would be stale", ct.StaleAfter, ct.Tick)
+	}
+	top := c.validateCurve(p, ct.UtilizationCost)
+	c.validateShedding(p, top)
+	for i, m := range c.Models {
+		path := fmt.Sprintf("models[%d]", i)
+		if !finite(m.PromptTokenCost) {
+			p.addf(path+".prompt_token_cost", "%v is not valid: want a finite number >= 0", m.PromptTokenCost)
+		}
+		if !finite(m.OutputTokenCost) {
+			p.addf(path+".output_token_cost", "%v is not valid: want a finite number >= 0", m.OutputTokenCost)
+		}
+		if !finite(m.TTFTBudgetMs) {
+			p.addf(path+".ttft_budget_ms", "%v is not valid: want a finite number >= 0 (0: no budget)", m.TTFTBudgetMs)
+		}
+	}
+}
+
+// validateCurve checks a utilization cost curve and returns its top cost.
+func (c *Config) validateCurve(p *problems, bands []CostBand) float64 {
+	if len(bands) == 0 {
+		bands = c.Controller.CostCurve()
+	}
+	prevUp, prevCost := 0.0, 0.0
+	for i, b := range bands {
+		path := fmt.Sprintf("controller.utilization_cost[%d]", i)
+		if !finite(b.UpTo) || b.UpTo <= prevUp || b.UpTo > 1 {
+			p.addf(path+".up_to", "%v is out of order: want a utilization in (%v, 1], above the previous band's", b.UpTo, prevUp)
+		}
+		if !finite(b.Cost) || b.Cost < prevCost {
+			p.addf(path+".cost", "%v is not valid: want a finite cost >= %v (the curve must be convex: costs never decrease)", b.Cost, prevCost)
+		}
+		prevUp, prevCost = b.UpTo, b.Cost
+	}
+	if prevUp != 1 {
+		p.addf("controller.utilization_cost", "the last band ends at %v: want 1 (full capacity)", prevUp)
+	}
+	return prevCost
+}
+
+// validateShedding checks that shedding is dearer than any way of serving
+// and that lower priorities are cheaper to shed.
+func (c *Config) validateShedding(p *problems, topBand float64) {
+	sh := c.Controller.Shedding
+	dearest := topBand + 2*c.Controller.MovementCost
+	for _, l := range c.Network {
+		dearest = math.Max(dearest, topBand+2*c.Controller.MovementCost+l.RTTMs+l.EgressUSDPerGB*c.Controller.EgressMsPerUSDPerGB)
+	}
+	check := func(path string, v, floor float64, what string) {
+		if !finite(v) || v <= floor {
+			p.addf(path, "%v is too low: want more than %v (%s)", v, floor, what)
+		}
+	}
+	check("controller.shedding.sheddable_cost", sh.SheddableCost, dearest, "the dearest way of serving: ILB must shed only what it cannot serve")
+	check("controller.shedding.standard_cost", sh.StandardCost, math.Max(dearest, sh.SheddableCost), "sheddable_cost: lower priorities are shed first")
+	if sh.ShedCritical {
+		check("controller.shedding.critical_cost", sh.CriticalCost, math.Max(dearest, sh.StandardCost), "standard_cost: lower priorities are shed first")
+	}
+}

@@ -1,0 +1,59 @@
+package weights
+
+import "github.com/ilbproject/ilb/config"
+
+// index is the lookup tables of one computation: the configuration's
+// lookups scan lists, which at a thousand sources and thousands of
+// clusters dominates a solve.
+type index struct {
+	c       *config.Config
+	cluster map[string]int // name -> index in c.Clusters
+	region  map[string]int
+	links   [][]config.Link // [from][to]
+	linkOK  [][]bool
+	curve   []config.CostBand
+	// clusterRegion is the region index of each cluster.
+	clusterRegion []int
+	byModel       map[string][]int       // clusters serving a model, config order
+	position      map[string]map[int]int // model -> cluster index -> position in byModel
+}
+
+func newIndex(c *config.Config) *index {
+	ix := &index{
+		c: c, cluster: make(map[string]int, len(c.Clusters)), region: make(map[string]int, len(c.Regions)),
+		curve: c.Controller.CostCurve(), byModel: map[string][]int{}, position: map[string]map[int]int{},
+	}
+	for i, r := range c.Regions {
+		ix.region[r.Name] = i
+	}
+	ix.clusterRegion = make([]int, len(c.Clusters))
+	for i, e := range c.Clusters {
+		ix.cluster[e.Name] = i
+		ix.clusterRegion[i] = ix.region[e.Region]
+	}
+	ix.links = make([][]config.Link, len(c.Regions))
+	ix.linkOK = make([][]bool, len(c.Regions))
+	for i, a := range c.Regions {
+		ix.links[i] = make([]config.Link, len(c.Regions))
+		ix.linkOK[i] = make([]bool, len(c.Regions))
+		if i < len(c.Regions) {
+			ix.links[i][i], ix.linkOK[i][i] = config.DefaultIntraRegion, true
+			ix.links[i][i].From, ix.links[i][i].To = a.Name, a.Name
+		}
+	}
+	for _, l := range c.Network {
+		f, t := ix.region[l.From], ix.region[l.To]
+		ix.links[f][t], ix.linkOK[f][t] = l, true
+	}
+	for _, m := range c.Models {
+		pos := map[int]int{}
+		for i, e := range c.Clusters {
+			if e.Serves(m.Name) {
+				pos[i] = len(ix.byModel[m.Name])
+				ix.byModel[m.Name] = append(ix.byModel[m.Name], i)
+			}
+		}
+		ix.position[m.Name] = pos
+	}
+	return ix
+}

@@ -1,0 +1,261 @@
+package weights
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ilbproject/ilb/config"
+)
+
+// Optimizer is ILB's policy: each tick a capacity-constrained min-cost
+// flow (package flow) assigns every cell's demand to regions and clusters,
+// minimising latency + egress + a convex utilization cost per cluster +
+// the cost of moving traffic + the cost of shedding by priority; then the
+// result is bounded in its step from the previous weights, quantized and
+// held back by a deadband. docs/controller.md has the model and the math.
+type Optimizer struct{}
+
+var _ Policy = Optimizer{}
+
+// Name returns "optimizer".
+func (Optimizer) Name() string { return string(config.PolicyOptimizer) }
+
+// Compute solves one tick.
+func (o Optimizer) Compute(in Input) (*Weights, error) {
+	if err := in.check(); err != nil {
+		return nil, fmt.Errorf("optimizer: %w", err)
+	}
+	ix := newIndex(in.Config)
+	demand := floorDemand(in.Config, in.Demand)
+	n := buildNetwork(in, ix, demand)
+	if err := n.solve(); err != nil {
+		return nil, fmt.Errorf("optimizer: %w", err)
+	}
+	sol := extract(in, n)
+	sol.refine()
+	cells := sol.cells()
+	w, err := New(o.Name(), in.Now, cells)
+	if err != nil {
+		return nil, fmt.Errorf("optimizer: %w", err)
+	}
+	return w, nil
+}
+
+// floorDemand plans every cell for at least MinCellDemand, adding the
+// missing part as standard demand, so a cell without traffic still gets
+// the weights where its first requests are served best.
+func floorDemand(c *config.Config, d Demand) Demand {
+	out := make(Demand, len(d))
+	for k, r := range d {
+		out[k] = r
+	}
+	floor := c.Controller.MinCellDemand
+	for _, s := range c.Sources {
+		for _, m := range c.Models {
+			var total float64
+			for _, p := range Priorities {
+				total += d[DemandKey{s.Name, m.Name, p}].CostPerSecond
+			}
+			if total < floor {
+				k := DemandKey{s.Name, m.Name, Standard}
+				r := out[k]
+				r.CostPerSecond += floor - total
+				out[k] = r
+			}
+		}
+	}
+	return out
+}
+
+// solution is a solved network in token-cost units per second.
+type solution struct {
+	in       Input
+	n        *network
+	ix       *index
+	plans    []*cellPlan
+	capacity []float64 // full capacity per cluster (config order)
+	load     []float64 // planned load per cluster, after refine
+}
+
+// cellPlan is one cell's outcome. Its vectors run over the clusters that
+// serve the cell's model (idx: their indexes in the configuration).
+type cellPlan struct {
+	cell     *cellNode // its class
+	source   config.Source
+	idx      []int
+	demand   float64
+	served   float64
+	shed     ShedFractions
+	opt      []float64 // optimal shares
+	prev     []float64 // previous shares, nil when none
+	final    []float64 // after the step bounds
+	eligible []bool
+	alpha    float64
+	forced   bool // a cluster of the previous weights lost its eligibility
+	deadband bool
+	regionX  map[string]float64 // flow per region, token-cost/s
+	pastX0   map[string]bool    // the flow into a region reached its previous amount
+}
+
+func extract(in Input, n *network) *solution {
+	c := in.Config
+	ix := n.ix
+	sol := &solution{in: in, n: n, ix: ix, capacity: make([]float64, len(c.Clusters))}
+	for i, cn := range n.clusters {
+		sol.capacity[i] = cn.full
+	}
+	// Within a region, a hub's flow splits over its clusters as solved; a
+	// hub without flow splits by capacity (where a first request would go).
+	split := map[*hubNode][]float64{}
+	for _, h := range n.hubs {
+		sh := make([]float64, len(h.clusters))
+		var total, capTotal float64
+		for i, a := range h.arcs {
+			sh[i] = float64(n.g.Flow(a))
+			total += sh[i]
+			capTotal += h.clusters[i].full
+		}
+		for i := range sh {
+			if total > 0 {
+				sh[i] /= total
+			} else {
+				sh[i] = h.clusters[i].full / capTotal
+			}
+		}
+		split[h] = sh
+	}
+	for _, cell := range n.cells {
+		idx := ix.byModel[cell.model.Name]
+		pos := ix.position[cell.model.Name]
+		opt := make([]float64, len(idx))
+		eligible := make([]bool, len(idx))
+		regionX := map[string]float64{}
+		pastX0 := map[string]bool{}
+		var served, demand float64
+		for _, d := range cell.demand {
+			demand += d
+		}
+		for _, ra := range cell.regions {
+			x := float64(n.g.Flow(ra.arcs[1])) * n.quantum
+			if ra.arcs[0] >= 0 {
+				x += float64(n.g.Flow(ra.arcs[0])) * n.quantum
+			}
+			regionX[ra.region] = x
+			pastX0[ra.region] = x/n.quantum >= ra.x0
+			served += x
+			for i, cn := range ra.hub.clusters {
+				eligible[pos[cn.index]] = true
+				opt[pos[cn.index]] += x * split[ra.hub][i]
+			}
+		}
+		var shed ShedFractions
+		for pr, pa := range cell.prio {
+			switch {
+			case pa.stranded:
+				shed[pr] = 1
+			case pa.shed >= 0 && pa.units > 0:
+				shed[pr] = min(1, float64(n.g.Flow(pa.shed))/float64(pa.units))
+			}
+		}
+		if served > 0 {
+			for i := range opt {
+				opt[i] /= served
+			}
+		}
+		for _, mb := range cell.members {
+			p := &cellPlan{
+				cell: cell, source: mb.source, idx: idx, opt: opt, eligible: eligible, shed: shed,
+				alpha: 1, regionX: regionX, pastX0: pastX0,
+			}
+			for pr, d := range mb.demand {
+				p.demand += d
+				p.served += d * (1 - shed[pr])
+			}
+			if served <= 0 {
+				p.opt = fallbackShares(p, sol.capacity)
+			}
+			p.prev = previousShares(ix, in.Previous, mb.source.Name, cell.model.Name)
+			sol.plans = append(sol.plans, p)
+		}
+	}
+	return sol
+}
+
+// fallbackShares are the shares of a cell whose whole demand is shed:
+// proportional to capacity over its eligible clusters, so that what the
+// fast loop lets through still goes somewhere sensible.
+func fallbackShares(p *cellPlan, capacity []float64) []float64 {
+	out := make([]float64, len(p.idx))
+	var total float64
+	for j, i := range p.idx {
+		if p.eligible[j] {
+			out[j] = capacity[i]
+			total += capacity[i]
+		}
+	}
+	for j := range out {
+		if total > 0 {
+			out[j] /= total
+		}
+	}
+	return out
+}
+
+// previousShares is a cell's previous weights as shares over the clusters
+// serving its model, nil without a previous cell.
+func previousShares(ix *index, prev *Weights, source, model string) []float64 {
+	if prev == nil {
+		return nil
+	}
+	cell, ok := prev.Cell(source, model)
+	if !ok || len(cell.Targets) == 0 {
+		return nil
+	}
+	pos := ix.position[model]
+	out := make([]float64, len(ix.byModel[model]))
+	for _, t := range cell.Targets {
+		if i, ok := ix.cluster[t.Cluster]; ok {
+			if j, ok := pos[i]; ok {
+				out[j] = float64(t.Weight) / Total
+			}
+		}
+	}
+	return out
+}
+
+// summary describes a cell's plan in one line.
+func (p *cellPlan) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "optimizer: planned %.0f token-cost/s", p.demand)
+	var regs []string
+	var classServed float64
+	for _, x := range p.regionX {
+		classServed += x
+	}
+	for _, ra := range p.cell.regions {
+		if x := p.regionX[ra.region]; x > 0 && classServed > 0 {
+			regs = append(regs, fmt.Sprintf("%s %.0f%%", ra.region, 100*x/classServed))
+		}
+	}
+	if len(regs) > 0 {
+		fmt.Fprintf(&b, ", served in %s", strings.Join(regs, ", "))
+	}
+	if shed := p.demand - p.served; shed > 1e-9*max(p.demand, 1) {
+		fmt.Fprintf(&b, ", %.0f shed (demand exceeds the capacity it may use)", shed)
+	}
+	if len(p.cell.regions) == 0 {
+		b.WriteString(", no eligible cluster has capacity: requests get 503")
+	}
+	if p.cell.ttftRelaxed {
+		fmt.Fprintf(&b, "; no cluster within the TTFT budget of %.0f ms can serve, so the budget is relaxed", p.cell.model.TTFTBudgetMs)
+	}
+	switch {
+	case p.forced:
+		b.WriteString("; a cluster it used lost its capacity or eligibility: moved at once")
+	case p.deadband:
+		b.WriteString("; change below the deadband: previous weights kept")
+	case p.alpha < 1:
+		fmt.Fprintf(&b, "; step-bounded: moved %.0f%% of the way to the optimum", 100*p.alpha)
+	}
+	return b.String()
+}
