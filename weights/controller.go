@@ -22,15 +22,27 @@ type Sink interface {
 	Prepare(ctx context.Context, w *Weights) (commit func(), err error)
 }
 
-// StateFunc returns the current state of every engine cluster.
-type StateFunc func() map[string]ClusterState
+// StateFunc returns the current state of every engine cluster and when it
+// was observed.
+type StateFunc func() (map[string]ClusterState, time.Time)
+
+// DemandFunc returns the demand measured over the last interval (rates per
+// stream, canonical model names) and when it was measured.
+type DemandFunc func() (Demand, time.Time)
 
 // ControllerOptions configure a Controller.
 type ControllerOptions struct {
 	Config *config.Config // validated; required
 	Policy Policy         // required
-	// State reports cluster states; nil means StaticState(Config).
+	// Fallback computes weights when Policy fails and there are no last
+	// good weights to keep; nil: Proportional.
+	Fallback Policy
+	// State reports cluster states; nil means StaticState(Config), always
+	// fresh.
 	State StateFunc
+	// Demand reports measured demand; nil means none (every cell is
+	// planned for controller.min_cell_demand).
+	Demand DemandFunc
 	// Sinks get every new version: all prepare it, then all commit it; a
 	// sink that fails to prepare stops the version for every sink.
 	Sinks    []Sink
@@ -43,14 +55,11 @@ type ControllerOptions struct {
 // methods are safe for concurrent use.
 type Controller struct {
 	opts    ControllerOptions
-	mu      sync.Mutex // serialises ticks
+	mu      sync.Mutex // serialises ticks; guards the fields below
+	smooth  *Smoother
+	guard   guard
 	current atomic.Pointer[Weights]
-	metrics controllerMetrics
-}
-
-type controllerMetrics struct {
-	ticks *prometheus.CounterVec
-	solve prometheus.Histogram
+	metrics *controllerMetrics
 }
 
 // NewController checks the options and registers the metrics.
@@ -65,76 +74,90 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if o.State == nil {
-		st := StaticState(o.Config)
-		o.State = func() map[string]ClusterState { return st }
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	if o.Fallback == nil {
+		o.Fallback = Proportional{}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Controller{opts: o, metrics: controllerMetrics{
-		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ilb_controller_ticks_total",
-			Help: "Controller ticks by result: published (a new version reached every sink), unchanged (same version), failed (kept the last good version).",
-		}, []string{"result"}),
-		solve: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "ilb_controller_solve_seconds",
-			Help:    "Time the policy took to compute the weights of one tick.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}),
-	}}
-	if o.Registry != nil {
-		if err := registerAll(o.Registry, c.metrics.ticks, c.metrics.solve); err != nil {
-			return nil, fmt.Errorf("controller metrics: %w", err)
-		}
+	if o.State == nil {
+		st := StaticState(o.Config)
+		now := o.Now
+		o.State = func() (map[string]ClusterState, time.Time) { return st, now() }
 	}
-	return c, nil
-}
-
-func registerAll(r *prometheus.Registry, cs ...prometheus.Collector) error {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			return err
-		}
+	if o.Demand == nil {
+		now := o.Now
+		o.Demand = func() (Demand, time.Time) { return Demand{}, now() }
 	}
-	return nil
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newControllerMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{
+		opts: o, metrics: m,
+		smooth: NewSmoother(o.Config.Controller.DemandHalfLife.Std()),
+		guard:  guard{cfg: o.Config.Controller},
+	}, nil
 }
 
 // Current returns the last version every sink accepted, or nil before the
-// first.
+// first. While the controller is fail-static, its Status says why.
 func (c *Controller) Current() *Weights { return c.current.Load() }
 
-// Tick computes the weights once and publishes them if the version
-// changed. On error the last good version stays current, in every sink.
+// Tick reads the inputs, computes the weights once and publishes them if
+// the version changed. When the inputs are stale or implausible, the
+// policy fails or a sink rejects the version, the last good weights stay
+// (fail-static): Tick returns the reason, which Current's Status and the
+// ilb_controller_fail_static metric show too.
 func (c *Controller) Tick(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.opts.Now()
 	prev := c.current.Load()
+	states, stateAt := c.opts.State()
+	raw, demandAt := c.opts.Demand()
+
+	in := Input{Config: c.opts.Config, Clusters: states, Previous: prev, Now: now}
+	if reason, err := c.guard.check(now, states, stateAt, raw, demandAt, c.smooth.Current()); err != nil {
+		return c.failStatic(ctx, reason, err)
+	}
+	in.Demand = c.smooth.Observe(raw, demandAt)
+	c.guard.accept(states)
+
 	start := time.Now()
-	w, err := c.opts.Policy.Compute(Input{
-		Config:   c.opts.Config,
-		Clusters: c.opts.State(),
-		Previous: prev,
-		Now:      c.opts.Now(),
-	})
+	w, err := c.opts.Policy.Compute(in)
 	c.metrics.solve.Observe(time.Since(start).Seconds())
 	if err != nil {
-		c.metrics.ticks.WithLabelValues("failed").Inc()
-		return fmt.Errorf("compute weights: %w", err)
+		reason := reasonSolver
+		if errors.Is(err, ErrBadInput) {
+			reason = reasonBadInput
+		}
+		if prev == nil { // nothing to keep: the fallback policy
+			fb, ferr := c.opts.Fallback.Compute(in)
+			if ferr != nil {
+				return c.failStatic(ctx, reason, errors.Join(err, ferr))
+			}
+			w = fb.WithStatus(fmt.Sprintf("%s failed (%v): %s fallback", c.opts.Policy.Name(), err, fb.Policy()))
+		} else {
+			return c.failStatic(ctx, reason, err)
+		}
 	}
 	if prev != nil && prev.Version() == w.Version() {
+		// Same routing (a deadband held, or nothing changed): no rollout,
+		// but keep the fresh explanation.
+		c.current.Store(w)
 		c.metrics.ticks.WithLabelValues("unchanged").Inc()
+		c.metrics.failStatic("")
 		return nil
 	}
 	commits := make([]func(), len(c.opts.Sinks))
 	for i, s := range c.opts.Sinks {
 		commit, err := s.Prepare(ctx, w)
 		if err != nil {
-			c.metrics.ticks.WithLabelValues("failed").Inc()
-			return fmt.Errorf("weights %s rejected by sink %d (%T): %w", w.Version(), i, s, err)
+			return c.failStatic(ctx, reasonRejected, fmt.Errorf("weights %s rejected by sink %d (%T): %w", w.Version(), i, s, err))
 		}
 		commits[i] = commit
 	}
@@ -143,8 +166,22 @@ func (c *Controller) Tick(ctx context.Context) error {
 	}
 	c.current.Store(w)
 	c.metrics.ticks.WithLabelValues("published").Inc()
+	c.metrics.failStatic("")
 	c.opts.Logger.InfoContext(ctx, "weights published", "version", w.Version(), "policy", w.Policy(), "previous", versionOf(prev))
 	return nil
+}
+
+// failStatic keeps the last good weights, marks them with the reason and
+// returns the error.
+func (c *Controller) failStatic(ctx context.Context, reason string, err error) error {
+	c.metrics.ticks.WithLabelValues("failed").Inc()
+	c.metrics.failStatic(reason)
+	msg := fmt.Sprintf("fail-static (%s): kept the last good weights: %v", reason, err)
+	if cur := c.current.Load(); cur != nil {
+		c.current.Store(cur.WithStatus(msg))
+	}
+	c.opts.Logger.WarnContext(ctx, "controller fail-static", "reason", reason, "err", err, "version", versionOf(c.current.Load()))
+	return fmt.Errorf("%s: %w", reason, err)
 }
 
 func versionOf(w *Weights) string {
@@ -160,9 +197,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	t := time.NewTicker(c.opts.Config.Controller.Tick.Std())
 	defer t.Stop()
 	for {
-		if err := c.Tick(ctx); err != nil {
-			c.opts.Logger.ErrorContext(ctx, "controller tick failed; keeping the last good weights", "err", err, "version", versionOf(c.Current()))
-		}
+		_ = c.Tick(ctx) // logged, counted and shown in Current().Status()
 		select {
 		case <-ctx.Done():
 			return nil

@@ -262,7 +262,7 @@ func TestControllerPublishes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ctl, err := weights.NewController(weights.ControllerOptions{
 		Config: c, Policy: weights.Proportional{}, Sinks: []weights.Sink{first, second},
-		State: func() map[string]weights.ClusterState { return state }, Registry: reg,
+		State: func() (map[string]weights.ClusterState, time.Time) { return state, time.Now() }, Registry: reg,
 	})
 	if err != nil {
 		t.Fatal(err)

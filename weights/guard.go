@@ -1,0 +1,75 @@
+package weights
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+)
+
+// Reasons the controller keeps the last good weights (the values of the
+// reason label of ilb_controller_fail_static).
+const (
+	reasonStaleState     = "stale_state"
+	reasonStaleDemand    = "stale_demand"
+	reasonDemandJump     = "demand_jump"
+	reasonCapacityDrop   = "capacity_drop"
+	reasonBadInput       = "bad_input"
+	reasonSolver         = "solver_error"
+	reasonRejected       = "rejected"
+	implausibleTolerance = 3 // consecutive ticks after which a jump is believed
+)
+
+var failStaticReasons = []string{reasonStaleState, reasonStaleDemand, reasonDemandJump, reasonCapacityDrop, reasonBadInput, reasonSolver, reasonRejected}
+
+// guard checks a tick's inputs before they are used: fresh, and plausible
+// against what was accepted before. A jump that persists for
+// implausibleTolerance ticks is believed (a real surge or outage), so the
+// controller never stays frozen on a change that is true.
+type guard struct {
+	cfg          config.Controller
+	lastCapacity float64 // total capacity last accepted, 0 before
+	demandJumps  int     // consecutive ticks with an implausible demand
+	capDrops     int
+}
+
+func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt time.Time, raw Demand, demandAt time.Time, smoothed Demand) (string, error) {
+	if age := now.Sub(stateAt); age > g.cfg.StaleAfter.Std() {
+		return reasonStaleState, fmt.Errorf("cluster state observed %s ago (stale after %s)", age.Round(time.Second), g.cfg.StaleAfter)
+	}
+	if age := now.Sub(demandAt); age > g.cfg.StaleAfter.Std() {
+		return reasonStaleDemand, fmt.Errorf("demand measured %s ago (stale after %s)", age.Round(time.Second), g.cfg.StaleAfter)
+	}
+	if before, after := smoothed.Total(), raw.Total(); before > 0 && after >= 0 {
+		floor := g.cfg.MinCellDemand // tiny totals jump by large factors without meaning
+		if hi, lo := max(before, after, floor), max(min(before, after), floor); hi/lo > g.cfg.MaxDemandJump {
+			g.demandJumps++
+			if g.demandJumps < implausibleTolerance {
+				return reasonDemandJump, fmt.Errorf("total demand went from %.0f to %.0f token-cost/s in one tick (more than ×%g); believed if it persists %d ticks",
+					before, after, g.cfg.MaxDemandJump, implausibleTolerance)
+			}
+		}
+	}
+	if capacity := totalCapacity(states); g.lastCapacity > 0 && capacity < (1-g.cfg.MaxCapacityDrop)*g.lastCapacity {
+		g.capDrops++
+		if g.capDrops < implausibleTolerance {
+			return reasonCapacityDrop, fmt.Errorf("total capacity fell from %.0f to %.0f token-cost/s in one tick (more than %.0f%%); believed if it persists %d ticks",
+				g.lastCapacity, capacity, 100*g.cfg.MaxCapacityDrop, implausibleTolerance)
+		}
+	}
+	return "", nil
+}
+
+// accept records inputs that were used.
+func (g *guard) accept(states map[string]ClusterState) {
+	g.lastCapacity = totalCapacity(states)
+	g.demandJumps, g.capDrops = 0, 0
+}
+
+func totalCapacity(states map[string]ClusterState) float64 {
+	var t float64
+	for _, s := range states {
+		t += s.Capacity
+	}
+	return t
+}
