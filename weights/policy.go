@@ -74,70 +74,44 @@ func computeShares(in Input, policy, summary string, share func(ClusterState) fl
 		return nil, fmt.Errorf("%s: %w", policy, err)
 	}
 	c := in.Config
-	var cells []Cell
+	demand := floorDemand(c, in.Demand)
+	var rows []baselineRow
 	for _, s := range c.Sources {
 		for _, m := range c.Models {
-			cl := cell(c, in.Clusters, s, m.Name, policy, summary, share)
-			cl.Explanation = nil // recomputed on demand: the same inputs give the same terms
-			explainLazily(&cl, in.Previous, func() Explanation {
-				return *cell(c, in.Clusters, s, m.Name, policy, summary, share).Explanation
-			})
-			cells = append(cells, cl)
+			shares := make([]float64, len(c.Clusters))
+			var sum float64
+			eligible := 0
+			for i, e := range c.Clusters {
+				st := in.Clusters[e.Name]
+				if e.Serves(m.Name) && s.Allows(e.Region) && st.Capacity > 0 {
+					shares[i] = share(st)
+					if ok(shares[i]) {
+						sum += shares[i]
+						eligible++
+					}
+				}
+			}
+			for i := range shares {
+				if sum > 0 && ok(shares[i]) {
+					shares[i] /= sum
+				} else {
+					shares[i] = 0
+				}
+			}
+			rows = append(rows, baselineRow{source: s, model: m.Name, demand: cellDemand(demand, s.Name, m.Name), shares: shares, summary: fmt.Sprintf(summary, eligible)})
 		}
 	}
-	w, err := New(policy, in.Now, cells)
+	w, err := New(policy, in.Now, finishBaseline(in, policy, rows))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", policy, err)
 	}
 	return w, nil
 }
 
-func cell(c *config.Config, states map[string]ClusterState, s config.Source, model, policy, summary string, share func(ClusterState) float64) Cell {
-	var terms []Term
-	var raw []float64
-	for _, e := range c.Clusters {
-		if !e.Serves(model) {
-			continue
-		}
-		st := states[e.Name]
-		t := Term{Cluster: e.Name, Region: e.Region, Capacity: st.Capacity}
-		switch {
-		case !s.Allows(e.Region):
-			t.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
-		case st.Capacity <= 0:
-			t.Excluded = "no capacity: no ready replica"
-		}
-		terms = append(terms, t)
-		if t.Excluded == "" {
-			raw = append(raw, share(st))
-		} else {
-			raw = append(raw, 0)
-		}
+func cellDemand(d Demand, source, model string) float64 {
+	var t float64
+	for _, p := range Priorities {
+		t += d[DemandKey{source, model, p}].CostPerSecond
 	}
-	weights := Quantize(raw, Total)
-	var sum float64
-	for _, r := range raw {
-		if ok(r) {
-			sum += r
-		}
-	}
-	out := Cell{Source: s.Name, Model: model, Explanation: &Explanation{Policy: policy}}
-	eligible := 0
-	for i := range terms {
-		if ok(raw[i]) {
-			terms[i].Share = raw[i] / sum
-			eligible++
-		}
-		terms[i].Weight = weights[i]
-		if weights[i] > 0 {
-			out.Targets = append(out.Targets, Target{Cluster: terms[i].Cluster, Weight: weights[i]})
-		}
-	}
-	out.Explanation.Terms = terms
-	if eligible == 0 {
-		out.Explanation.Summary = "no eligible cluster has capacity: requests get 503"
-	} else {
-		out.Explanation.Summary = fmt.Sprintf(summary, eligible)
-	}
-	return out
+	return t
 }

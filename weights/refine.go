@@ -185,11 +185,11 @@ func (s *solution) binding(p *cellPlan, u float64, w uint32) string {
 		return "deadband"
 	case p.alpha < 1:
 		return "step bound"
-	case u > 1+1e-9:
+	case u > 1+1e-6:
 		return "over capacity: demand that may not be shed"
-	case u >= 1-1e-9:
+	case u >= 1-1e-6:
 		return "at capacity"
-	case u >= target-1e-9:
+	case u >= target-1e-6:
 		return "above target utilization"
 	case w == 0:
 		return "dearer than the clusters chosen"

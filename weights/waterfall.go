@@ -76,7 +76,7 @@ func (wf Waterfall) Compute(in Input) (*Weights, error) {
 			f.left -= take
 		}
 	}
-	var cells []Cell
+	var rows []baselineRow
 	for _, f := range fills {
 		var all []int
 		for _, r := range f.regions {
@@ -105,8 +105,12 @@ func (wf Waterfall) Compute(in Input) (*Weights, error) {
 				shares[i] = x / sum
 			}
 		}
-		cells = append(cells, waterfallCell(in, f.s, f.m, f.total, shares))
+		rows = append(rows, baselineRow{
+			source: f.s, model: f.m, demand: f.total, shares: shares,
+			summary: "waterfall: nearest eligible region up to the target utilization, then the next nearest",
+		})
 	}
+	cells := finishBaseline(in, wf.Name(), rows)
 	w, err := New(wf.Name(), in.Now, cells)
 	if err != nil {
 		return nil, fmt.Errorf("waterfall: %w", err)
@@ -146,40 +150,4 @@ func nearestRegions(c *config.Config, states map[string]ClusterState, s config.S
 		out[i] = g.clusters
 	}
 	return out
-}
-
-func waterfallCell(in Input, s config.Source, model string, demand float64, shares []float64) Cell {
-	c := in.Config
-	w := Quantize(shares, Total)
-	cell := Cell{Source: s.Name, Model: model, Demand: demand, Served: demand}
-	for i, e := range c.Clusters {
-		if w[i] > 0 {
-			cell.Targets = append(cell.Targets, Target{Cluster: e.Name, Weight: w[i]})
-		}
-	}
-	explainLazily(&cell, in.Previous, func() Explanation { return waterfallExplanation(in, s, model, demand, shares, w) })
-	return cell
-}
-
-func waterfallExplanation(in Input, s config.Source, model string, demand float64, shares []float64, w []uint32) Explanation {
-	c := in.Config
-	ex := Explanation{Policy: "waterfall", Summary: "waterfall: nearest eligible region up to the target utilization, then the next nearest"}
-	for i, e := range c.Clusters {
-		if !e.Serves(model) {
-			continue
-		}
-		l, _ := c.Link(s.Region, e.Region)
-		t := Term{Cluster: e.Name, Region: e.Region, Capacity: in.Clusters[e.Name].Capacity, Share: shares[i], Weight: w[i], LatencyMs: l.RTTMs, Flow: demand * shares[i]}
-		switch {
-		case !s.Allows(e.Region):
-			t.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
-		case in.Clusters[e.Name].Capacity <= 0:
-			t.Excluded = "no capacity: no ready replica"
-		}
-		ex.Terms = append(ex.Terms, t)
-	}
-	if !slices.ContainsFunc(w, func(v uint32) bool { return v > 0 }) {
-		ex.Summary = "no eligible cluster has capacity: requests get 503"
-	}
-	return ex
 }

@@ -29,6 +29,8 @@ func commands() []command {
 		{"validate", "--config FILE", "check a configuration: one problem per line, exit 1 if any", runValidate},
 		{"envoy-config", "--config FILE --source S", "print the Envoy bootstrap for the Envoys of source S", runEnvoyConfig},
 		{"explain", "[--admin ADDR] REQUEST_ID", "explain how one request was routed", runExplain},
+		{"weights", "[--admin ADDR] [--source S] [--model M] [--explain]", "print the weights in force, and why", runWeights},
+		{"solve", "--config FILE --demand FILE [--previous W.json]", "compute one controller tick offline from a demand file", runSolve},
 	}
 }
 
@@ -51,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "ilb — the Inference Load Balancer\n\nUsage: ilb COMMAND [flags]\n\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-13s %-34s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-13s %-52s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun ilb COMMAND -h for the flags of a command.")
 }
