@@ -24,6 +24,7 @@ type Config struct {
 	Clusters []EngineCluster `yaml:"clusters" json:"clusters"`
 
 	Controller Controller `yaml:"controller" json:"controller"`
+	Signals    Signals    `yaml:"signals" json:"signals"`
 	Envoy      Envoy      `yaml:"envoy" json:"envoy"`
 	ExtProc    ExtProc    `yaml:"extproc" json:"extproc"`
 	Listen     Listen     `yaml:"listen" json:"listen"`
@@ -139,8 +140,12 @@ type EngineCluster struct {
 	Models []string `yaml:"models" json:"models"`
 	// Profile names the performance profile of one replica.
 	Profile string `yaml:"profile" json:"profile"`
-	// Endpoints are the replicas, as host:port.
-	Endpoints []string `yaml:"endpoints" json:"endpoints"`
+	// Endpoints are the replicas, as host:port (static discovery).
+	Endpoints []string `yaml:"endpoints,omitempty" json:"endpoints,omitempty"`
+	// Discovery finds the replicas; default static (Endpoints).
+	Discovery Discovery `yaml:"discovery" json:"discovery"`
+	// Metrics says how to scrape and probe the replicas.
+	Metrics Metrics `yaml:"metrics" json:"metrics"`
 }
 
 // Envoy configures the Envoy resources ILB serves and renders.
@@ -191,6 +196,7 @@ type Listen struct {
 func Default() *Config {
 	return &Config{
 		Controller: DefaultController(),
+		Signals:    DefaultSignals(),
 		Envoy: Envoy{
 			Listener:           "127.0.0.1:10000",
 			ExtProcCluster:     "ilb_extproc",

@@ -70,6 +70,9 @@ func Decode(data []byte) (*Config, error) {
 // applyDefaults fills the defaults of list items, which YAML decoding over
 // Default cannot reach.
 func (c *Config) applyDefaults() {
+	for i := range c.Clusters {
+		c.Clusters[i].applySignalDefaults()
+	}
 	for i := range c.Models {
 		m := &c.Models[i]
 		if m.PromptTokenCost == 0 && m.OutputTokenCost == 0 {

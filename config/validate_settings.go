@@ -19,6 +19,7 @@ func (c *Config) validateSettings(p *problems) {
 		p.addf("controller.policy", "unknown policy %q: want one of %s", ct.Policy, join(Policies))
 	}
 	c.validateController(p)
+	c.validateSignals(p)
 
 	ev := c.Envoy
 	if err := checkHostPortZero(ev.Listener); err != nil {

@@ -45,9 +45,7 @@ func (c *Config) validateClusters(p *problems, regions, models, profiles map[str
 		if !profiles[e.Profile] {
 			p.addf(path+".profile", "unknown profile %q (known: %s)", e.Profile, keys(profiles))
 		}
-		if len(e.Endpoints) == 0 {
-			p.addf(path+".endpoints", "cluster %q has no endpoint: want at least one host:port", e.Name)
-		}
+		c.validateClusterSignals(p, path, e)
 		eps := map[string]bool{}
 		for j, ep := range e.Endpoints {
 			ep0 := fmt.Sprintf("%s.endpoints[%d]", path, j)
