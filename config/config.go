@@ -182,6 +182,22 @@ type ExtProc struct {
 	// MaxBodyBytes is the largest request body the service parses; default
 	// 8 MiB. A larger one gets 413.
 	MaxBodyBytes int `yaml:"max_body_bytes" json:"max_body_bytes"`
+	// DefaultPromptTokens and DefaultOutputTokens estimate a request's
+	// token cost (its demand) when it does not say: no body read (prompt
+	// from Content-Length / 4 when known), no max_tokens. Defaults 500 and
+	// 250.
+	DefaultPromptTokens int `yaml:"default_prompt_tokens" json:"default_prompt_tokens"`
+	DefaultOutputTokens int `yaml:"default_output_tokens" json:"default_output_tokens"`
+	// ReportInterval is how often measured demand is reported to the
+	// controller (over LRS, or in memory in the all-in-one process);
+	// default 1s.
+	ReportInterval Duration `yaml:"report_interval" json:"report_interval"`
+	// LiveTTL: the engines' live state (unhealthy clusters, saturation)
+	// older than this is ignored, so nothing stays excluded or shed after
+	// the signals stop; default 5s.
+	LiveTTL Duration `yaml:"live_ttl" json:"live_ttl"`
+	// RetryAfter is the retry-after of a 429, in whole seconds; default 1.
+	RetryAfter int `yaml:"retry_after" json:"retry_after"`
 }
 
 // Listen gives the addresses ILB's own servers bind, host:port.
@@ -207,8 +223,13 @@ func Default() *Config {
 			ConnectTimeout:     Duration(2 * time.Second),
 		},
 		ExtProc: ExtProc{
-			DecisionLogSize: 10000,
-			MaxBodyBytes:    8 << 20,
+			DecisionLogSize:     10000,
+			MaxBodyBytes:        8 << 20,
+			DefaultPromptTokens: 500,
+			DefaultOutputTokens: 250,
+			ReportInterval:      Duration(time.Second),
+			LiveTTL:             Duration(5 * time.Second),
+			RetryAfter:          1,
 		},
 		Listen: Listen{
 			XDS:     "127.0.0.1:18000",

@@ -127,8 +127,11 @@ func (c *Config) validateSignals(p *problems) {
 		path string
 		v    int
 	}{
-		{"signals.concurrency", s.Concurrency}, {"signals.max_body_bytes", s.MaxBodyBytes},
-		{"signals.unhealthy_after", s.UnhealthyAfter}, {"signals.healthy_after", s.HealthyAfter}, {"signals.stale_after", s.StaleAfter},
+		{"signals.concurrency", s.Concurrency},
+		{"signals.max_body_bytes", s.MaxBodyBytes},
+		{"signals.unhealthy_after", s.UnhealthyAfter},
+		{"signals.healthy_after", s.HealthyAfter},
+		{"signals.stale_after", s.StaleAfter},
 	} {
 		if f.v < 1 {
 			p.addf(f.path, "%d is not positive: want >= 1", f.v)
@@ -210,4 +213,3 @@ func (e *EngineCluster) applySignalDefaults() {
 		e.Metrics.HealthPath = "/health"
 	}
 }
-

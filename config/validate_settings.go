@@ -44,6 +44,21 @@ func (c *Config) validateSettings(p *problems) {
 	if c.ExtProc.MaxBodyBytes < 1024 {
 		p.addf("extproc.max_body_bytes", "%d is too small: want >= 1024 bytes", c.ExtProc.MaxBodyBytes)
 	}
+	ep := c.ExtProc
+	for _, f := range []struct {
+		path string
+		v    int
+	}{{"extproc.default_prompt_tokens", ep.DefaultPromptTokens}, {"extproc.default_output_tokens", ep.DefaultOutputTokens}, {"extproc.retry_after", ep.RetryAfter}} {
+		if f.v < 0 {
+			p.addf(f.path, "%d is negative", f.v)
+		}
+	}
+	if ep.ReportInterval.Std() < 10*time.Millisecond {
+		p.addf("extproc.report_interval", "%s is too short: want >= 10ms", ep.ReportInterval)
+	}
+	if ep.LiveTTL.Std() <= 0 {
+		p.addf("extproc.live_ttl", "%s is not positive", ep.LiveTTL)
+	}
 
 	addrs := map[string]string{}
 	for _, l := range []struct{ path, addr string }{

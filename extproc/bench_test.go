@@ -37,8 +37,8 @@ func BenchmarkDecide(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var rec Record
-				if _, err := s.decide(st, src, &hints{}, &pb, &rec); err != nil {
+				x := &exchange{st: st, src: src, rec: &Record{}, prio: weights.Standard}
+				if _, err := s.decide(x, &pb); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -4,24 +4,32 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"math"
+	"sort"
 	"strconv"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/weights"
 )
 
 // Reason codes of routed requests.
 const (
 	reasonWeighted = "weighted" // random draw over the weights
 	reasonSession  = "session"  // draw from the session key: sticky
+	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
 )
 
-// decide resolves the model, draws, predicts the cluster Envoy will take
-// and returns the header mutation that makes Envoy route there. It fills
-// rec. body is nil when ILB decides on headers alone.
-func (s *Server) decide(st *State, src *sourceState, h *hints, body *Body, rec *Record) (*extprocv3.HeaderMutation, error) {
+// decide resolves the model, applies the fast loop (live exclusions,
+// planned shedding, saturation), draws, predicts the cluster Envoy will
+// take and returns the header mutation that makes Envoy route there. It
+// fills x.rec. body is nil when ILB decides on headers alone.
+func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, error) {
+	st, src, h, rec := x.st, x.src, &x.h, x.rec
 	name := h.model
 	rec.ModelFrom = "header"
 	session, from := h.session, "header"
@@ -48,8 +56,32 @@ func (s *Server) decide(st *State, src *sourceState, h *hints, body *Body, rec *
 	}
 	rec.Model = model
 	c := src.cells[model]
-	rec.Candidates = c.candidates
+	x.key = demand.Key{Source: src.name, Model: model, Priority: x.prio}
+	x.cost = s.tokenCost(st, model, h, body)
+	rec.TokenCost = x.cost
 	rec.TotalWeight = c.total
+
+	live := s.live(x.start)
+	rec.Candidates = c.annotate(live)
+	if f := c.shed[x.prio]; f > 0 && s.uniform() < f {
+		return nil, &RequestError{
+			Status: 429, Type: "rate_limit_error", Code: "shed", RetryAfter: s.opts.Config.ExtProc.RetryAfter,
+			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*f, x.prio, model, src.name),
+		}
+	}
+	remaining, why := c.remaining(live)
+	if len(remaining) == 0 {
+		return nil, &RequestError{
+			Status: 503, Type: "service_unavailable", Code: "no_capacity",
+			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, why),
+		}
+	}
+	if x.prio == weights.Sheddable && live != nil && allSaturated(remaining, live) {
+		return nil, &RequestError{
+			Status: 429, Type: "rate_limit_error", Code: "overloaded", RetryAfter: s.opts.Config.ExtProc.RetryAfter,
+			Msg: fmt.Sprintf("every cluster serving %q from %q is saturated and this request is sheddable; retry later", model, src.name),
+		}
+	}
 	var draw uint64
 	if session != "" {
 		draw = sessionDraw(session)
@@ -59,19 +91,44 @@ func (s *Server) decide(st *State, src *sourceState, h *hints, body *Body, rec *
 		draw = s.opts.Rand()
 		rec.DrawFrom, rec.Reason = "random", reasonWeighted
 	}
-	cluster, slot, ok := c.pick(draw)
-	if !ok {
-		return nil, &RequestError{
-			Status: 503, Type: "service_unavailable", Code: "no_capacity",
-			Msg: fmt.Sprintf("no engine cluster has capacity for model %q from source %q; retry later", model, src.name),
-		}
-	}
+	cluster, slot := c.pick(draw)
 	rec.Draw, rec.Slot, rec.Chosen = draw, slot, cluster
-	return &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 		setRaw(header.RouteModel, model),
 		setRaw(header.RouteDraw, strconv.FormatUint(draw, 10)),
-	}}, nil
+	}}
+	if len(remaining) < len(c.targets) && !contains(remaining, cluster) {
+		// Envoy would take an excluded cluster: draw again, with the same
+		// value (sessions stay sticky), among the rest, and name it.
+		again, slot2 := pickAmong(remaining, draw)
+		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", cluster, live.Clusters[cluster].Excluded, len(remaining), slot2)
+		rec.Chosen, rec.Reason = again, reasonRedrawn
+		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, again))
+	}
+	return mut, nil
 }
+
+// tokenCost estimates a request's token-cost units, its demand: prompt
+// tokens from the body (else Content-Length / 4, else the default), output
+// tokens from max_tokens (else the default).
+func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float64 {
+	ep := s.opts.Config.ExtProc
+	prompt, output := float64(ep.DefaultPromptTokens), float64(ep.DefaultOutputTokens)
+	switch {
+	case body != nil:
+		prompt = float64(body.PromptTokens)
+	case h.contentLength > 0:
+		prompt = math.Max(1, float64(h.contentLength)/4)
+	}
+	if body != nil && body.MaxTokens > 0 {
+		output = float64(body.MaxTokens)
+	}
+	k := st.costs[model]
+	return prompt*k[0] + output*k[1]
+}
+
+// uniform is a random number in [0, 1).
+func (s *Server) uniform() float64 { return float64(s.opts.Rand()>>11) / (1 << 53) }
 
 // sessionDraw maps a session key to a stable draw: FNV-1a, then the
 // splitmix64 finalizer so that nearby keys spread over every slot. It is
@@ -85,4 +142,87 @@ func sessionDraw(key string) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
+}
+
+// annotate copies the candidates with the live exclusions and marks.
+func (c *cell) annotate(live *Live) []Candidate {
+	out := append([]Candidate(nil), c.candidates...)
+	if live == nil {
+		return out
+	}
+	for i := range out {
+		cl, ok := live.Clusters[out[i].Cluster]
+		if !ok {
+			continue
+		}
+		if cl.Excluded != "" && out[i].Excluded == "" {
+			out[i].Excluded = "now: " + cl.Excluded
+		}
+		out[i].Saturated = cl.Saturated
+	}
+	return out
+}
+
+// remaining lists the cell's targets that the live state does not exclude,
+// and, when none is left, why each is out.
+func (c *cell) remaining(live *Live) ([]weightedTarget, string) {
+	var out []weightedTarget
+	var why []string
+	for _, t := range c.targets {
+		if live != nil {
+			if ex := live.Clusters[t.Cluster].Excluded; ex != "" {
+				why = append(why, t.Cluster+": "+ex)
+				continue
+			}
+		}
+		out = append(out, weightedTarget{t.Cluster, uint64(t.Weight)})
+	}
+	if len(c.targets) == 0 {
+		return nil, " (no cluster has capacity for it in the current weights)"
+	}
+	if len(out) == 0 {
+		sort.Strings(why)
+		return nil, " (" + strings.Join(why, "; ") + ")"
+	}
+	return out, ""
+}
+
+type weightedTarget struct {
+	cluster string
+	weight  uint64
+}
+
+// pickAmong draws among targets as Envoy would among them alone.
+func pickAmong(ts []weightedTarget, draw uint64) (string, uint64) {
+	var total uint64
+	for _, t := range ts {
+		total += t.weight
+	}
+	slot := draw % total
+	var begin uint64
+	for _, t := range ts {
+		if slot < begin+t.weight {
+			return t.cluster, slot
+		}
+		begin += t.weight
+	}
+	return ts[len(ts)-1].cluster, slot
+}
+
+func contains(ts []weightedTarget, cluster string) bool {
+	for _, t := range ts {
+		if t.cluster == cluster {
+			return true
+		}
+	}
+	return false
+}
+
+func allSaturated(ts []weightedTarget, live *Live) bool {
+	for _, t := range ts {
+		if !live.Clusters[t.cluster].Saturated {
+			return false
+		}
+	}
+	return true
 }

@@ -23,6 +23,8 @@ type RequestError struct {
 	Code   string // machine-readable code, e.g. model_not_found
 	Param  string // the offending field or header, "" if none
 	Msg    string // human-readable, names the field and the value
+	// RetryAfter, in seconds, goes in a retry-after header when > 0.
+	RetryAfter int
 }
 
 func (e *RequestError) Error() string {
@@ -51,13 +53,17 @@ func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"message": re.Msg, "type": re.Type, "param": param, "code": re.Code,
 	}})
+	hs := []*corev3.HeaderValueOption{
+		setRaw("content-type", "application/json"),
+		setRaw(header.Reason, re.Reason()),
+	}
+	if re.RetryAfter > 0 {
+		hs = append(hs, setRaw("retry-after", strconv.Itoa(re.RetryAfter)))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(re.Status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setRaw("content-type", "application/json"),
-				setRaw(header.Reason, re.Reason()),
-			}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(re.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
 			Body:    body,
 			Details: "ilb_" + strings.ReplaceAll(re.Code, "-", "_") + "_" + strconv.Itoa(re.Status),
 		},

@@ -19,11 +19,13 @@ type Record struct {
 	Model          string `json:"model,omitempty"`
 	Priority       string `json:"priority"`
 	// SessionHash is a hash of the session key (never the key itself).
-	SessionHash  string `json:"session_hash,omitempty"`
-	SessionFrom  string `json:"session_from,omitempty"` // header, user or prompt_cache_key
-	Stream       bool   `json:"stream"`
-	MaxTokens    int    `json:"max_tokens,omitempty"`
-	PromptTokens int    `json:"prompt_tokens_estimate,omitempty"`
+	SessionHash string `json:"session_hash,omitempty"`
+	SessionFrom string `json:"session_from,omitempty"` // header, user or prompt_cache_key
+	Stream      bool   `json:"stream"`
+	// TokenCost is the request's estimated token-cost units: its demand.
+	TokenCost    float64 `json:"token_cost,omitempty"`
+	MaxTokens    int     `json:"max_tokens,omitempty"`
+	PromptTokens int     `json:"prompt_tokens_estimate,omitempty"`
 	// ModelFrom says where the model came from: "body" (the request
 	// JSON), "header" (x-ilb-model: ILB decided without the body) or
 	// "default" (the request names none: the source's default model).
@@ -36,8 +38,11 @@ type Record struct {
 	Slot           uint64      `json:"slot"`                // draw % total weight
 	TotalWeight    uint64      `json:"total_weight,omitempty"`
 	Chosen         string      `json:"chosen,omitempty"`
-	// Reason is a short code: weighted, session, or the code of a
-	// rejection (model_not_found, invalid_json, no_capacity, ...).
+	// Redrawn says why the first draw's cluster was passed over.
+	Redrawn string `json:"redrawn,omitempty"`
+	// Reason is a short code: weighted, session, redrawn, or the code of
+	// a rejection (model_not_found, invalid_json, shed, overloaded,
+	// no_capacity, ...).
 	Reason string `json:"reason"`
 	// Status is the HTTP status the client got: ILB's own for a
 	// rejection, else Envoy's response status.
@@ -64,6 +69,8 @@ type Candidate struct {
 	Weight   uint32  `json:"weight"`
 	Share    float64 `json:"share"`
 	Excluded string  `json:"excluded,omitempty"`
+	// Saturated: the cluster was saturated when the request came.
+	Saturated bool `json:"saturated,omitempty"`
 }
 
 // Log keeps the last N decision records, indexed by request id. Safe for

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -36,6 +37,9 @@ type Options struct {
 	// DefaultSource is the source of streams whose Envoy sends no
 	// x-ilb-source metadata (static setups); "" rejects such streams.
 	DefaultSource string
+	// Meter counts the demand of every decided or shed request (nil: not
+	// counted).
+	Meter *demand.Meter
 }
 
 // Server is the ext_proc service (DESIGN §2): one gRPC stream per HTTP
@@ -45,10 +49,11 @@ type Options struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	opts    Options
-	state   atomic.Pointer[State]
-	log     *Log
-	metrics *metrics
+	opts      Options
+	state     atomic.Pointer[State]
+	liveState atomic.Pointer[Live]
+	log       *Log
+	metrics   *metrics
 }
 
 var (

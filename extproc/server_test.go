@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/weights"
@@ -26,6 +27,7 @@ import (
 // harness is a real ext_proc server on loopback and a gRPC client that
 // plays Envoy's side of the stream.
 type harness struct {
+	meter  *demand.Meter
 	srv    *extproc.Server
 	reg    *prometheus.Registry
 	client extprocv3.ExternalProcessorClient
@@ -45,8 +47,9 @@ func start(t *testing.T, publish bool) *harness {
 	}
 	reg := prometheus.NewRegistry()
 	ids := 0
+	meter := demand.NewMeter(time.Unix(1700000000, 0))
 	srv, err := extproc.New(extproc.Options{
-		Config: c, Registry: reg,
+		Config: c, Registry: reg, Meter: meter,
 		Rand:  func() uint64 { return fixedDraw },
 		Now:   func() time.Time { return time.Unix(1700000000, 0) },
 		NewID: func() string { ids++; return "gen-" + strconv.Itoa(ids) },
@@ -81,7 +84,7 @@ func start(t *testing.T, publish bool) *harness {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &harness{srv: srv, reg: reg, client: extprocv3.NewExternalProcessorClient(conn), w: w, cfg: c}
+	return &harness{srv: srv, reg: reg, client: extprocv3.NewExternalProcessorClient(conn), w: w, cfg: c, meter: meter}
 }
 
 // run opens one stream as source and sends msgs in order, reading one

@@ -14,6 +14,7 @@ import (
 // and swapped whole (atomic.Pointer) when a new version is published.
 type State struct {
 	version string
+	costs   map[string][2]float64 // model -> prompt, output token cost
 	sources map[string]*sourceState
 	models  map[string]string // name or alias -> canonical name
 	known   string            // canonical names, for error messages
@@ -30,6 +31,7 @@ type sourceState struct {
 // interval, and every cluster serving the model for decision records.
 type cell struct {
 	targets    []weights.Target
+	shed       weights.ShedFractions
 	ends       []uint64 // ends[i] = sum of weights[0..i]
 	total      uint64
 	candidates []Candidate
@@ -37,10 +39,11 @@ type cell struct {
 
 // newState indexes a weights version for the request path.
 func newState(c *config.Config, w *weights.Weights) (*State, error) {
-	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}}
+	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}, costs: map[string][2]float64{}}
 	var names []string
 	for _, m := range c.Models {
 		st.models[m.Name] = m.Name
+		st.costs[m.Name] = [2]float64{m.PromptTokenCost, m.OutputTokenCost}
 		for _, a := range m.Aliases {
 			st.models[a] = m.Name
 		}
@@ -66,7 +69,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 // why they have none that is known without the controller's explanation
 // (residency); `ilb why` tells the rest.
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
-	c := &cell{targets: slices.Clone(wc.Targets)}
+	c := &cell{targets: slices.Clone(wc.Targets), shed: wc.Shed}
 	weight := map[string]uint32{}
 	for _, t := range c.targets {
 		c.total += uint64(t.Weight)
@@ -91,15 +94,12 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 
 // pick returns the cluster Envoy takes for draw, exactly as Envoy's
 // weighted_clusters does: slot = draw % total, then the first cluster, in
-// list order, whose interval [begin, end) holds slot. ok is false when the
-// cell has no cluster.
-func (c *cell) pick(draw uint64) (cluster string, slot uint64, ok bool) {
-	if c.total == 0 {
-		return "", 0, false
-	}
+// list order, whose interval [begin, end) holds slot. The cell must have
+// a target.
+func (c *cell) pick(draw uint64) (cluster string, slot uint64) {
 	slot = draw % c.total
 	i, _ := slices.BinarySearch(c.ends, slot+1) // first end > slot
-	return c.targets[i].Cluster, slot, true
+	return c.targets[i].Cluster, slot
 }
 
 // Version is the weights version this state was built from.

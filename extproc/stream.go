@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -26,6 +27,7 @@ type hints struct {
 	session, model          string
 	debug                   bool
 	endpoint                Endpoint
+	contentLength           int
 }
 
 // exchange is the state of one stream, that is one HTTP request.
@@ -39,6 +41,9 @@ type exchange struct {
 	body   []byte  // request body chunks received so far
 	debug  bool    // debug asked and allowed
 	done   bool    // ILB answered with an ImmediateResponse
+	prio   weights.Priority
+	key    demand.Key // set once the model is known
+	cost   float64    // estimated token cost
 	// streamed is true when Envoy sends the request body in chunks. In
 	// BUFFERED mode (what ILB configures) the one body message is the
 	// whole body, whether or not end_of_stream is set (it is not when
@@ -113,6 +118,7 @@ func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpro
 		priority: hs[header.Priority], session: hs[header.Session], model: hs[header.Model],
 		debug: hs[header.Debug] == "1", endpoint: endpointOf(hs[":path"]),
 	}
+	x.h.contentLength, _ = strconv.Atoi(hs["content-length"])
 	if x.h.requestID == "" {
 		x.h.requestID = s.opts.NewID()
 	}
@@ -127,7 +133,7 @@ func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpro
 	case x.h.model != "" || m.GetEndOfStream() && !needsBody(x.h):
 		// The client named the model, or there is no body to read (GET
 		// /v1/models): decide now, and tell Envoy to skip any body.
-		mut, err := s.decide(x.st, x.src, &x.h, nil, x.rec)
+		mut, err := s.decide(x, nil)
 		if err != nil {
 			return s.reject(x, err, began)
 		}
@@ -172,12 +178,14 @@ func (s *Server) admit(x *exchange) error {
 	}
 	x.src = src
 	x.debug = x.h.debug && src.debug
+	x.prio = weights.Standard
 	if x.h.priority != "" {
 		p, err := weights.ParsePriority(x.h.priority)
 		if err != nil {
 			return badRequest(header.Priority, "invalid_priority",
 				fmt.Sprintf("header %s is %q: want critical, standard or sheddable", header.Priority, x.h.priority))
 		}
+		x.prio = p
 		x.rec.Priority = p.String()
 	}
 	return nil
@@ -208,7 +216,7 @@ func (s *Server) onRequestBody(x *exchange, m *extprocv3.HttpBody) *extprocv3.Pr
 		// route by the default model.
 		b = Body{}
 	}
-	mut, err := s.decide(x.st, x.src, &x.h, &b, x.rec)
+	mut, err := s.decide(x, &b)
 	if err != nil {
 		return s.reject(x, err, began)
 	}
@@ -223,6 +231,9 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	s.metrics.latency.Observe(d.Seconds())
 	s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason).Inc()
 	s.log.add(x.rec)
+	if s.opts.Meter != nil {
+		s.opts.Meter.Add(x.key, x.cost, false)
+	}
 }
 
 // reject answers the request with an ImmediateResponse built from err.
@@ -240,6 +251,11 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	s.metrics.latency.Observe(d.Seconds())
 	s.metrics.rejected(source, re)
 	s.log.add(x.rec)
+	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 {
+		// Refused for want of capacity: still demand (the controller must
+		// plan for it, or it would stop shedding and start again).
+		s.opts.Meter.Add(x.key, x.cost, true)
+	}
 	return resp
 }
 

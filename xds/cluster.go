@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ilbproject/ilb/config"
 )
@@ -19,14 +20,15 @@ import (
 // all IP addresses are EDS clusters; a cluster with a DNS name among its
 // endpoints is STRICT_DNS with the endpoints inline, since EDS carries
 // only addresses.
-func engineClusters(c *config.Config, s config.Source) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
+func engineClusters(c *config.Config, eps Endpoints, s config.Source) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
 	var cds []*clusterv3.Cluster
 	var eds []*endpointv3.ClusterLoadAssignment
 	for _, e := range c.Clusters {
 		if !s.Allows(e.Region) {
 			continue
 		}
-		cla, allIP, err := loadAssignment(e)
+		list := eps.of(e)
+		cla, err := loadAssignment(e, list)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -35,7 +37,7 @@ func engineClusters(c *config.Config, s config.Source) ([]*clusterv3.Cluster, []
 			ConnectTimeout: durationpb.New(c.Envoy.ConnectTimeout.Std()),
 			LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
 		}
-		if allIP {
+		if allIP(list) {
 			cl.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
 			cl.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()}
 			eds = append(eds, cla)
@@ -48,32 +50,35 @@ func engineClusters(c *config.Config, s config.Source) ([]*clusterv3.Cluster, []
 	return cds, eds, nil
 }
 
-// loadAssignment lists a cluster's endpoints in one locality named after
-// its region, and reports whether every endpoint is an IP address.
-func loadAssignment(e config.EngineCluster) (*endpointv3.ClusterLoadAssignment, bool, error) {
+// loadAssignment lists a cluster's endpoints, with their health and
+// load-balancing weight, in one locality named after its region.
+func loadAssignment(e config.EngineCluster, eps []Endpoint) (*endpointv3.ClusterLoadAssignment, error) {
 	loc := &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{Region: e.Region}}
-	allIP := true
-	for _, ep := range e.Endpoints {
-		host, portS, err := net.SplitHostPort(ep)
+	for _, ep := range eps {
+		host, portS, err := net.SplitHostPort(ep.Address)
 		if err != nil {
-			return nil, false, fmt.Errorf("cluster %s: endpoint %q: %w", e.Name, ep, err)
+			return nil, fmt.Errorf("cluster %s: endpoint %q: %w", e.Name, ep.Address, err)
 		}
 		port, err := strconv.ParseUint(portS, 10, 16)
 		if err != nil {
-			return nil, false, fmt.Errorf("cluster %s: endpoint %q: port: %w", e.Name, ep, err)
+			return nil, fmt.Errorf("cluster %s: endpoint %q: port: %w", e.Name, ep.Address, err)
 		}
-		allIP = allIP && net.ParseIP(host) != nil
+		w := ep.Weight
+		if w == 0 || w > MaxWeight {
+			w = MaxWeight
+		}
 		loc.LbEndpoints = append(loc.LbEndpoints, &endpointv3.LbEndpoint{
 			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 				Address: socketAddress(host, uint32(port)),
 			}},
-			HealthStatus: corev3.HealthStatus_HEALTHY,
+			HealthStatus:        ep.Health,
+			LoadBalancingWeight: wrapperspb.UInt32(w),
 		})
 	}
 	return &endpointv3.ClusterLoadAssignment{
 		ClusterName: e.Name,
 		Endpoints:   []*endpointv3.LocalityLbEndpoints{loc},
-	}, allIP, nil
+	}, nil
 }
 
 func socketAddress(host string, port uint32) *corev3.Address {

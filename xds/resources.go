@@ -30,14 +30,15 @@ type Resources struct {
 	Listeners []*listenerv3.Listener
 }
 
-// Build translates the configuration and weights into the resources of
-// source. c must be valid and w computed from it.
-func Build(c *config.Config, w *weights.Weights, source string) (*Resources, error) {
+// Build translates the configuration, weights and endpoints into the
+// resources of source. c must be valid and w computed from it; eps may be
+// nil (the configured endpoints, all healthy).
+func Build(c *config.Config, w *weights.Weights, eps Endpoints, source string) (*Resources, error) {
 	s, ok := c.Source(source)
 	if !ok {
 		return nil, fmt.Errorf("unknown source %q", source)
 	}
-	cds, eds, err := engineClusters(c, s)
+	cds, eds, err := engineClusters(c, eps, s)
 	if err != nil {
 		return nil, fmt.Errorf("source %s: clusters: %w", source, err)
 	}

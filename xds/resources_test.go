@@ -46,7 +46,7 @@ func demo(t *testing.T) (*config.Config, *weights.Weights) {
 
 func build(t *testing.T, c *config.Config, w *weights.Weights, source string) *xds.Resources {
 	t.Helper()
-	r, err := xds.Build(c, w, source)
+	r, err := xds.Build(c, w, nil, source)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -41,7 +42,11 @@ type Server struct {
 	cache   cache.SnapshotCache
 	xds     serverv3.Server
 	tracker *tracker
-	mu      sync.Mutex // serialises commits
+
+	mu        sync.Mutex // serialises commits; guards the fields below
+	weights   *weights.Weights
+	endpoints Endpoints
+	epsGen    uint64 // bumped by every SetEndpoints that changed them
 }
 
 var _ weights.Sink = (*Server)(nil)
@@ -84,13 +89,25 @@ func (s *Server) Publish(ctx context.Context, w *weights.Weights) error {
 	return nil
 }
 
-// Prepare builds and validates the snapshot of every source for w; commit
-// sets them all. Nothing changes for any Envoy when a source's snapshot
-// fails, so a version is rolled out to every source or to none.
+// Prepare builds and validates the snapshot of every source for w (with
+// the endpoints in force); commit sets them all. Nothing changes for any
+// Envoy when a source's snapshot fails, so a version is rolled out to
+// every source or to none.
 func (s *Server) Prepare(ctx context.Context, w *weights.Weights) (func(), error) {
+	s.mu.Lock()
+	eps, gen := s.endpoints, s.epsGen
+	s.mu.Unlock()
+	snaps, err := s.build(w, eps)
+	if err != nil {
+		return nil, err
+	}
+	return func() { s.commit(ctx, w, snaps, gen) }, nil
+}
+
+func (s *Server) build(w *weights.Weights, eps Endpoints) (map[string]*cache.Snapshot, error) {
 	snaps := make(map[string]*cache.Snapshot, len(s.cfg.Sources))
 	for _, src := range s.cfg.Sources {
-		res, err := Build(s.cfg, w, src.Name)
+		res, err := Build(s.cfg, w, eps, src.Name)
 		if err != nil {
 			return nil, fmt.Errorf("xds: weights %s: %w", w.Version(), err)
 		}
@@ -100,23 +117,58 @@ func (s *Server) Prepare(ctx context.Context, w *weights.Weights) (func(), error
 		}
 		snaps[src.Name] = snap
 	}
-	return func() { s.commit(ctx, w, snaps) }, nil
+	return snaps, nil
 }
 
-// commit sets prepared snapshots. SetSnapshot stores the snapshot before it
+// commit sets prepared snapshots, rebuilt first if the endpoints changed
+// since they were prepared. SetSnapshot stores the snapshot before it
 // answers open watches, so an error there (a stream that went away) does
 // not lose the version: it is logged.
-func (s *Server) commit(ctx context.Context, w *weights.Weights, snaps map[string]*cache.Snapshot) {
+func (s *Server) commit(ctx context.Context, w *weights.Weights, snaps map[string]*cache.Snapshot, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if gen != s.epsGen {
+		if fresh, err := s.build(w, s.endpoints); err == nil {
+			snaps = fresh
+		} else {
+			s.log.ErrorContext(ctx, "xds: rebuilding with newer endpoints failed; setting the prepared snapshots", "err", err)
+		}
+	}
+	s.set(ctx, w, snaps)
+	s.weights = w
+	s.tracker.published(w.Version())
+	s.log.InfoContext(ctx, "xds snapshots set", "weights", w.Version(), "sources", len(snaps))
+}
+
+func (s *Server) set(ctx context.Context, w *weights.Weights, snaps map[string]*cache.Snapshot) {
 	for _, src := range s.cfg.Sources {
 		if err := s.cache.SetSnapshot(ctx, src.Name, snaps[src.Name]); err != nil {
 			s.log.WarnContext(ctx, "xds: answering watches after a new snapshot failed; Envoys get it on their next request",
 				"source", src.Name, "weights", w.Version(), "err", err)
 		}
 	}
-	s.tracker.published(w.Version())
-	s.log.InfoContext(ctx, "xds snapshots set", "weights", w.Version(), "sources", len(snaps))
+}
+
+// SetEndpoints makes EDS follow the replicas' state: the snapshots of
+// every source are rebuilt with eps and the weights in force, checked and
+// set. Endpoints equal to those in force change nothing. Before the first
+// weights, eps is kept for them.
+func (s *Server) SetEndpoints(ctx context.Context, eps Endpoints) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reflect.DeepEqual(eps, s.endpoints) {
+		return nil
+	}
+	if s.weights != nil {
+		snaps, err := s.build(s.weights, eps)
+		if err != nil {
+			return fmt.Errorf("xds: endpoints: %w", err)
+		}
+		s.set(ctx, s.weights, snaps)
+	}
+	s.endpoints = eps
+	s.epsGen++
+	return nil
 }
 
 // Snapshot returns the snapshot currently set for a source.

@@ -39,7 +39,7 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		if err != nil {
 			return err
 		}
-		res, err := xds.Build(c, w, *source)
+		res, err := xds.Build(c, w, nil, *source)
 		if err != nil {
 			return err
 		}

@@ -58,7 +58,7 @@ func servable(c *config.Config) error {
 	}
 	var errs []error
 	for _, s := range c.Sources {
-		res, err := xds.Build(c, w, s.Name)
+		res, err := xds.Build(c, w, nil, s.Name)
 		if err == nil {
 			_, err = res.Snapshot()
 		}

@@ -1,0 +1,142 @@
+package extproc_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// qwen from edge-us: 4000 us-east-vllm, 4000 eu-west-vllm, 2000 eu-west-tgi;
+// the fixed draw 4242 falls in eu-west-vllm's [4000, 8000).
+func publishQwen(t *testing.T, h *harness, shed weights.ShedFractions) {
+	t.Helper()
+	var cells []weights.Cell
+	for _, s := range h.cfg.Sources {
+		for _, m := range h.cfg.Models {
+			cell, _ := h.w.Cell(s.Name, m.Name)
+			cell.Explanation = nil
+			if s.Name == "edge-us" && m.Name == "qwen2.5-7b-instruct" {
+				cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: 4000}, {Cluster: "eu-west-vllm", Weight: 4000}, {Cluster: "eu-west-tgi", Weight: 2000}}
+				cell.Shed = shed
+			}
+			cells = append(cells, cell)
+		}
+	}
+	w, err := weights.New("test", time.Time{}, cells)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Publish(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func qwenRequest(prio string) []*extprocv3.ProcessingRequest {
+	hdr := post("/v1/chat/completions")
+	if prio != "" {
+		hdr = post("/v1/chat/completions", header.Priority, prio)
+	}
+	return []*extprocv3.ProcessingRequest{hdr, reqBody(`{"model":"qwen-7b","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`)}
+}
+
+// now is the harness clock (extproc.Options.Now).
+var now = time.Unix(1700000000, 0)
+
+func TestFastLoop(t *testing.T) {
+	tests := []struct {
+		name   string
+		shed   weights.ShedFractions
+		live   *extproc.Live
+		prio   string
+		status int    // 0: routed
+		code   string // rejection code, or the record's reason when routed
+		to     string // x-ilb-route-cluster, "" when Envoy's draw stands
+	}{
+		{"no live state: the draw stands", weights.ShedFractions{}, nil, "", 0, "weighted", ""},
+		{"drawn cluster excluded: drawn again among the rest", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"eu-west-vllm": {Excluded: "no ready replica (2 unhealthy)"},
+		}}, "", 0, "redrawn", "eu-west-tgi"}, // among us-east [0, 4000) and tgi [4000, 6000): 4242 % 6000 falls in tgi
+		{"stale live state is ignored", weights.ShedFractions{}, &extproc.Live{At: now.Add(-time.Minute), Clusters: map[string]extproc.ClusterLive{
+			"eu-west-vllm": {Excluded: "no ready replica"},
+		}}, "", 0, "weighted", ""},
+		{"every cluster excluded: 503", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": {Excluded: "unhealthy"}, "eu-west-vllm": {Excluded: "unhealthy"}, "eu-west-tgi": {Excluded: "draining"},
+		}}, "", 503, "no_capacity", ""},
+		{"planned shedding of sheddable", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 429, "shed", ""},
+		{"planned shedding spares other priorities", weights.ShedFractions{weights.Sheddable: 1}, nil, "standard", 0, "weighted", ""},
+		{"all saturated: sheddable refused", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
+		}}, "sheddable", 429, "overloaded", ""},
+		{"all saturated: critical still served", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
+		}}, "critical", 0, "weighted", ""},
+		{"one cluster not saturated: sheddable served", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true},
+		}}, "sheddable", 0, "weighted", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			publishQwen(t, h, tt.shed)
+			if tt.live != nil {
+				h.srv.SetLive(tt.live)
+			}
+			resps := h.run(t, "edge-us", qwenRequest(tt.prio)...)
+			last := resps[len(resps)-1]
+			rec, _ := h.srv.Decisions().Get("req-1")
+			if tt.status != 0 {
+				ir := last.GetImmediateResponse()
+				if ir == nil {
+					t.Fatalf("answer %v; want %d", last, tt.status)
+				}
+				checkImmediate(t, ir, tt.status, tt.code, "", "")
+				if tt.status == 429 {
+					found := false
+					for _, o := range ir.GetHeaders().GetSetHeaders() {
+						found = found || (o.GetHeader().GetKey() == "retry-after" && string(o.GetHeader().GetRawValue()) == "1")
+					}
+					if !found {
+						t.Error("429 without retry-after: 1")
+					}
+				}
+				counts, _ := h.meter.Flush(now)
+				if c := counts[demand.Key{Source: "edge-us", Model: "qwen2.5-7b-instruct", Priority: mustPrio(tt.prio)}]; c.Requests != 1 || c.Shed != 1 {
+					t.Errorf("meter counts %+v; want one shed request", c)
+				}
+				return
+			}
+			set := mutation(t, last.GetRequestBody().GetResponse())
+			if set[header.RouteCluster] != tt.to {
+				t.Errorf("%s = %q; want %q", header.RouteCluster, set[header.RouteCluster], tt.to)
+			}
+			if rec.Reason != tt.code || (tt.to != "" && (rec.Chosen != tt.to || !strings.Contains(rec.Redrawn, "eu-west-vllm is excluded"))) {
+				t.Errorf("record reason %s chosen %s redrawn %q", rec.Reason, rec.Chosen, rec.Redrawn)
+			}
+			// 400/4 prompt... ~ 100 prompt tokens × 1 + 100 output × 4.
+			counts, _ := h.meter.Flush(now)
+			c := counts[demand.Key{Source: "edge-us", Model: "qwen2.5-7b-instruct", Priority: mustPrio(tt.prio)}]
+			if c.Requests != 1 || c.Shed != 0 || c.TokenCost < 400 || c.TokenCost > 600 {
+				t.Errorf("meter counts %+v; want one routed request of ~500 token-cost", c)
+			}
+		})
+	}
+}
+
+func mustPrio(s string) weights.Priority {
+	if s == "" {
+		return weights.Standard
+	}
+	p, err := weights.ParsePriority(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}

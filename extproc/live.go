@@ -1,0 +1,37 @@
+package extproc
+
+import "time"
+
+// Live is the engines' state as the fast loop uses it: which clusters are
+// out and why, which are saturated. It is immutable; the signals monitor
+// publishes a new one on every change (Server.SetLive).
+type Live struct {
+	// At is when the signals were observed; a Live older than
+	// extproc.live_ttl is ignored, so nothing stays excluded or shed
+	// after the signals stop.
+	At       time.Time
+	Clusters map[string]ClusterLive
+}
+
+// ClusterLive is one engine cluster's live state.
+type ClusterLive struct {
+	// Excluded says why no request may go there now ("" when it may):
+	// no ready replica, every replica unhealthy...
+	Excluded string `json:"excluded,omitempty"`
+	// Saturated: every serving replica has a long queue or a full KV
+	// cache; sheddable requests are refused when all their clusters are.
+	Saturated bool `json:"saturated,omitempty"`
+}
+
+// SetLive swaps in the live state.
+func (s *Server) SetLive(l *Live) { s.liveState.Store(l) }
+
+// live returns the live state, or nil when there is none or it is older
+// than the TTL at now.
+func (s *Server) live(now time.Time) *Live {
+	l := s.liveState.Load()
+	if l == nil || now.Sub(l.At) > s.opts.Config.ExtProc.LiveTTL.Std() {
+		return nil
+	}
+	return l
+}
