@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
 )
@@ -34,10 +36,22 @@ type Nodes interface {
 	Nodes() []xds.NodeStatus
 }
 
+// Signals reports the engines' state.
+type Signals interface {
+	Snapshot() *signals.Snapshot
+}
+
+// Demand reports measured demand.
+type Demand interface {
+	Status() demand.Status
+}
+
 var (
 	_ Weights   = (*weights.Controller)(nil)
 	_ Decisions = (*extproc.Log)(nil)
 	_ Nodes     = (*xds.Server)(nil)
+	_ Signals   = (*signals.Monitor)(nil)
+	_ Demand    = (*demand.Aggregator)(nil)
 )
 
 // Options are the parts the admin API shows. Nil parts answer 404.
@@ -47,6 +61,8 @@ type Options struct {
 	Weights   Weights
 	Decisions Decisions
 	Nodes     Nodes
+	Signals   Signals
+	Demand    Demand
 	Logger    *slog.Logger
 }
 
@@ -61,6 +77,7 @@ type Options struct {
 //	GET /debug/decisions/{id}       the decision record of a request id
 //	GET /debug/config               the configuration in force
 //	GET /debug/xds                  xDS nodes: ACKed versions, last NACK
+//	GET /debug/signals              replica and cluster state with reasons and ages, and measured demand
 //
 // Errors are JSON {"error":{"message":...}} with a 4xx status.
 func Handler(o Options) http.Handler {
@@ -132,6 +149,17 @@ func Handler(o Options) http.Handler {
 		}
 		writeJSON(w, o.Config)
 	})
+	mux.HandleFunc("GET /debug/signals", func(w http.ResponseWriter, r *http.Request) {
+		out := signalsView{}
+		if o.Signals != nil {
+			out.Signals = o.Signals.Snapshot()
+		}
+		if o.Demand != nil {
+			st := o.Demand.Status()
+			out.Demand = &st
+		}
+		writeJSON(w, out)
+	})
 	mux.HandleFunc("GET /debug/xds", func(w http.ResponseWriter, r *http.Request) {
 		if o.Nodes == nil {
 			writeError(w, http.StatusNotFound, "this process serves no xDS")
@@ -140,6 +168,13 @@ func Handler(o Options) http.Handler {
 		writeJSON(w, o.Nodes.Nodes())
 	})
 	return mux
+}
+
+// signalsView is the /debug/signals document.
+type signalsView struct {
+	// Signals is nil when the engines are not watched (signals.disabled).
+	Signals *signals.Snapshot `json:"signals"`
+	Demand  *demand.Status    `json:"demand,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

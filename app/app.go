@@ -1,7 +1,13 @@
 // Package app assembles ILB's all-in-one process (`ilb serve`): the
-// weights controller, the xDS server, the ext_proc service and the admin
-// API, on one explicit Prometheus registry, each server on its own
-// listener. The demo and the end-to-end tests run the same assembly.
+// engine signals monitor, the weights controller, the xDS server (with the
+// LRS service on the same port), the ext_proc service with its demand
+// meter, and the admin API, on one explicit Prometheus registry. The demo
+// and the end-to-end tests run the same assembly.
+//
+// The loops: signals → EDS (xds.SetEndpoints) and the fast loop
+// (extproc.SetLive) on every change, and an immediate controller tick when
+// a cluster's serving replicas change; ext_proc's demand → aggregator →
+// the controller's input every tick.
 package app
 
 import (
@@ -16,11 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
 )
@@ -42,7 +51,13 @@ type App struct {
 	Controller *weights.Controller
 	XDS        *xds.Server
 	ExtProc    *extproc.Server
+	// Signals watches the engines; nil when signals.disabled.
+	Signals *signals.Monitor
+	// Demand aggregates the demand ext_proc measures (in memory) and any
+	// reporter sends over LRS on the xDS port.
+	Demand *demand.Aggregator
 
+	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
 	group                     *errgroup.Group
 }
@@ -62,11 +77,14 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	now := time.Now
 	xs, err := xds.New(ctx, xds.Options{Config: c, Logger: o.Logger.With("component", "xds"), Registry: reg})
 	if err != nil {
 		return nil, err
 	}
-	ep, err := extproc.New(extproc.Options{Config: c, Logger: o.Logger.With("component", "extproc"), Registry: reg, Rand: o.Rand})
+	agg := demand.NewAggregator(c, o.Logger.With("component", "demand"), now())
+	meter := demand.NewMeter(now())
+	ep, err := extproc.New(extproc.Options{Config: c, Logger: o.Logger.With("component", "extproc"), Registry: reg, Rand: o.Rand, Meter: meter})
 	if err != nil {
 		return nil, err
 	}
@@ -74,32 +92,64 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctl, err := weights.NewController(weights.ControllerOptions{
+	a := &App{Config: c, Registry: reg, XDS: xs, ExtProc: ep, Demand: agg, log: o.Logger}
+	copts := weights.ControllerOptions{
 		Config: c, Policy: policy, Sinks: []weights.Sink{xs, ep},
 		Logger: o.Logger.With("component", "controller"), Registry: reg,
-	})
+		Demand: func() (weights.Demand, time.Time) { return agg.Rates(now()) },
+	}
+	if !c.Signals.Disabled {
+		mon, err := signals.New(signals.Options{
+			Config: c, Logger: o.Logger.With("component", "signals"), Registry: reg,
+			OnChange: func(snap *signals.Snapshot, healthChanged []string) {
+				a.onSignals(ctx, snap, healthChanged)
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.Signals = mon
+		copts.State = func() (map[string]weights.ClusterState, time.Time) {
+			snap := mon.Snapshot()
+			return snap.ClusterStates(c), snap.At
+		}
+	}
+	ctl, err := weights.NewController(copts)
 	if err != nil {
 		return nil, err
 	}
+	a.Controller = ctl
 	if err := ctl.Tick(ctx); err != nil {
 		return nil, fmt.Errorf("app: first weights: %w", err)
 	}
-	a := &App{Config: c, Registry: reg, Controller: ctl, XDS: xs, ExtProc: ep}
 	if err := a.listen(ctx); err != nil {
 		return nil, err
 	}
-	adminSrv := &http.Server{
-		Handler: admin.Handler(admin.Options{
-			Config: c, Registry: reg, Weights: ctl, Decisions: ep.Decisions(), Nodes: xs,
-			Logger: o.Logger.With("component", "admin"),
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
+	aopts := admin.Options{
+		Config: c, Registry: reg, Weights: ctl, Decisions: ep.Decisions(), Nodes: xs, Demand: agg,
+		Logger: o.Logger.With("component", "admin"),
+	}
+	if a.Signals != nil {
+		aopts.Signals = a.Signals
+	}
+	adminSrv := &http.Server{Handler: admin.Handler(aopts), ReadHeaderTimeout: 10 * time.Second}
+	xdsGRPC := grpc.NewServer()
+	xs.Register(xdsGRPC)
+	demand.NewServer(agg, c.ExtProc.ReportInterval.Std(), o.Logger.With("component", "lrs")).Register(xdsGRPC)
+	reporter := &demand.Reporter{
+		Meter: meter, Sink: agg, Node: demand.ReporterNode("ilb-all-in-one"),
+		Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "demand"),
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return xs.Serve(gctx, a.xdsLn) })
+	g.Go(func() error { return serve.GRPC(gctx, xdsGRPC, a.xdsLn) })
 	g.Go(func() error { return ep.Serve(gctx, a.extprocLn) })
 	g.Go(func() error { return serve.HTTP(gctx, adminSrv, a.adminLn) })
 	g.Go(func() error { return ctl.Run(gctx) })
+	g.Go(func() error { return reporter.Run(gctx) })
+	if a.Signals != nil {
+		g.Go(func() error { return a.Signals.Run(gctx) })
+		g.Go(func() error { return a.followRamps(gctx) })
+	}
 	a.group = g
 	o.Logger.InfoContext(ctx, "ilb serving", "xds", a.XDSAddr(), "extproc", a.ExtProcAddr(), "admin", a.AdminAddr(), "weights", ctl.Current().Version())
 	return a, nil

@@ -260,3 +260,12 @@ func containsOne(msgs []string, want string) bool {
 	}
 	return false
 }
+
+func TestSRVDiscoveryAccepted(t *testing.T) {
+	c := mustParse(t, base)
+	c.Clusters[0].Endpoints = nil
+	c.Clusters[0].Discovery = config.Discovery{Type: config.DiscoveryDNS, Name: "_http._tcp.vllm.svc.cluster.local", SRV: true}
+	if err := c.Validate(); err != nil {
+		t.Errorf("SRV discovery: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -92,7 +93,8 @@ const (
 
 // Metrics says how to read a cluster's replicas.
 type Metrics struct {
-	// Path of the Prometheus endpoint; default "/metrics".
+	// Path of the Prometheus endpoint; default "/metrics"
+	// ("/prometheus/metrics" for trtllm, whose /metrics is JSON).
 	Path string `yaml:"path" json:"path"`
 	// HealthPath is probed for liveness; default "/health" (vLLM, SGLang,
 	// TGI and TensorRT-LLM all serve it).
@@ -162,7 +164,11 @@ func (c *Config) validateClusterSignals(p *problems, path string, e EngineCluste
 			p.addf(path+".endpoints", "cluster %q has no endpoint: want at least one host:port (or a dns or file discovery)", e.Name)
 		}
 	case DiscoveryDNS:
-		if !validDNSName(d.Name) {
+		name := d.Name
+		if d.SRV { // _service._proto.name: the labels may start with '_'
+			name = strings.ReplaceAll(name, "_", "x")
+		}
+		if !validDNSName(name) {
 			p.addf(path+".discovery.name", "%q is not a DNS name", d.Name)
 		}
 		if !d.SRV && (d.Port < 1 || d.Port > 65535) {
@@ -199,6 +205,8 @@ func (c *Config) validateClusterSignals(p *problems, path string, e EngineCluste
 }
 
 // applySignalDefaults fills a cluster's discovery and metrics defaults.
+// trtllm-serve serves JSON stats on /metrics and Prometheus text on
+// /prometheus/metrics.
 func (e *EngineCluster) applySignalDefaults() {
 	if e.Discovery.Type == "" {
 		e.Discovery.Type = DiscoveryStatic
@@ -208,6 +216,9 @@ func (e *EngineCluster) applySignalDefaults() {
 	}
 	if e.Metrics.Path == "" {
 		e.Metrics.Path = "/metrics"
+		if e.Engine == EngineTRTLLM {
+			e.Metrics.Path = "/prometheus/metrics"
+		}
 	}
 	if e.Metrics.HealthPath == "" {
 		e.Metrics.HealthPath = "/health"

@@ -85,7 +85,7 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		case !s.Allows(e.Region):
 			cand.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
 		case cand.Weight == 0:
-			cand.Excluded = "weight 0 in this weights version (ilb why explains it)"
+			cand.Excluded = "weight 0 in this weights version (ilb weights --explain says why)"
 		}
 		c.candidates = append(c.candidates, cand)
 	}

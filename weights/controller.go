@@ -49,6 +49,8 @@ type ControllerOptions struct {
 	Logger   *slog.Logger         // nil: discard
 	Now      func() time.Time     // nil: time.Now
 	Registry *prometheus.Registry // nil: metrics are not exported
+	// MinResolveGap: 0 means DefaultMinResolveGap.
+	MinResolveGap time.Duration
 }
 
 // Controller runs the policy every tick and publishes new versions. Its
@@ -60,7 +62,12 @@ type Controller struct {
 	guard   guard
 	current atomic.Pointer[Weights]
 	metrics *controllerMetrics
+	trigger chan struct{}
 }
+
+// DefaultMinResolveGap is the least time between two ticks that Trigger
+// asks for: a flapping cluster cannot make the controller solve in a loop.
+const DefaultMinResolveGap = time.Second
 
 // NewController checks the options and registers the metrics.
 func NewController(o ControllerOptions) (*Controller, error) {
@@ -73,6 +80,9 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if o.MinResolveGap <= 0 {
+		o.MinResolveGap = DefaultMinResolveGap
 	}
 	if o.Fallback == nil {
 		o.Fallback = Proportional{}
@@ -97,7 +107,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{
-		opts: o, metrics: m,
+		opts: o, metrics: m, trigger: make(chan struct{}, 1),
 		smooth: NewSmoother(o.Config.Controller.DemandHalfLife.Std()),
 		guard:  guard{cfg: o.Config.Controller},
 	}, nil
@@ -191,17 +201,40 @@ func versionOf(w *Weights) string {
 	return w.Version()
 }
 
-// Run ticks at once, then every Config.Controller.Tick, until ctx is done.
-// A failed tick is logged and the loop goes on with the last good weights.
+// Trigger asks Run for a tick now (a cluster became unhealthy or ready),
+// at most one per ControllerOptions.MinResolveGap. It never blocks.
+func (c *Controller) Trigger() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run ticks at once, then every Config.Controller.Tick and on Trigger,
+// until ctx is done. A failed tick is logged and the loop goes on with the
+// last good weights.
 func (c *Controller) Run(ctx context.Context) error {
 	t := time.NewTicker(c.opts.Config.Controller.Tick.Std())
 	defer t.Stop()
 	for {
+		last := time.Now()
 		_ = c.Tick(ctx) // logged, counted and shown in Current().Status()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-c.trigger:
+			c.metrics.ticks.WithLabelValues("triggered").Inc()
+			if wait := c.opts.MinResolveGap - time.Since(last); wait > 0 {
+				w := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					w.Stop()
+					return nil
+				case <-w.C:
+				}
+			}
+			t.Reset(c.opts.Config.Controller.Tick.Std())
 		}
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -168,4 +170,43 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, reason string) float64 
 	}
 	t.Fatalf("no %s{reason=%q}", name, reason)
 	return 0
+}
+
+// TestTriggerTicksNow: a trigger makes Run tick before its (hour-long)
+// period, and triggers are rate-limited into one tick per gap.
+func TestTriggerTicksNow(t *testing.T) {
+	c := load(t)
+	c.Controller.Tick = config.Duration(time.Hour)
+	reg := prometheus.NewRegistry()
+	var calls atomic.Int32
+	ctl, err := weights.NewController(weights.ControllerOptions{
+		Config: c, Policy: weights.Proportional{}, Registry: reg, MinResolveGap: 20 * time.Millisecond,
+		State: func() (map[string]weights.ClusterState, time.Time) {
+			calls.Add(1)
+			return weights.StaticState(c), time.Now()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for calls.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for range 5 { // five triggers at once: at most two more ticks
+		ctl.Trigger()
+	}
+	for calls.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n < 2 || n > 3 {
+		t.Errorf("%d ticks; want the first, then one or two for five triggers", n)
+	}
 }

@@ -16,7 +16,7 @@ func newControllerMetrics(reg *prometheus.Registry) (*controllerMetrics, error) 
 	m := &controllerMetrics{
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_controller_ticks_total",
-			Help: "Controller ticks by result: published (a new version reached every sink), unchanged (same version), failed (fail-static: kept the last good version).",
+			Help: "Controller ticks by result: published (a new version reached every sink), unchanged (same version), failed (fail-static: kept the last good version); triggered counts the extra ticks asked for by a change of cluster health.",
 		}, []string{"result"}),
 		solve: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ilb_controller_solve_seconds",

@@ -70,3 +70,13 @@ func (s *ShedFractions) UnmarshalJSON(b []byte) error {
 	*s = out
 	return nil
 }
+
+// UnmarshalText reads the header form.
+func (p *Priority) UnmarshalText(b []byte) error {
+	v, err := ParsePriority(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}

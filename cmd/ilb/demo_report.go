@@ -22,23 +22,38 @@ import (
 // request. It returns an error when requests failed, so `make demo` fails
 // loudly on a broken stack.
 func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result, elapsed time.Duration) error {
-	ok, failed := 0, map[string]int{}
+	ok, shed, failed := 0, 0, map[string]int{}
 	type key struct{ source, model, cluster string }
 	served := map[key]int{}
+	expected := map[key]float64{} // Σ over requests of the cluster's weight share when decided
+	variance := map[key]float64{} // Σ p(1-p)
 	perCell := map[[2]string]int{}
 	sessions := map[string]map[string]bool{} // source/model/session -> clusters
 	streamed := 0
+	cur := d.App.Controller.Current()
+	versions := map[string]bool{}
 	for _, r := range results {
+		if r.Err == nil && r.Status == 429 {
+			shed++ // ILB shed it: the fleet was over capacity
+			continue
+		}
 		if r.Err != nil || r.Status != 200 {
 			failed[fmt.Sprintf("status %d %v", r.Status, r.Err)]++
 			continue
 		}
 		ok++
 		model, _ := d.Config.ResolveModel(r.Model)
-		if r.Session == "" { // random draws; a session's draw is its hash
+		rec, found := d.App.ExtProc.Decisions().Get(r.RequestID)
+		if r.Session == "" && found && rec.Reason == "weighted" { // random draws; a session's draw is its hash
+			versions[rec.WeightsVersion] = true
 			served[key{r.Source, model, r.Cluster}]++
 			perCell[[2]string{r.Source, model}]++
-		} else {
+			for _, c := range rec.Candidates {
+				p := float64(c.Weight) / float64(max(rec.TotalWeight, 1))
+				expected[key{r.Source, model, c.Cluster}] += p
+				variance[key{r.Source, model, c.Cluster}] += p * (1 - p)
+			}
+		} else if r.Session != "" {
 			k := r.Source + "/" + model + "/" + r.Session
 			if sessions[k] == nil {
 				sessions[k] = map[string]bool{}
@@ -50,23 +65,30 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 		}
 	}
 	rate := float64(len(results)) / elapsed.Seconds()
-	fmt.Fprintf(w, "\n%d requests in %.1fs: %.0f requests/s, %d OK, %d streamed as SSE\n", len(results), elapsed.Seconds(), rate, ok, streamed)
+	fmt.Fprintf(w, "\n%d requests in %.1fs: %.0f requests/s, %d OK, %d streamed as SSE, %d shed (429)\n", len(results), elapsed.Seconds(), rate, ok, streamed, shed)
 	for reason, n := range failed {
 		fmt.Fprintf(w, "  FAILED %d: %s\n", n, reason)
 	}
 
-	cur := d.App.Controller.Current()
-	fmt.Fprintf(w, "\nTraffic split per source and model: the weights (version %s) beside what the random-draw requests observed\n", cur.Version())
-	fmt.Fprintln(w, "(requests with a session key are left out: their draw is the hash of the key, not random; tolerance = 4 standard deviations)")
+	fmt.Fprintf(w, "\nTraffic split per source and model (policy %s; requests were decided under %d weights versions as the controller followed the load; in force now: %s):\n",
+		cur.Policy(), len(versions), cur.Version())
+	fmt.Fprintln(w, "expected = the share each random-draw request's weights gave the cluster when it was decided, averaged; observed = where those requests were served;")
+	fmt.Fprintln(w, "tolerance = 4 standard deviations; now = the weight in force at the end; planned = the demand (token-cost/s) the controller measured. Session requests are left out: their draw is their key's hash.")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "source\tmodel\tcluster\tweight\tobserved\ttolerance\trequests\t")
+	fmt.Fprintln(tw, "source\tmodel\tplanned\tcluster\tnow\texpected\tobserved\ttolerance\trequests\t")
 	for _, cell := range cur.Cells() {
 		n := float64(max(perCell[[2]string{cell.Source, cell.Model}], 1))
+		now := map[string]uint32{}
 		for _, t := range cell.Targets {
-			got := served[key{cell.Source, cell.Model, t.Cluster}]
-			p := float64(t.Weight) / weights.Total
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%.1f%%\t±%.1f%%\t%d\t\n", cell.Source, cell.Model, t.Cluster,
-				100*p, 100*float64(got)/n, 400*math.Sqrt(p*(1-p)/n), got)
+			now[t.Cluster] = t.Weight
+		}
+		for _, e := range d.Config.Clusters {
+			k := key{cell.Source, cell.Model, e.Name}
+			if now[e.Name] == 0 && expected[k] == 0 && served[k] == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f/s\t%s\t%.1f%%\t%.1f%%\t%.1f%%\t±%.1f%%\t%d\t\n", cell.Source, cell.Model, cell.Demand, e.Name,
+				100*float64(now[e.Name])/weights.Total, 100*expected[k]/n, 100*float64(served[k])/n, 400*math.Sqrt(variance[k])/n, served[k])
 		}
 	}
 	_ = tw.Flush()

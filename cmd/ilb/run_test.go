@@ -59,7 +59,7 @@ func TestValidateCommand(t *testing.T) {
 			"valid",
 			[]string{"validate", "--config", "../../examples/demo/ilb.yaml"},
 			0,
-			[]string{"ok: 3 regions, 2 sources, 2 models, 4 engine clusters (6 endpoints), policy proportional"},
+			[]string{"ok: 3 regions, 2 sources, 2 models, 4 engine clusters (6 endpoints), policy optimizer"},
 		},
 		{"one problem per line", []string{"validate", "--config", bad}, 1, []string{
 			`profiles[1].capacity_per_replica: -1 is not a valid capacity`,

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
@@ -35,6 +36,10 @@ type Fleet struct {
 	// Replicas maps each endpoint (host:port, as in Config) to its server.
 	Replicas map[string]*engine.Server
 	group    *errgroup.Group
+
+	mu      sync.Mutex
+	stops   map[string]context.CancelFunc
+	stopped map[string]chan struct{}
 }
 
 // Start binds and serves one replica per endpoint until ctx is done. A
@@ -50,7 +55,7 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 	}
 	out := *c
 	out.Clusters = slices.Clone(c.Clusters)
-	f := &Fleet{Config: &out, Replicas: map[string]*engine.Server{}}
+	f := &Fleet{Config: &out, Replicas: map[string]*engine.Server{}, stops: map[string]context.CancelFunc{}, stopped: map[string]chan struct{}{}}
 	var lc net.ListenConfig
 	var lns []net.Listener
 	var srvs []*engine.Server
@@ -92,10 +97,33 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	for i, srv := range srvs {
 		ln := lns[i]
-		g.Go(func() error { return srv.Serve(gctx, ln) })
+		addr := ln.Addr().String()
+		rctx, cancel := context.WithCancel(gctx)
+		done := make(chan struct{})
+		f.stops[addr], f.stopped[addr] = cancel, done
+		g.Go(func() error {
+			defer close(done)
+			return srv.Serve(rctx, ln)
+		})
 	}
 	f.group = g
 	return f, nil
+}
+
+// Stop stops the replica at addr, as a crash or a scale-down would: its
+// listener closes at once (new connections are refused) and requests in
+// flight finish. It returns once the replica has stopped.
+func (f *Fleet) Stop(addr string) error {
+	f.mu.Lock()
+	cancel, ok := f.stops[addr]
+	done := f.stopped[addr]
+	f.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("fleet: no replica at %s", addr)
+	}
+	cancel()
+	<-done
+	return nil
 }
 
 // Wait blocks until every replica has stopped.

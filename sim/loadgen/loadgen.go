@@ -43,8 +43,10 @@ type Options struct {
 	MaxTokens int
 	// Header adds headers to every request (e.g. x-ilb-debug).
 	Header http.Header
-	Seed   uint64
-	Client *http.Client // nil: a client with a 30s timeout
+	// Priority, when set, goes in x-ilb-priority.
+	Priority string
+	Seed     uint64
+	Client   *http.Client // nil: a client with a 30s timeout
 }
 
 // Result is one request's outcome.
@@ -57,6 +59,7 @@ type Result struct {
 	Cluster, Replica string
 	RequestID        string // x-request-id of the response
 	Events           int    // SSE data events received
+	Start            time.Time
 	Latency          time.Duration
 	Err              error
 }
@@ -144,7 +147,11 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 	if r.Session != "" {
 		req.Header.Set("x-ilb-session", r.Session)
 	}
+	if o.Priority != "" {
+		req.Header.Set("x-ilb-priority", o.Priority)
+	}
 	start := time.Now()
+	r.Start = start
 	resp, err := o.Client.Do(req)
 	if err != nil {
 		r.Err = err

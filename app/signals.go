@@ -1,0 +1,100 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/signals"
+	"github.com/ilbproject/ilb/xds"
+)
+
+// onSignals carries a new signals snapshot to EDS and to the fast loop,
+// and asks the controller for a tick when clusters' health changed.
+func (a *App) onSignals(ctx context.Context, snap *signals.Snapshot, healthChanged []string) {
+	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap)); err != nil {
+		a.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
+	}
+	a.ExtProc.SetLive(liveOf(snap))
+	if len(healthChanged) > 0 && a.Controller != nil {
+		a.Controller.Trigger()
+	}
+}
+
+// followRamps pushes the snapshot to EDS and the fast loop every signals
+// interval: OnChange fires on state changes only, and a warming replica's
+// weight grows between them. Unchanged endpoints change nothing.
+func (a *App) followRamps(ctx context.Context) error {
+	t := time.NewTicker(a.Config.Signals.Interval.Std())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			a.onSignals(ctx, a.Signals.Snapshot(), nil)
+		}
+	}
+}
+
+// endpointsOf maps replica states to what EDS says: serving replicas are
+// HEALTHY (warming ones with a weight that grows with their ramp; ones not
+// yet probed at a tenth), draining ones DRAINING, the others UNHEALTHY.
+func endpointsOf(snap *signals.Snapshot) xds.Endpoints {
+	out := xds.Endpoints{}
+	for _, r := range snap.Replicas {
+		ep := xds.Endpoint{Address: r.Address, Health: corev3.HealthStatus_HEALTHY, Weight: xds.MaxWeight}
+		switch r.State {
+		case signals.StateWarming:
+			ep.Weight = uint32(max(1, math.Round(r.Ramp*xds.MaxWeight)))
+		case signals.StateStarting:
+			ep.Weight = xds.MaxWeight / 10
+		case signals.StateDraining:
+			ep.Health = corev3.HealthStatus_DRAINING
+		case signals.StateUnhealthy:
+			ep.Health = corev3.HealthStatus_UNHEALTHY
+		}
+		out[r.Cluster] = append(out[r.Cluster], ep)
+	}
+	for name := range snap.Clusters {
+		if _, ok := out[name]; !ok {
+			out[name] = []xds.Endpoint{} // known, with no replica: not the static list
+		}
+	}
+	return out
+}
+
+// liveOf is the fast loop's view: a cluster with no serving replica is
+// excluded (with the counts that say why); saturation as the signals see it.
+func liveOf(snap *signals.Snapshot) *extproc.Live {
+	l := &extproc.Live{At: snap.At, Clusters: make(map[string]extproc.ClusterLive, len(snap.Clusters))}
+	for name, c := range snap.Clusters {
+		cl := extproc.ClusterLive{Saturated: c.Saturated}
+		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
+			var parts []string
+			for _, p := range []struct {
+				n    int
+				what string
+			}{{c.Unhealthy, "unhealthy"}, {c.Draining, "draining"}} {
+				if p.n > 0 {
+					parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
+				}
+			}
+			why := "no replica"
+			if len(parts) > 0 {
+				why = "no serving replica: " + strings.Join(parts, ", ")
+			}
+			if c.DiscoveryError != "" {
+				why += " (discovery: " + c.DiscoveryError + ")"
+			}
+			cl.Excluded = why
+		}
+		l.Clusters[name] = cl
+	}
+	return l
+}

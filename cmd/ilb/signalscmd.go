@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/signals"
+)
+
+// signalsView is the JSON /debug/signals serves.
+type signalsView struct {
+	Signals *signals.Snapshot `json:"signals"`
+	Demand  *demand.Status    `json:"demand"`
+}
+
+// runSignals prints the engines' state and the measured demand from the
+// admin API.
+func runSignals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("signals", flag.ContinueOnError)
+	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	cluster := fs.String("cluster", "", "only this engine cluster")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	var v signalsView
+	if err := getJSON(ctx, "http://"+*adminAddr+"/debug/signals", &v); err != nil {
+		return fmt.Errorf("signals: %w", err)
+	}
+	printSignals(stdout, v, *cluster, time.Now())
+	return nil
+}
+
+func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
+	if v.Signals == nil {
+		fmt.Fprintln(w, "engine signals are off (signals.disabled): every configured endpoint counts as ready")
+	} else {
+		s := v.Signals
+		fmt.Fprintf(w, "engine signals at %s (%s ago)\n\n", s.At.UTC().Format(time.RFC3339), age(now, s.At))
+		names := make([]string, 0, len(s.Clusters))
+		for n := range s.Clusters {
+			if only == "" || n == only {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLUSTER\tREADY\tWARMING\tSTARTING\tDRAINING\tUNHEALTHY\tSTALE\tQUEUE\tRUNNING\tKV\tTOKENS/S\tSATURATED\tOLDEST SCRAPE\tNOTE")
+		for _, n := range names {
+			c := s.Clusters[n]
+			kv := "unknown"
+			if c.KVKnown {
+				kv = fmt.Sprintf("%.0f%%", 100*c.KVUsage)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t%.0f\t%v (%d)\t%s\t%s\n", n, c.Ready, c.Warming, c.Starting, c.Draining, c.Unhealthy, c.Stale,
+				c.Waiting, c.Running, kv, c.TokensPerSecond, c.Saturated, c.SaturatedReplicas, age(now, c.OldestScrape), c.DiscoveryError)
+		}
+		_ = tw.Flush()
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLUSTER\tREPLICA\tSTATE\tFOR\tRAMP\tQUEUE\tRUNNING\tKV\tLAST SCRAPE\tREASON")
+		for _, r := range s.Replicas {
+			if only != "" && r.Cluster != only {
+				continue
+			}
+			kv := "unknown"
+			if r.Metrics.KVKnown {
+				kv = fmt.Sprintf("%.0f%%", 100*r.Metrics.KVUsage)
+			}
+			reason := r.Reason
+			if r.LastError != "" && r.LastError != reason {
+				reason += "; last error: " + r.LastError
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.0f\t%.0f\t%s\t%s ago\t%s\n", r.Cluster, r.Address, r.State, age(now, r.Since), r.Ramp,
+				r.Metrics.Waiting, r.Metrics.Running, kv, age(now, r.LastScrape), reason)
+		}
+		_ = tw.Flush()
+	}
+	if v.Demand != nil {
+		fmt.Fprintf(w, "\nmeasured demand (%d reports): requests, token cost and shed since start\n", v.Demand.Reports)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SOURCE\tMODEL\tPRIORITY\tREQUESTS\tTOKEN COST\tSHED")
+		for _, t := range v.Demand.Totals {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%d\n", t.Source, t.Model, t.Priority, t.Requests, t.TokenCost, t.Shed)
+		}
+		_ = tw.Flush()
+	}
+}
+
+// age is how long ago t was, "-" for the zero time.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(10 * time.Millisecond).String()
+}

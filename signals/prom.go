@@ -1,0 +1,99 @@
+package signals
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Scrape results, the values of the result label.
+const (
+	resultOK           = "ok"
+	resultProbeFailed  = "probe_failed"
+	resultMetricsError = "metrics_error"
+)
+
+// promMetrics are the monitor's own metrics. Every label value comes from
+// the configuration (cluster names) or a fixed set, so cardinality is
+// bounded; replicas are not labels.
+type promMetrics struct {
+	scrapes   *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	replicas  *prometheus.GaugeVec
+	saturated *prometheus.GaugeVec
+}
+
+// newPromMetrics creates the metrics and registers them on reg unless it
+// is nil. clusters pre-creates every series so dashboards see zeros.
+func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, error) {
+	p := &promMetrics{
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_signals_scrapes_total",
+			Help: "Replica scrapes by cluster and result: ok (alive with usable metrics), probe_failed (health probe failed), metrics_error (alive, but the metrics could not be fetched, parsed or used).",
+		}, []string{"cluster", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ilb_signals_scrape_duration_seconds",
+			Help:    "Wall time of one replica scrape (health probe, then metrics), in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 10),
+		}, []string{"cluster"}),
+		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_replicas",
+			Help: "Replicas per cluster and state (starting, warming, ready, draining, unhealthy, stale).",
+		}, []string{"cluster", "state"}),
+		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_cluster_saturated",
+			Help: "1 when every serving replica of the cluster is saturated (queue or KV cache), else 0.",
+		}, []string{"cluster"}),
+	}
+	for _, c := range clusters {
+		for _, r := range []string{resultOK, resultProbeFailed, resultMetricsError} {
+			p.scrapes.WithLabelValues(c, r)
+		}
+		for _, s := range states {
+			p.replicas.WithLabelValues(c, string(s))
+		}
+		p.saturated.WithLabelValues(c)
+	}
+	if reg == nil {
+		return p, nil
+	}
+	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("signals metrics: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// observe updates the gauges from a snapshot.
+func (p *promMetrics) observe(s *Snapshot) {
+	for name, c := range s.Clusters {
+		for _, st := range states {
+			p.replicas.WithLabelValues(name, string(st)).Set(float64(c.count(st)))
+		}
+		v := 0.0
+		if c.Saturated {
+			v = 1
+		}
+		p.saturated.WithLabelValues(name).Set(v)
+	}
+}
+
+// count is the number of replicas in state s.
+func (c Cluster) count(s State) int {
+	switch s {
+	case StateStarting:
+		return c.Starting
+	case StateWarming:
+		return c.Warming
+	case StateReady:
+		return c.Ready
+	case StateDraining:
+		return c.Draining
+	case StateUnhealthy:
+		return c.Unhealthy
+	case StateStale:
+		return c.Stale
+	}
+	return 0
+}

@@ -1,0 +1,134 @@
+package signals
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// scrapeResult is the outcome of one scrape of one replica.
+type scrapeResult struct {
+	// alive: the health probe answered 2xx.
+	alive bool
+	// x is what the mapping read from the metrics; nil when they could
+	// not be fetched or parsed (err says why).
+	x        *extraction
+	err      string
+	result   string // resultOK, resultProbeFailed or resultMetricsError
+	duration time.Duration
+}
+
+// scrapeBuffers are a worker's reusable buffers.
+type scrapeBuffers struct {
+	body    bytes.Buffer
+	scratch parseScratch
+}
+
+// scrape probes addr's health and, when alive, reads and parses its
+// metrics. Each request gets its own Signals.Timeout. It runs on a worker
+// goroutine and touches no loop state.
+func (m *Monitor) scrape(ctx context.Context, cl *cluster, addr string) scrapeResult {
+	start := time.Now() // real time: the duration metric measures the network
+	res := m.scrapeOnce(ctx, cl, addr)
+	res.duration = time.Since(start)
+	return res
+}
+
+func (m *Monitor) scrapeOnce(ctx context.Context, cl *cluster, addr string) scrapeResult {
+	if err := m.probe(ctx, "http://"+addr+cl.cfg.Metrics.HealthPath); err != nil {
+		return scrapeResult{err: err.Error(), result: resultProbeFailed}
+	}
+	b, _ := m.buffers.Get().(*scrapeBuffers)
+	if b == nil {
+		b = &scrapeBuffers{}
+	}
+	defer m.buffers.Put(b)
+	h, err := m.fetch(ctx, "http://"+addr+cl.cfg.Metrics.Path, &b.body)
+	if err != nil {
+		return scrapeResult{alive: true, err: err.Error(), result: resultMetricsError}
+	}
+	fams, err := parseExposition(b.body.Bytes(), h, cl.mapping.want, &b.scratch)
+	if err != nil {
+		return scrapeResult{alive: true, err: err.Error(), result: resultMetricsError}
+	}
+	x := cl.mapping.extract(fams)
+	res := scrapeResult{alive: true, x: &x, result: resultOK}
+	if !x.good {
+		res.result = resultMetricsError
+	}
+	return res
+}
+
+// probe GETs a health URL: nil for a 2xx answer.
+func (m *Monitor) probe(ctx context.Context, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.sig.Timeout.Std())
+	defer cancel()
+	resp, err := m.get(ctx, u, "")
+	if err != nil {
+		return m.describe(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// fetch GETs a metrics URL into buf, refusing a body over MaxBodyBytes
+// without reading more than one byte past it.
+func (m *Monitor) fetch(ctx context.Context, u string, buf *bytes.Buffer) (http.Header, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.sig.Timeout.Std())
+	defer cancel()
+	resp, err := m.get(ctx, u, acceptHeader)
+	if err != nil {
+		return nil, m.describe(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	limit := int64(m.sig.MaxBodyBytes)
+	if resp.ContentLength > limit {
+		return nil, fmt.Errorf("metrics body over %d bytes (Content-Length %d)", limit, resp.ContentLength)
+	}
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+		return nil, fmt.Errorf("reading the body: %w", m.describe(err))
+	}
+	if int64(buf.Len()) > limit {
+		return nil, fmt.Errorf("metrics body over %d bytes", limit)
+	}
+	return resp.Header, nil
+}
+
+func (m *Monitor) get(ctx context.Context, u, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	req.Header.Set("User-Agent", "ilb-signals")
+	return m.client.Do(req)
+}
+
+// describe shortens transport errors for reasons: the URL is dropped (the
+// replica is known) and a deadline says which.
+func (m *Monitor) describe(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("timeout after %s", m.sig.Timeout)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

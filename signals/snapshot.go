@@ -1,0 +1,127 @@
+package signals
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// publish builds a snapshot at now, swaps it in and updates the gauges.
+// After a state change (m.changed) it calls OnChange when notify is set.
+func (m *Monitor) publish(now time.Time, notify bool) {
+	s := m.build(now)
+	m.snap.Store(s)
+	m.prom.observe(s)
+	m.lastPublish, m.dirty = now, false
+	if !m.changed {
+		return
+	}
+	m.changed = false
+	var health []string
+	for i, cl := range m.clusters {
+		c := s.Clusters[cl.cfg.Name]
+		serving := c.Ready + c.Warming + c.Stale
+		if serving != m.lastServing[i] || c.Saturated != m.lastSaturated[i] {
+			health = append(health, cl.cfg.Name)
+		}
+		m.lastServing[i], m.lastSaturated[i] = serving, c.Saturated
+	}
+	if notify && m.onChange != nil {
+		m.onChange(s, health)
+	}
+}
+
+// build assembles the snapshot of every replica at now.
+func (m *Monitor) build(now time.Time) *Snapshot {
+	n := 0
+	for _, cl := range m.clusters {
+		n += len(cl.replicas)
+	}
+	s := &Snapshot{At: now, Replicas: make([]Replica, 0, n), Clusters: make(map[string]Cluster, len(m.clusters))}
+	for _, cl := range m.clusters {
+		start := len(s.Replicas)
+		for _, r := range cl.replicas {
+			s.Replicas = append(s.Replicas, m.view(r, now))
+		}
+		reps := s.Replicas[start:]
+		slices.SortFunc(reps, func(a, b Replica) int { return strings.Compare(a.Address, b.Address) })
+		s.Clusters[cl.cfg.Name] = summarize(cl, reps)
+	}
+	return s
+}
+
+// view is r as published at now.
+func (m *Monitor) view(r *replica, now time.Time) Replica {
+	return Replica{
+		Cluster: r.cl.cfg.Name, Address: r.addr,
+		State: r.state, Reason: r.reason, Since: r.since,
+		Ramp: m.ramp(r, now), Saturated: r.saturated,
+		LastScrape: r.lastGood, LastError: r.lastErr,
+		Metrics: r.metrics, Transitions: r.transitions,
+	}
+}
+
+// ramp is the share of a ready replica r counts for at now.
+func (m *Monitor) ramp(r *replica, now time.Time) float64 {
+	switch r.state {
+	case StateReady, StateStale:
+		return 1
+	case StateWarming:
+		w := m.sig.Warmup.Std()
+		if w <= 0 {
+			return 1
+		}
+		f := float64(now.Sub(r.warmStart)) / float64(w)
+		return 0.1 + 0.9*min(max(f, 0), 1)
+	}
+	return 0
+}
+
+// summarize aggregates a cluster's replicas (see [Cluster]).
+func summarize(cl *cluster, reps []Replica) Cluster {
+	c := Cluster{Name: cl.cfg.Name, DiscoveryError: cl.discErr}
+	serving, kvN := 0, 0
+	for _, r := range reps {
+		switch r.State {
+		case StateReady:
+			c.Ready++
+		case StateWarming:
+			c.Warming++
+			c.Ramps = append(c.Ramps, r.Ramp)
+		case StateDraining:
+			c.Draining++
+		case StateUnhealthy:
+			c.Unhealthy++
+		case StateStale:
+			c.Stale++
+		case StateStarting:
+			c.Starting++
+		}
+		if !r.State.serving() {
+			continue
+		}
+		serving++
+		if serving == 1 || r.LastScrape.Before(c.OldestScrape) {
+			c.OldestScrape = r.LastScrape
+		}
+		if r.Saturated {
+			c.SaturatedReplicas++
+		}
+		if r.State == StateStale || r.LastScrape.IsZero() {
+			continue // load unknown
+		}
+		c.Waiting += r.Metrics.Waiting
+		c.Running += r.Metrics.Running
+		c.TokensPerSecond += r.Metrics.TokensPerSecond
+		if r.Metrics.KVKnown {
+			c.KVUsage += r.Metrics.KVUsage
+			kvN++
+		}
+	}
+	if kvN > 0 {
+		c.KVUsage /= float64(kvN)
+		c.KVKnown = true
+	}
+	c.Saturated = serving > 0 && c.SaturatedReplicas == serving
+	return c
+}
