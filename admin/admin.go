@@ -36,6 +36,12 @@ type Nodes interface {
 	Nodes() []xds.NodeStatus
 }
 
+// Rollouts reports each source's xDS rollout: stable and canary versions,
+// whether a canary is soaking, and the versions Envoys rejected.
+type Rollouts interface {
+	Rollouts() []xds.RolloutStatus
+}
+
 // Signals reports the engines' state.
 type Signals interface {
 	Snapshot() *signals.Snapshot
@@ -50,6 +56,7 @@ var (
 	_ Weights   = (*weights.Controller)(nil)
 	_ Decisions = (*extproc.Log)(nil)
 	_ Nodes     = (*xds.Server)(nil)
+	_ Rollouts  = (*xds.Server)(nil)
 	_ Signals   = (*signals.Monitor)(nil)
 	_ Demand    = (*demand.Aggregator)(nil)
 )
@@ -61,6 +68,7 @@ type Options struct {
 	Weights   Weights
 	Decisions Decisions
 	Nodes     Nodes
+	Rollouts  Rollouts
 	Signals   Signals
 	Demand    Demand
 	Logger    *slog.Logger
@@ -77,6 +85,7 @@ type Options struct {
 //	GET /debug/decisions/{id}       the decision record of a request id
 //	GET /debug/config               the configuration in force
 //	GET /debug/xds                  xDS nodes: ACKed versions, last NACK
+//	GET /debug/rollout              per source: stable/canary versions, soak, rejected versions
 //	GET /debug/signals              replica and cluster state with reasons and ages, and measured demand
 //
 // Errors are JSON {"error":{"message":...}} with a 4xx status.
@@ -166,6 +175,13 @@ func Handler(o Options) http.Handler {
 			return
 		}
 		writeJSON(w, o.Nodes.Nodes())
+	})
+	mux.HandleFunc("GET /debug/rollout", func(w http.ResponseWriter, r *http.Request) {
+		if o.Rollouts == nil {
+			writeError(w, http.StatusNotFound, "this process serves no xDS")
+			return
+		}
+		writeJSON(w, o.Rollouts.Rollouts())
 	})
 	return mux
 }

@@ -126,7 +126,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		return nil, err
 	}
 	aopts := admin.Options{
-		Config: c, Registry: reg, Weights: ctl, Decisions: ep.Decisions(), Nodes: xs, Demand: agg,
+		Config: c, Registry: reg, Weights: ctl, Decisions: ep.Decisions(), Nodes: xs, Rollouts: xs, Demand: agg,
 		Logger: o.Logger.With("component", "admin"),
 	}
 	if a.Signals != nil {
@@ -142,6 +142,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, xdsGRPC, a.xdsLn) })
+	g.Go(func() error { return xs.Run(gctx) })
 	g.Go(func() error { return ep.Serve(gctx, a.extprocLn) })
 	g.Go(func() error { return serve.HTTP(gctx, adminSrv, a.adminLn) })
 	g.Go(func() error { return ctl.Run(gctx) })

@@ -79,10 +79,26 @@ type Source struct {
 	DefaultModel string `yaml:"default_model" json:"default_model"`
 	// Listener overrides envoy.listener for this source's Envoys, host:port.
 	Listener string `yaml:"listener,omitempty" json:"listener,omitempty"`
+	// Routing is how ext_proc tells this source's Envoys where to send a
+	// request: "draw" (default: x-ilb-route-model + x-ilb-route-draw, and
+	// the weighted routes ILB serves pick the cluster) or "cluster" (it
+	// names the cluster in x-ilb-route-cluster: the Istio mode, where
+	// istiod owns the routes and ILB renders VirtualServices that match on
+	// that header).
+	Routing Routing `yaml:"routing,omitempty" json:"routing,omitempty"`
 	// Debug allows clients of this source to ask for decision headers
 	// (x-ilb-debug: 1). Off by default: nothing internal reaches clients.
 	Debug bool `yaml:"debug,omitempty" json:"debug,omitempty"`
 }
+
+// Routing is a source's routing mode.
+type Routing string
+
+// Routing modes.
+const (
+	RoutingDraw    Routing = "draw"
+	RoutingCluster Routing = "cluster"
+)
 
 // Model is a model clients may name in the OpenAI "model" field.
 type Model struct {
@@ -146,6 +162,27 @@ type EngineCluster struct {
 	Discovery Discovery `yaml:"discovery" json:"discovery"`
 	// Metrics says how to scrape and probe the replicas.
 	Metrics Metrics `yaml:"metrics" json:"metrics"`
+	// Protocol is what Envoy speaks to the engines: "http1" (default) or
+	// "http2" (h2c).
+	Protocol Protocol `yaml:"protocol" json:"protocol"`
+	// Service is the Kubernetes service of the cluster, for the Istio
+	// mode (ilb render istio): host (FQDN) and port.
+	Service *Service `yaml:"service,omitempty" json:"service,omitempty"`
+}
+
+// Protocol is an upstream HTTP protocol.
+type Protocol string
+
+// Protocols.
+const (
+	ProtocolHTTP1 Protocol = "http1"
+	ProtocolHTTP2 Protocol = "http2"
+)
+
+// Service names a Kubernetes service.
+type Service struct {
+	Host string `yaml:"host" json:"host"`
+	Port int    `yaml:"port" json:"port"`
 }
 
 // Envoy configures the Envoy resources ILB serves and renders.
@@ -173,6 +210,22 @@ type Envoy struct {
 	RequestBufferBytes uint32 `yaml:"request_buffer_bytes" json:"request_buffer_bytes"`
 	// ConnectTimeout is the upstream connect timeout; default 2s.
 	ConnectTimeout Duration `yaml:"connect_timeout" json:"connect_timeout"`
+	// RouteIdleTimeout ends a stream that sent nothing for this long
+	// (generation stalled); routes have no overall timeout, as answers
+	// stream for minutes. Default 5m.
+	RouteIdleTimeout Duration `yaml:"route_idle_timeout" json:"route_idle_timeout"`
+	// SlowStart ramps a new engine host's share of least-request picks
+	// over this window; default 30s, 0 turns it off.
+	SlowStart       Duration        `yaml:"slow_start" json:"slow_start"`
+	Retry           Retry           `yaml:"retry" json:"retry"`
+	HealthCheck     HealthCheck     `yaml:"health_check" json:"health_check"`
+	Outlier         Outlier         `yaml:"outlier" json:"outlier"`
+	CircuitBreakers CircuitBreakers `yaml:"circuit_breakers" json:"circuit_breakers"`
+	// ExtProcMaxStreams bounds concurrent ext_proc streams (one per
+	// request in flight) per Envoy: the ext_proc cluster's circuit
+	// breakers. Default 100000.
+	ExtProcMaxStreams uint32  `yaml:"extproc_max_streams" json:"extproc_max_streams"`
+	Rollout           Rollout `yaml:"rollout" json:"rollout"`
 }
 
 // ExtProc configures the ext_proc service.
@@ -221,6 +274,14 @@ func Default() *Config {
 			UseRemoteAddress:   true,
 			RequestBufferBytes: 8 << 20,
 			ConnectTimeout:     Duration(2 * time.Second),
+			RouteIdleTimeout:   Duration(5 * time.Minute),
+			SlowStart:          Duration(30 * time.Second),
+			Retry:              DefaultRetry(),
+			HealthCheck:        DefaultHealthCheck(),
+			Outlier:            DefaultOutlier(),
+			CircuitBreakers:    DefaultCircuitBreakers(),
+			ExtProcMaxStreams:  100000,
+			Rollout:            Rollout{Soak: Duration(30 * time.Second)},
 		},
 		ExtProc: ExtProc{
 			DecisionLogSize:     10000,

@@ -84,6 +84,9 @@ func (c *Config) applyDefaults() {
 		if s.FailMode == "" {
 			s.FailMode = FailOpen
 		}
+		if s.Routing == "" {
+			s.Routing = RoutingDraw
+		}
 		if s.DefaultModel == "" && len(c.Models) > 0 {
 			s.DefaultModel = c.Models[0].Name
 		}

@@ -208,6 +208,9 @@ func (c *Config) validateClusterSignals(p *problems, path string, e EngineCluste
 // trtllm-serve serves JSON stats on /metrics and Prometheus text on
 // /prometheus/metrics.
 func (e *EngineCluster) applySignalDefaults() {
+	if e.Protocol == "" {
+		e.Protocol = ProtocolHTTP1
+	}
 	if e.Discovery.Type == "" {
 		e.Discovery.Type = DiscoveryStatic
 	}

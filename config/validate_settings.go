@@ -20,6 +20,7 @@ func (c *Config) validateSettings(p *problems) {
 	}
 	c.validateController(p)
 	c.validateSignals(p)
+	c.validateEnvoyKnobs(p)
 
 	ev := c.Envoy
 	if err := checkHostPortZero(ev.Listener); err != nil {

@@ -23,9 +23,6 @@ import (
 	"github.com/ilbproject/ilb/config"
 )
 
-// extProcMaxStreams bounds concurrent ext_proc streams per Envoy.
-const extProcMaxStreams = 100000
-
 // BootstrapOptions say how an Envoy of a source reaches ILB.
 type BootstrapOptions struct {
 	// NodeID is the Envoy's node.id; default "<source>-envoy".
@@ -66,11 +63,23 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 	// ext_proc holds one gRPC stream per in-flight request: Envoy's
 	// default of 1024 concurrent requests per cluster would turn load
 	// above it into ext_proc failures (and fallback routing).
+	n := c.Envoy.ExtProcMaxStreams
 	ep.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
-		MaxConnections:     wrapperspb.UInt32(extProcMaxStreams),
-		MaxPendingRequests: wrapperspb.UInt32(extProcMaxStreams),
-		MaxRequests:        wrapperspb.UInt32(extProcMaxStreams),
+		MaxConnections:     wrapperspb.UInt32(n),
+		MaxPendingRequests: wrapperspb.UInt32(n),
+		MaxRequests:        wrapperspb.UInt32(n),
 	}}}
+	// A gRPC health check (ILB serves grpc.health.v1): an ext_proc that
+	// stopped answering is taken out before requests time out on it.
+	if hc := c.Envoy.HealthCheck; !hc.Disabled {
+		ep.HealthChecks = []*corev3.HealthCheck{{
+			Timeout:            durationpb.New(hc.Timeout.Std()),
+			Interval:           durationpb.New(hc.Interval.Std()),
+			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
+			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
+			HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
+		}}
+	}
 	b := &bootstrapv3.Bootstrap{
 		Node: &corev3.Node{Id: o.NodeID, Cluster: source},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{

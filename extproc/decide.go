@@ -97,13 +97,17 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		setRaw(header.RouteModel, model),
 		setRaw(header.RouteDraw, strconv.FormatUint(draw, 10)),
 	}}
-	if len(remaining) < len(c.targets) && !contains(remaining, cluster) {
+	switch {
+	case len(remaining) < len(c.targets) && !contains(remaining, cluster):
 		// Envoy would take an excluded cluster: draw again, with the same
 		// value (sessions stay sticky), among the rest, and name it.
 		again, slot2 := pickAmong(remaining, draw)
 		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", cluster, live.Clusters[cluster].Excluded, len(remaining), slot2)
 		rec.Chosen, rec.Reason = again, reasonRedrawn
 		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, again))
+	case src.nameCluster:
+		// The source's routes are not ILB's (Istio): name the cluster.
+		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, cluster))
 	}
 	return mut, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
@@ -139,4 +140,34 @@ func mustPrio(s string) weights.Priority {
 		panic(err)
 	}
 	return p
+}
+
+// TestRoutingByClusterName: a source whose routing is "cluster" (Istio)
+// gets the chosen cluster named on every request.
+func TestRoutingByClusterName(t *testing.T) {
+	h := start(t, true)
+	for i := range h.cfg.Sources {
+		if h.cfg.Sources[i].Name == "edge-us" {
+			h.cfg.Sources[i].Routing = "cluster"
+		}
+	}
+	publishQwen(t, h, weights.ShedFractions{})
+	resps := h.run(t, "edge-us", qwenRequest("")...)
+	set := mutation(t, resps[len(resps)-1].GetRequestBody().GetResponse())
+	rec, _ := h.srv.Decisions().Get("req-1")
+	if set[header.RouteCluster] != "eu-west-vllm" || rec.Chosen != "eu-west-vllm" {
+		t.Errorf("%s = %q, chosen %s; want eu-west-vllm named", header.RouteCluster, set[header.RouteCluster], rec.Chosen)
+	}
+}
+
+// TestHealthService: Envoy's gRPC health check of the ext_proc cluster
+// gets SERVING.
+func TestHealthService(t *testing.T) {
+	h := start(t, true)
+	for _, svc := range []string{"", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		resp, err := healthpb.NewHealthClient(h.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v, %v", svc, resp, err)
+		}
+	}
 }

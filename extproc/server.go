@@ -14,6 +14,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
@@ -130,8 +132,17 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(limit)}
 }
 
-// Register adds the ext_proc service to g; build g with GRPCOptions.
-func (s *Server) Register(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, s) }
+// Register adds the ext_proc service to g, and the standard gRPC health
+// service (grpc.health.v1) that Envoy's gRPC health check of the ext_proc
+// cluster calls: SERVING for "" and for envoy.service.ext_proc.v3.
+// Build g with GRPCOptions.
+func (s *Server) Register(g *grpc.Server) {
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+}
 
 // Serve serves ext_proc on ln until ctx is done.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {

@@ -27,6 +27,7 @@ import (
 // harness is a real ext_proc server on loopback and a gRPC client that
 // plays Envoy's side of the stream.
 type harness struct {
+	conn   *grpc.ClientConn
 	meter  *demand.Meter
 	srv    *extproc.Server
 	reg    *prometheus.Registry
@@ -84,7 +85,7 @@ func start(t *testing.T, publish bool) *harness {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &harness{srv: srv, reg: reg, client: extprocv3.NewExternalProcessorClient(conn), w: w, cfg: c, meter: meter}
+	return &harness{srv: srv, reg: reg, client: extprocv3.NewExternalProcessorClient(conn), w: w, cfg: c, meter: meter, conn: conn}
 }
 
 // run opens one stream as source and sends msgs in order, reading one

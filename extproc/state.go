@@ -23,6 +23,9 @@ type State struct {
 type sourceState struct {
 	name         string
 	debug        bool
+	// nameCluster: the source's routes match on x-ilb-route-cluster only
+	// (routing: cluster, the Istio mode), so every decision names it.
+	nameCluster  bool
 	defaultModel string
 	cells        map[string]*cell // by canonical model
 }
@@ -51,7 +54,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 	}
 	st.known = strings.Join(names, ", ")
 	for _, s := range c.Sources {
-		ss := &sourceState{name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{}}
+		ss := &sourceState{name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{}, nameCluster: s.Routing == config.RoutingCluster}
 		for _, m := range c.Models {
 			wc, ok := w.Cell(s.Name, m.Name)
 			if !ok {

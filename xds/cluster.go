@@ -8,10 +8,14 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/envoy"
 )
 
 // engineClusters returns the CDS clusters and EDS assignments of the
@@ -32,11 +36,7 @@ func engineClusters(c *config.Config, eps Endpoints, s config.Source) ([]*cluste
 		if err != nil {
 			return nil, nil, err
 		}
-		cl := &clusterv3.Cluster{
-			Name:           e.Name,
-			ConnectTimeout: durationpb.New(c.Envoy.ConnectTimeout.Std()),
-			LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
-		}
+		cl := engineCluster(c, e)
 		if allIP(list) {
 			cl.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
 			cl.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()}
@@ -48,6 +48,64 @@ func engineClusters(c *config.Config, eps Endpoints, s config.Source) ([]*cluste
 		cds = append(cds, cl)
 	}
 	return cds, eds, nil
+}
+
+// engineCluster is the CDS resource of an engine cluster without its
+// discovery: least-request load balancing with slow start, active HTTP
+// health checks on the engine's health path, outlier detection
+// (consecutive 5xx and gateway errors, enforced), circuit breakers with a
+// retry budget, and HTTP/2 when the engine speaks it.
+func engineCluster(c *config.Config, e config.EngineCluster) *clusterv3.Cluster {
+	ev := c.Envoy
+	lr := &clusterv3.Cluster_LeastRequestLbConfig{ChoiceCount: wrapperspb.UInt32(2)}
+	if ev.SlowStart > 0 {
+		lr.SlowStartConfig = &clusterv3.Cluster_SlowStartConfig{SlowStartWindow: durationpb.New(ev.SlowStart.Std())}
+	}
+	cl := &clusterv3.Cluster{
+		Name:           e.Name,
+		ConnectTimeout: durationpb.New(ev.ConnectTimeout.Std()),
+		LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
+		LbConfig:       &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: lr},
+		OutlierDetection: &clusterv3.OutlierDetection{
+			Consecutive_5Xx:                    wrapperspb.UInt32(ev.Outlier.Consecutive5xx),
+			ConsecutiveGatewayFailure:          wrapperspb.UInt32(ev.Outlier.ConsecutiveGatewayFailure),
+			EnforcingConsecutive_5Xx:           wrapperspb.UInt32(100),
+			EnforcingConsecutiveGatewayFailure: wrapperspb.UInt32(100),
+			Interval:                           durationpb.New(ev.Outlier.Interval.Std()),
+			BaseEjectionTime:                   durationpb.New(ev.Outlier.BaseEjectionTime.Std()),
+			MaxEjectionPercent:                 wrapperspb.UInt32(ev.Outlier.MaxEjectionPercent),
+		},
+		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			MaxConnections:     wrapperspb.UInt32(ev.CircuitBreakers.MaxConnections),
+			MaxPendingRequests: wrapperspb.UInt32(ev.CircuitBreakers.MaxPendingRequests),
+			MaxRequests:        wrapperspb.UInt32(ev.CircuitBreakers.MaxRequests),
+			RetryBudget: &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
+				BudgetPercent:       &typev3.Percent{Value: ev.CircuitBreakers.RetryBudgetPercent},
+				MinRetryConcurrency: wrapperspb.UInt32(ev.CircuitBreakers.MinRetryConcurrency),
+			},
+		}}},
+	}
+	if hc := ev.HealthCheck; !hc.Disabled {
+		cl.HealthChecks = []*corev3.HealthCheck{{
+			Timeout:            durationpb.New(hc.Timeout.Std()),
+			Interval:           durationpb.New(hc.Interval.Std()),
+			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
+			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
+			HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
+				Path: e.Metrics.HealthPath,
+			}},
+		}}
+	}
+	if e.Protocol == config.ProtocolHTTP2 {
+		cl.TypedExtensionProtocolOptions = map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": envoy.MustAny(&upstreamhttpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+				}},
+			}),
+		}
+	}
+	return cl
 }
 
 // loadAssignment lists a cluster's endpoints, with their health and

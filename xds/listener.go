@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
@@ -24,9 +25,21 @@ import (
 
 // Extension names of the filters ILB configures.
 const (
-	extProcFilterName       = "envoy.filters.http.ext_proc"
-	earlyHeaderMutationName = "envoy.http.early_header_mutation.header_mutation"
+	extProcFilterName        = "envoy.filters.http.ext_proc"
+	headerMutationFilterName = "envoy.filters.http.header_mutation"
+	earlyHeaderMutationName  = "envoy.http.early_header_mutation.header_mutation"
 )
+
+// stripInternal removes ILB's internal response headers (the served
+// cluster, weights version and upstream host the routes report to
+// ext_proc) before the client sees them.
+func stripInternal() *headermutationv3.HeaderMutation {
+	var muts []*mutationrulesv3.HeaderMutation
+	for _, h := range []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost} {
+		muts = append(muts, &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
+	}
+	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{ResponseMutations: muts}}
+}
 
 // listener builds the source's HTTP listener (DESIGN §2): the early header
 // mutation that strips every client-sent x-ilb-route-* header, ext_proc
@@ -76,6 +89,14 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			{Name: extProcFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(extProc(c, s))}},
 			{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(&routerv3.Router{})}},
 		},
+	}
+	if !s.Debug {
+		// First in the chain, so last on the response: after ext_proc has
+		// read them, the internal headers go, even when ext_proc is down.
+		hcm.HttpFilters = append([]*hcmv3.HttpFilter{{
+			Name:       headerMutationFilterName,
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(stripInternal())},
+		}}, hcm.HttpFilters...)
 	}
 	return &listenerv3.Listener{
 		Name:                          ListenerName,

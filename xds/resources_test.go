@@ -16,6 +16,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -229,9 +230,31 @@ func TestListener(t *testing.T) {
 	if p := early.GetMutations()[0].GetRemoveOnMatch().GetKeyMatcher().GetPrefix(); p != header.RoutePrefix {
 		t.Errorf("early header mutation removes prefix %q; want %q", p, header.RoutePrefix)
 	}
+	// edge-eu does not allow debug: a header_mutation filter first in the
+	// chain (last on the response) strips ILB's internal headers.
 	filters := hcm.GetHttpFilters()
-	if len(filters) != 2 || filters[0].GetName() != "envoy.filters.http.ext_proc" || filters[1].GetName() != "envoy.filters.http.router" {
+	if len(filters) != 3 || filters[0].GetName() != "envoy.filters.http.header_mutation" || filters[1].GetName() != "envoy.filters.http.ext_proc" || filters[2].GetName() != "envoy.filters.http.router" {
 		t.Fatalf("filters = %v", filters)
+	}
+	var strip headermutationv3.HeaderMutation
+	if err := filters[0].GetTypedConfig().UnmarshalTo(&strip); err != nil {
+		t.Fatal(err)
+	}
+	var removed []string
+	for _, m := range strip.GetMutations().GetResponseMutations() {
+		removed = append(removed, m.GetRemove())
+	}
+	if !slices.Equal(removed, []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost}) {
+		t.Errorf("stripped response headers %v", removed)
+	}
+	filters = filters[1:]
+	// edge-us allows debug: ext_proc alone decides what the client sees.
+	var hcmUS hcmv3.HttpConnectionManager
+	if err := build(t, c, w, "edge-us").Listeners[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcmUS); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(hcmUS.GetHttpFilters()); n != 2 {
+		t.Errorf("edge-us has %d filters; want ext_proc and router", n)
 	}
 	var ep extprocfilterv3.ExternalProcessor
 	if err := filters[0].GetTypedConfig().UnmarshalTo(&ep); err != nil {

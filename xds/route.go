@@ -9,10 +9,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -49,7 +51,7 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 			Name:                 header.RouteCluster,
 			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
 		}),
-		Action: &routev3.Route_Route{Route: streamingAction(&routev3.RouteAction{
+		Action: &routev3.Route_Route{Route: streamingAction(c, &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: header.RouteCluster},
 		})},
 		ResponseHeadersToAdd: reportHeaders(version, "%UPSTREAM_CLUSTER%"),
@@ -68,7 +70,7 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 		if len(cell.Targets) == 0 {
 			noCapacity(r, s.Name, m.Name)
 		} else {
-			r.Action = &routev3.Route_Route{Route: streamingAction(weighted(cell.Targets, header.RouteDraw))}
+			r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, header.RouteDraw))}
 			r.ResponseHeadersToAdd = reportHeaders(version, "")
 		}
 		routes = append(routes, r)
@@ -101,7 +103,7 @@ func fallback(c *config.Config, w *weights.Weights, s config.Source) *routev3.Ro
 		noCapacity(r, s.Name, s.DefaultModel)
 	default:
 		// No draw header: Envoy draws at random, by the same weights.
-		r.Action = &routev3.Route_Route{Route: streamingAction(weighted(cell.Targets, ""))}
+		r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, ""))}
 		r.ResponseHeadersToAdd = reportHeaders(w.Version(), "")
 	}
 	return r
@@ -133,12 +135,44 @@ func match(headers ...*routev3.HeaderMatcher) *routev3.RouteMatch {
 }
 
 // streamingAction completes an action for LLM traffic: no route timeout
-// (responses stream for minutes) and an explicit 503 for a cluster that
-// does not exist.
-func streamingAction(a *routev3.RouteAction) *routev3.RouteAction {
+// (responses stream for minutes) but an idle timeout (a stalled stream
+// ends), an explicit 503 for a cluster that does not exist, and retries.
+func streamingAction(c *config.Config, a *routev3.RouteAction) *routev3.RouteAction {
 	a.Timeout = durationpb.New(0)
+	if c.Envoy.RouteIdleTimeout > 0 {
+		a.IdleTimeout = durationpb.New(c.Envoy.RouteIdleTimeout.Std())
+	}
 	a.ClusterNotFoundResponseCode = routev3.RouteAction_SERVICE_UNAVAILABLE
+	a.RetryPolicy = retryPolicy(c.Envoy.Retry)
 	return a
+}
+
+// retryPolicy retries connect failures, resets and the retriable statuses
+// (503, 429) before the response started, on another host
+// (previous_hosts), with jittered back-off that honours the engine's
+// retry-after. Nil when retries are off.
+func retryPolicy(r config.Retry) *routev3.RetryPolicy {
+	if r.Attempts == 0 {
+		return nil
+	}
+	return &routev3.RetryPolicy{
+		RetryOn:              r.On,
+		RetriableStatusCodes: r.StatusCodes,
+		NumRetries:           wrapperspb.UInt32(r.Attempts),
+		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
+			Name:       "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: envoy.MustAny(&previoushostsv3.PreviousHostsPredicate{})},
+		}},
+		HostSelectionRetryMaxAttempts: r.HostSelectionAttempts,
+		RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
+			BaseInterval: durationpb.New(r.BaseInterval.Std()),
+			MaxInterval:  durationpb.New(r.MaxInterval.Std()),
+		},
+		RateLimitedRetryBackOff: &routev3.RetryPolicy_RateLimitedRetryBackOff{
+			ResetHeaders: []*routev3.RetryPolicy_ResetHeader{{Name: "retry-after", Format: routev3.RetryPolicy_SECONDS}},
+			MaxInterval:  durationpb.New(r.MaxRetryAfter.Std()),
+		},
+	}
 }
 
 // weighted lists targets in order; each reports itself as served cluster.

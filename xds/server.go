@@ -8,8 +8,8 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -18,6 +18,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/config"
@@ -46,16 +47,13 @@ type Server struct {
 	mu        sync.Mutex // serialises commits; guards the fields below
 	weights   *weights.Weights
 	endpoints Endpoints
-	epsGen    uint64 // bumped by every SetEndpoints that changed them
+	epsGen    uint64              // bumped by every SetEndpoints that changed them
+	rollouts  map[string]*rollout // per source
+
+	events chan event // node answers, for Run
 }
 
 var _ weights.Sink = (*Server)(nil)
-
-// nodeCluster keys snapshots by node.cluster: every Envoy of a source gets
-// the same snapshot, whatever its node id.
-type nodeCluster struct{}
-
-func (nodeCluster) ID(n *corev3.Node) string { return n.GetCluster() }
 
 // New builds the server; it serves nothing until Serve or Register.
 func New(ctx context.Context, o Options) (*Server, error) {
@@ -65,17 +63,20 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	t, err := newTracker(o.Config, o.Logger, o.Registry)
+	events := make(chan event, 1024)
+	t, err := newTracker(o.Config, o.Logger, o.Registry, events)
 	if err != nil {
 		return nil, err
 	}
-	c := cache.NewSnapshotCache(true, nodeCluster{}, cacheLogger{o.Logger})
+	c := cache.NewSnapshotCache(true, nodeKey{o.Config.Envoy.Rollout.CanaryPercent}, cacheLogger{o.Logger})
 	return &Server{
-		cfg:     o.Config,
-		log:     o.Logger,
-		cache:   c,
-		xds:     serverv3.NewServer(ctx, c, t.callbacks()),
-		tracker: t,
+		cfg:      o.Config,
+		log:      o.Logger,
+		cache:    c,
+		xds:      serverv3.NewServer(ctx, c, t.callbacks()),
+		tracker:  t,
+		rollouts: map[string]*rollout{},
+		events:   events,
 	}, nil
 }
 
@@ -134,18 +135,17 @@ func (s *Server) commit(ctx context.Context, w *weights.Weights, snaps map[strin
 			s.log.ErrorContext(ctx, "xds: rebuilding with newer endpoints failed; setting the prepared snapshots", "err", err)
 		}
 	}
-	s.set(ctx, w, snaps)
+	s.set(ctx, snaps)
 	s.weights = w
 	s.tracker.published(w.Version())
 	s.log.InfoContext(ctx, "xds snapshots set", "weights", w.Version(), "sources", len(snaps))
 }
 
-func (s *Server) set(ctx context.Context, w *weights.Weights, snaps map[string]*cache.Snapshot) {
+// set hands every source's new snapshot to its rollout. Called under mu.
+func (s *Server) set(ctx context.Context, snaps map[string]*cache.Snapshot) {
+	now := time.Now()
 	for _, src := range s.cfg.Sources {
-		if err := s.cache.SetSnapshot(ctx, src.Name, snaps[src.Name]); err != nil {
-			s.log.WarnContext(ctx, "xds: answering watches after a new snapshot failed; Envoys get it on their next request",
-				"source", src.Name, "weights", w.Version(), "err", err)
-		}
+		s.offer(ctx, src.Name, snaps[src.Name], now)
 	}
 }
 
@@ -164,14 +164,15 @@ func (s *Server) SetEndpoints(ctx context.Context, eps Endpoints) error {
 		if err != nil {
 			return fmt.Errorf("xds: endpoints: %w", err)
 		}
-		s.set(ctx, s.weights, snaps)
+		s.set(ctx, snaps)
 	}
 	s.endpoints = eps
 	s.epsGen++
 	return nil
 }
 
-// Snapshot returns the snapshot currently set for a source.
+// Snapshot returns the snapshot currently set for a source's Envoys (its
+// canaries may run a newer one: see Rollouts).
 func (s *Server) Snapshot(source string) (*cache.Snapshot, error) {
 	snap, err := s.cache.GetSnapshot(source)
 	if err != nil {
@@ -197,11 +198,15 @@ func (s *Server) Register(g *grpc.Server) {
 	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
 }
 
-// Serve serves xDS on ln until ctx is done, then stops gracefully.
+// Serve serves xDS on ln, and runs the rollout loop (Run), until ctx is
+// done, then stops gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	g := grpc.NewServer()
 	s.Register(g)
-	if err := serve.GRPC(ctx, g, ln); err != nil {
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return s.Run(ectx) })
+	eg.Go(func() error { return serve.GRPC(ectx, g, ln) })
+	if err := eg.Wait(); err != nil {
 		return fmt.Errorf("xds: %w", err)
 	}
 	return nil

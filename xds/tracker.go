@@ -28,10 +28,13 @@ type NodeStatus struct {
 	Acked map[string]string `json:"acked"`
 	// LastNACK is the last version the node rejected, if any.
 	LastNACK *NACK `json:"last_nack,omitempty"`
+	// Canary: the node is one of its source's canaries.
+	Canary bool `json:"canary,omitempty"`
 }
 
 // NACK is a rejected version with Envoy's error detail.
 type NACK struct {
+	Node    string    `json:"node"`
 	Type    string    `json:"type"`
 	Version string    `json:"version"`
 	Message string    `json:"message"`
@@ -48,10 +51,16 @@ type tracker struct {
 	streams map[int64]*streamState
 	byID    map[string]*NodeStatus
 
-	mStreams prometheus.Gauge
-	mAcks    *prometheus.CounterVec
-	mNacks   *prometheus.CounterVec
-	mPublish prometheus.Counter
+	mStreams    prometheus.Gauge
+	mAcks       *prometheus.CounterVec
+	mNacks      *prometheus.CounterVec
+	mPublish    prometheus.Counter
+	mRollbacks  *prometheus.CounterVec
+	mPromotions *prometheus.CounterVec
+	mRejected   *prometheus.GaugeVec
+	mCanary     *prometheus.GaugeVec
+
+	events chan<- event
 }
 
 type streamState struct {
@@ -59,9 +68,9 @@ type streamState struct {
 	nonces map[string]string // nonce -> version sent
 }
 
-func newTracker(c *config.Config, l *slog.Logger, reg *prometheus.Registry) (*tracker, error) {
+func newTracker(c *config.Config, l *slog.Logger, reg *prometheus.Registry, events chan<- event) (*tracker, error) {
 	t := &tracker{
-		cfg: c, log: l,
+		cfg: c, log: l, events: events,
 		streams: map[int64]*streamState{},
 		byID:    map[string]*NodeStatus{},
 		mStreams: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -76,9 +85,25 @@ func newTracker(c *config.Config, l *slog.Logger, reg *prometheus.Registry) (*tr
 		mPublish: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ilb_xds_snapshots_published_total", Help: "Weights versions turned into snapshots for every source.",
 		}),
+		mRollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_xds_rollbacks_total", Help: "Versions rejected by a node while in force, rolled back (canaries to stable, or the source to its last acknowledged snapshot).",
+		}, []string{"source"}),
+		mPromotions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_xds_canary_promotions_total", Help: "Canary versions promoted to every Envoy of a source.",
+		}, []string{"source"}),
+		mRejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_xds_rejected_versions", Help: "Versions (per type) Envoys of a source rejected: never sent again.",
+		}, []string{"source"}),
+		mCanary: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_xds_canary_pending", Help: "1 while a source's canaries run a version its other Envoys do not have yet.",
+		}, []string{"source"}),
+	}
+	for _, s := range c.Sources {
+		t.mRejected.WithLabelValues(s.Name).Set(0)
+		t.mCanary.WithLabelValues(s.Name).Set(0)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{t.mStreams, t.mAcks, t.mNacks, t.mPublish} {
+		for _, c := range []prometheus.Collector{t.mStreams, t.mAcks, t.mNacks, t.mPublish, t.mRollbacks, t.mPromotions, t.mRejected, t.mCanary} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("xds metrics: %w", err)
 			}
@@ -157,7 +182,8 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 		st.node = node
 		ns := t.byID[node.GetId()]
 		if ns == nil {
-			ns = &NodeStatus{ID: node.GetId(), Cluster: node.GetCluster(), Acked: map[string]string{}}
+			ns = &NodeStatus{ID: node.GetId(), Cluster: node.GetCluster(), Acked: map[string]string{},
+				Canary: isCanary(node.GetId(), t.cfg.Envoy.Rollout.CanaryPercent)}
 			t.byID[node.GetId()] = ns
 		}
 		ns.Streams++
@@ -171,8 +197,9 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 	delete(st.nonces, nonce)
 	if nack {
 		t.mNacks.WithLabelValues(typ).Inc()
-		ns.LastNACK = &NACK{Type: typ, Version: sentVersion, Message: nackMsg, At: time.Now()}
+		ns.LastNACK = &NACK{Node: ns.ID, Type: typ, Version: sentVersion, Message: nackMsg, At: time.Now()}
 		t.log.Warn("xds: envoy rejected a version", "node", ns.ID, "source", ns.Cluster, "type", typ, "version", sentVersion, "error", nackMsg)
+		t.emit(event{node: st.node, typ: typeURL, version: sentVersion, nack: ns.LastNACK})
 		return nil
 	}
 	t.mAcks.WithLabelValues(typ).Inc()
@@ -180,7 +207,18 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 		ackVersion = sentVersion
 	}
 	ns.Acked[typ] = ackVersion
+	t.emit(event{node: st.node, typ: typeURL, version: ackVersion})
 	return nil
+}
+
+// emit hands an answer to the rollout loop without blocking the stream;
+// a full queue drops it (the next answer carries the same state).
+func (t *tracker) emit(e event) {
+	select {
+	case t.events <- e:
+	default:
+		t.log.Warn("xds: rollout event queue full; event dropped", "node", e.node.GetId())
+	}
 }
 
 func (t *tracker) nodes() []NodeStatus {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 
@@ -173,5 +174,61 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestRolloutCommand(t *testing.T) {
+	at := time.Now().Add(-30 * time.Second).UTC().Format(time.RFC3339Nano)
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/debug/rollout" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_, _ = w.Write([]byte(`[{"source":"edge-eu","stable":{"cluster":"c1","route":"r1"},"canary":{"cluster":"c1","route":"r2"},"pending":true,"since":"` + at + `",
+			"nodes":[{"id":"eu-0","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r2"},"canary":true},
+			         {"id":"eu-1","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r1"}}]},
+			{"source":"edge-us","stable":{"route":"r7"},"pending":false,
+			"rejected":[{"node":"us-0","type":"route","version":"r8","message":"Proto constraint validation failed\nmore","at":"` + at + `"}],"nodes":[]}]`))
+	}))
+	defer admin.Close()
+	addr := strings.TrimPrefix(admin.URL, "http://")
+	cases := []struct {
+		name string
+		args []string
+		want []string
+		not  []string
+		err  string
+	}{
+		{name: "all sources", args: []string{"rollout", "status", "--admin", addr}, want: []string{
+			"source edge-eu: canary soaking for 30", "route    r1      r2", "cluster  c1      -",
+			"eu-0  canary  1        cluster=c1 route=r2", "source edge-us: stable", "no Envoy connected",
+			"rejected route r8 by us-0", "never sent again: Proto constraint validation failed …",
+		}},
+		{name: "one source", args: []string{"rollout", "status", "--admin", addr, "--source", "edge-us"}, want: []string{"source edge-us"}, not: []string{"edge-eu"}},
+		{name: "no subcommand", args: []string{"rollout"}, err: `want the subcommand "status"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := runCmd(t, tc.args...)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ilbproject/ilb/xds"
+)
+
+// runRollout prints each source's xDS rollout from the admin API: the
+// stable version, the canary soaking (if any), the versions Envoys
+// rejected and which Envoy holds what.
+func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "status" {
+		return fmt.Errorf("rollout: want the subcommand \"status\", got %q", strings.Join(args, " "))
+	}
+	fs := flag.NewFlagSet("rollout status", flag.ContinueOnError)
+	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	source := fs.String("source", "", "only this source")
+	if err := parse(fs, args[1:], stderr); err != nil {
+		return err
+	}
+	var v []xds.RolloutStatus
+	if err := getJSON(ctx, "http://"+*adminAddr+"/debug/rollout", &v); err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	printRollouts(stdout, v, *source, time.Now())
+	return nil
+}
+
+// typeOrder is the order resource types are printed in.
+var typeOrder = []string{"cluster", "endpoint", "route", "listener"}
+
+func printRollouts(w io.Writer, v []xds.RolloutStatus, only string, now time.Time) {
+	for _, r := range v {
+		if only != "" && r.Source != only {
+			continue
+		}
+		state := "stable"
+		if r.Pending {
+			state = fmt.Sprintf("canary soaking for %s", age(now, r.Since))
+		}
+		fmt.Fprintf(w, "source %s: %s\n", r.Source, state)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tSTABLE\tCANARY")
+		for _, t := range typeOrder {
+			if _, ok := r.Stable[t]; !ok && r.Canary[t] == "" {
+				continue
+			}
+			c := "-"
+			if r.Pending && r.Canary[t] != r.Stable[t] {
+				c = r.Canary[t]
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", t, r.Stable[t], c)
+		}
+		_ = tw.Flush()
+		if len(r.Nodes) == 0 {
+			fmt.Fprintln(w, "  no Envoy connected")
+		} else {
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  NODE\tROLE\tSTREAMS\tACKED\tLAST NACK")
+			for _, n := range r.Nodes {
+				role := "stable"
+				if n.Canary {
+					role = "canary"
+				}
+				nack := "-"
+				if n.LastNACK != nil {
+					nack = fmt.Sprintf("%s %s %s ago: %s", n.LastNACK.Type, n.LastNACK.Version, age(now, n.LastNACK.At), firstLine(n.LastNACK.Message))
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", n.ID, role, n.Streams, acked(n.Acked), nack)
+			}
+			_ = tw.Flush()
+		}
+		for _, x := range r.Rejected {
+			fmt.Fprintf(w, "  rejected %s %s by %s %s ago, never sent again: %s\n", x.Type, x.Version, x.Node, age(now, x.At), firstLine(x.Message))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func acked(m map[string]string) string {
+	var parts []string
+	for _, t := range typeOrder {
+		if v, ok := m[t]; ok {
+			parts = append(parts, t+"="+v)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}

@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// retryOns are the retry_on conditions Envoy's router knows.
+var retryOns = map[string]bool{
+	"5xx": true, "gateway-error": true, "reset": true, "reset-before-request": true, "connect-failure": true,
+	"envoy-ratelimited": true, "retriable-4xx": true, "refused-stream": true, "retriable-status-codes": true,
+	"retriable-headers": true, "http3-post-connect-failure": true,
+}
+
+func (c *Config) validateEnvoyKnobs(p *problems) {
+	ev := c.Envoy
+	if ev.RouteIdleTimeout.Std() < 0 {
+		p.addf("envoy.route_idle_timeout", "%s is negative", ev.RouteIdleTimeout)
+	}
+	if ev.SlowStart.Std() < 0 {
+		p.addf("envoy.slow_start", "%s is negative", ev.SlowStart)
+	}
+	r := ev.Retry
+	if r.Attempts > 0 {
+		hasCodes := false
+		for _, on := range strings.Split(r.On, ",") {
+			on = strings.TrimSpace(on)
+			if !retryOns[on] {
+				p.addf("envoy.retry.on", "unknown retry condition %q in %q", on, r.On)
+			}
+			hasCodes = hasCodes || on == "retriable-status-codes"
+		}
+		if hasCodes != (len(r.StatusCodes) > 0) {
+			p.addf("envoy.retry.status_codes", "%v with retry_on %q: retriable-status-codes and status codes go together", r.StatusCodes, r.On)
+		}
+		for i, code := range r.StatusCodes {
+			if code < 100 || code > 599 {
+				p.addf(fmt.Sprintf("envoy.retry.status_codes[%d]", i), "%d is not an HTTP status", code)
+			}
+		}
+		if r.BaseInterval.Std() <= 0 || r.MaxInterval < r.BaseInterval {
+			p.addf("envoy.retry", "back-off base %s and max %s: want 0 < base <= max", r.BaseInterval, r.MaxInterval)
+		}
+		if r.MaxRetryAfter.Std() <= 0 {
+			p.addf("envoy.retry.max_retry_after", "%s is not positive", r.MaxRetryAfter)
+		}
+		if r.HostSelectionAttempts < 1 {
+			p.addf("envoy.retry.host_selection_attempts", "%d is not positive", r.HostSelectionAttempts)
+		}
+	}
+	hc := ev.HealthCheck
+	if !hc.Disabled && (hc.Interval.Std() <= 0 || hc.Timeout.Std() <= 0 || hc.Timeout > hc.Interval || hc.UnhealthyThreshold < 1 || hc.HealthyThreshold < 1) {
+		p.addf("envoy.health_check", "interval %s, timeout %s, thresholds %d/%d: want 0 < timeout <= interval and thresholds >= 1",
+			hc.Interval, hc.Timeout, hc.UnhealthyThreshold, hc.HealthyThreshold)
+	}
+	o := ev.Outlier
+	if o.Interval.Std() <= 0 || o.BaseEjectionTime.Std() <= 0 || o.MaxEjectionPercent > 100 {
+		p.addf("envoy.outlier", "interval %s, base ejection %s, max ejection %d%%: want positive durations and a percent <= 100",
+			o.Interval, o.BaseEjectionTime, o.MaxEjectionPercent)
+	}
+	cb := ev.CircuitBreakers
+	if cb.MaxConnections < 1 || cb.MaxPendingRequests < 1 || cb.MaxRequests < 1 {
+		p.addf("envoy.circuit_breakers", "limits must be >= 1: %+v", cb)
+	}
+	if !finite(cb.RetryBudgetPercent) || cb.RetryBudgetPercent > 100 {
+		p.addf("envoy.circuit_breakers.retry_budget_percent", "%v is out of range: want [0, 100]", cb.RetryBudgetPercent)
+	}
+	if ev.Rollout.CanaryPercent < 0 || ev.Rollout.CanaryPercent > 100 {
+		p.addf("envoy.rollout.canary_percent", "%d is out of range: want 0..100", ev.Rollout.CanaryPercent)
+	}
+	if ev.Rollout.Soak.Std() < 0 {
+		p.addf("envoy.rollout.soak", "%s is negative", ev.Rollout.Soak)
+	}
+	if ev.ExtProcMaxStreams < 1 {
+		p.addf("envoy.extproc_max_streams", "%d is not positive", ev.ExtProcMaxStreams)
+	}
+	for i, e := range c.Clusters {
+		path := fmt.Sprintf("clusters[%d]", i)
+		if e.Protocol != ProtocolHTTP1 && e.Protocol != ProtocolHTTP2 {
+			p.addf(path+".protocol", "unknown protocol %q: want http1 or http2", e.Protocol)
+		}
+		if e.Service != nil && (!validDNSName(e.Service.Host) || e.Service.Port < 1 || e.Service.Port > 65535) {
+			p.addf(path+".service", "%+v: want a DNS host and a port in 1..65535", *e.Service)
+		}
+	}
+	for i, s := range c.Sources {
+		if s.Routing != RoutingDraw && s.Routing != RoutingCluster {
+			p.addf(fmt.Sprintf("sources[%d].routing", i), "unknown routing %q: want draw or cluster", s.Routing)
+		}
+	}
+}

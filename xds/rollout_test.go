@@ -1,0 +1,351 @@
+package xds_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/xds"
+)
+
+// fakeEnvoy is an ADS client that plays Envoy's side of state-of-the-world
+// ADS: it subscribes to CDS and LDS, then EDS and RDS for what they name,
+// and ACKs every response — or NACKs the ones reject says, answering with
+// the version it last accepted, as Envoy does.
+type fakeEnvoy struct {
+	t      *testing.T
+	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	reject func(typ, version string) bool
+
+	mu       sync.Mutex
+	accepted map[string]string
+	received map[string]int // "type version" -> responses
+	eds, rds bool
+}
+
+func connect(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func(typ, version string) bool) *fakeEnvoy {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &fakeEnvoy{t: t, stream: stream, reject: reject, accepted: map[string]string{}, received: map[string]int{}}
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go e.loop()
+	return e
+}
+
+func (e *fakeEnvoy) loop() {
+	for {
+		resp, err := e.stream.Recv()
+		if err != nil {
+			return
+		}
+		typ, v := resp.GetTypeUrl(), resp.GetVersionInfo()
+		e.mu.Lock()
+		e.received[typ+" "+v]++
+		nack := e.reject != nil && e.reject(typ, v)
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce(), VersionInfo: v, ResourceNames: names(resp)}
+		if nack {
+			req.VersionInfo = e.accepted[typ]
+			req.ErrorDetail = &status.Status{Code: 3, Message: "fake envoy refuses " + v}
+		} else {
+			e.accepted[typ] = v
+		}
+		var more []*discoveryv3.DiscoveryRequest
+		if typ == resource.ClusterType && !e.eds {
+			e.eds = true
+			more = append(more, &discoveryv3.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names(resp)})
+		}
+		if typ == resource.ListenerType && !e.rds {
+			e.rds = true
+			more = append(more, &discoveryv3.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: []string{xds.RouteConfigName}})
+		}
+		e.mu.Unlock()
+		if typ == resource.ClusterType || typ == resource.ListenerType {
+			req.ResourceNames = nil // wildcard
+		}
+		for _, r := range append([]*discoveryv3.DiscoveryRequest{req}, more...) {
+			if err := e.stream.Send(r); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// names lists the clusters of a CDS response (EDS names them too).
+func names(resp *discoveryv3.DiscoveryResponse) []string {
+	if resp.GetTypeUrl() != resource.ClusterType {
+		if resp.GetTypeUrl() == resource.RouteType {
+			return []string{xds.RouteConfigName}
+		}
+		var out []string
+		for range resp.GetResources() {
+		}
+		return out
+	}
+	var out []string
+	for _, a := range resp.GetResources() {
+		var c clusterv3.Cluster
+		if err := a.UnmarshalTo(&c); err == nil {
+			out = append(out, c.GetName())
+		}
+	}
+	return out
+}
+
+func (e *fakeEnvoy) has(typ, version string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.accepted[typ] == version
+}
+
+func (e *fakeEnvoy) count(typ, version string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.received[typ+" "+version]
+}
+
+func startRollout(t *testing.T, c *config.Config) (*xds.Server, *grpc.ClientConn, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := xds.New(ctx, xds.Options{Config: c, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return srv, conn, reg
+}
+
+// versionsOf are the three weights versions the rollout tests publish.
+func versionsOf(t *testing.T, c *config.Config) []*weights.Weights {
+	t.Helper()
+	in := weights.Input{Config: c, Clusters: weights.StaticState(c)}
+	var out []*weights.Weights
+	for _, p := range []weights.Policy{weights.Proportional{}, weights.RoundRobin{}, weights.Waterfall{}} {
+		w, err := p.Compute(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func routeVersion(t *testing.T, srv *xds.Server, source string) string {
+	t.Helper()
+	snap, err := srv.Snapshot(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.GetVersion(resource.RouteType)
+}
+
+// TestNACKRollsBackWithoutLoop: an Envoy that rejects a new route version
+// gets its source rolled back to the last version it acknowledged; the
+// rejected version is not sent in a loop, nor again when the controller
+// publishes the same content.
+func TestNACKRollsBackWithoutLoop(t *testing.T) {
+	c, _ := demo(t)
+	srv, conn, reg := startRollout(t, c)
+	ws := versionsOf(t, c)
+	ctx := context.Background()
+	if err := srv.Publish(ctx, ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	good := routeVersion(t, srv, "edge-us")
+	var bad string
+	var mu sync.Mutex
+	env := connect(t, conn, &corev3.Node{Id: "e1", Cluster: "edge-us"}, func(typ, v string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return typ == resource.RouteType && v == bad
+	})
+	waitFor(t, func() bool { return env.has(resource.RouteType, good) && env.has(resource.EndpointType, mustVersion(t, srv, resource.EndpointType)) })
+	time.Sleep(100 * time.Millisecond) // the ACKs reach the rollout loop: this version is the last good one
+
+	if err := srv.Publish(ctx, ws[1]); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	bad = routeVersion(t, srv, "edge-us")
+	mu.Unlock()
+	if bad == good {
+		t.Fatal("the second weights did not change the routes")
+	}
+	waitFor(t, func() bool { return routeVersion(t, srv, "edge-us") == good })
+	time.Sleep(time.Second)
+	if n := env.count(resource.RouteType, bad); n < 1 || n > 2 {
+		t.Errorf("the rejected version was sent %d times; want once (at most once more, racing the rollback)", n)
+	}
+	st := rolloutOf(t, srv, "edge-us")
+	if len(st.Rejected) != 1 || st.Rejected[0].Version != bad || !strings.Contains(st.Rejected[0].Message, "fake envoy refuses") || st.Rejected[0].Node != "e1" {
+		t.Errorf("rollout status %+v", st)
+	}
+	// The same content again is not sent again.
+	before := env.count(resource.RouteType, bad)
+	if err := srv.Publish(ctx, ws[1]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if env.count(resource.RouteType, bad) != before || routeVersion(t, srv, "edge-us") != good {
+		t.Error("a rejected version was published again")
+	}
+	if got := counter(t, reg, "ilb_xds_rollbacks_total", "edge-us"); got != 1 {
+		t.Errorf("rollbacks = %v; want 1", got)
+	}
+}
+
+// TestCanaryPromotesAndHolds: with canaries, a new version reaches them
+// first, then everyone once they ACKed it and it soaked; a version a
+// canary rejects is held back and the canaries roll back.
+func TestCanaryPromotesAndHolds(t *testing.T) {
+	c, _ := demo(t)
+	c.Envoy.Rollout = config.Rollout{CanaryPercent: 50, Soak: config.Duration(300 * time.Millisecond)}
+	srv, conn, reg := startRollout(t, c)
+	canaryID, mainID := "", ""
+	for i := 0; canaryID == "" || mainID == ""; i++ {
+		id := fmt.Sprintf("envoy-%d", i)
+		if xds.CanaryNode(id, 50) {
+			canaryID = id
+		} else {
+			mainID = id
+		}
+	}
+	ws := versionsOf(t, c)
+	ctx := context.Background()
+	if err := srv.Publish(ctx, ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	v1 := routeVersion(t, srv, "edge-us")
+	var rejectV3 string
+	var mu sync.Mutex
+	canary := connect(t, conn, &corev3.Node{Id: canaryID, Cluster: "edge-us"}, func(typ, v string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return typ == resource.RouteType && v == rejectV3
+	})
+	main := connect(t, conn, &corev3.Node{Id: mainID, Cluster: "edge-us"}, nil)
+	waitFor(t, func() bool { return canary.has(resource.RouteType, v1) && main.has(resource.RouteType, v1) })
+
+	// v2 goes to the canary only, then to everyone.
+	if err := srv.Publish(ctx, ws[1]); err != nil {
+		t.Fatal(err)
+	}
+	st := rolloutOf(t, srv, "edge-us")
+	v2 := st.Canary["route"]
+	if !st.Pending || v2 == "" || v2 == v1 || st.Stable["route"] != v1 {
+		t.Fatalf("after publish: %+v", st)
+	}
+	waitFor(t, func() bool { return canary.has(resource.RouteType, v2) })
+	if main.has(resource.RouteType, v2) {
+		t.Error("a non-canary got the version before its promotion")
+	}
+	waitFor(t, func() bool { return main.has(resource.RouteType, v2) })
+	if st := rolloutOf(t, srv, "edge-us"); st.Pending || st.Stable["route"] != v2 {
+		t.Errorf("after promotion: %+v", st)
+	}
+	if got := counter(t, reg, "ilb_xds_canary_promotions_total", "edge-us"); got != 1 {
+		t.Errorf("promotions = %v", got)
+	}
+
+	// v3: the canary rejects it; it is held, the canary rolled back.
+	mu.Lock()
+	c3 := *c
+	c3.Envoy.Rollout.CanaryPercent = 50
+	mu.Unlock()
+	if err := srv.Publish(ctx, ws[2]); err != nil {
+		t.Fatal(err)
+	}
+	st = rolloutOf(t, srv, "edge-us")
+	mu.Lock()
+	rejectV3 = st.Canary["route"]
+	mu.Unlock()
+	waitFor(t, func() bool {
+		st := rolloutOf(t, srv, "edge-us")
+		return !st.Pending && len(st.Rejected) == 1 && st.Rejected[0].Version == rejectV3
+	})
+	time.Sleep(3 * 300 * time.Millisecond) // more than the soak
+	if main.has(resource.RouteType, rejectV3) || !main.has(resource.RouteType, v2) || !canary.has(resource.RouteType, v2) {
+		t.Errorf("a rejected canary version went further, or the canary was not rolled back")
+	}
+}
+
+func rolloutOf(t *testing.T, srv *xds.Server, source string) xds.RolloutStatus {
+	t.Helper()
+	for _, st := range srv.Rollouts() {
+		if st.Source == source {
+			return st
+		}
+	}
+	t.Fatalf("no rollout for %s", source)
+	return xds.RolloutStatus{}
+}
+
+func mustVersion(t *testing.T, srv *xds.Server, typ string) string {
+	t.Helper()
+	snap, err := srv.Snapshot("edge-us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.GetVersion(typ)
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name, source string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == source {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
