@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,6 +61,12 @@ type App struct {
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
 	group                     *errgroup.Group
+
+	// signalsMu orders signals snapshots into EDS and the fast loop:
+	// OnChange and followRamps run on different goroutines, and an older
+	// snapshot must not overwrite a newer one (signalsAt).
+	signalsMu sync.Mutex
+	signalsAt time.Time
 }
 
 // Start builds every component, computes and publishes the first weights

@@ -15,15 +15,23 @@ import (
 )
 
 // onSignals carries a new signals snapshot to EDS and to the fast loop,
-// and asks the controller for a tick when clusters' health changed.
+// and asks the controller for a tick when clusters' health changed. A
+// snapshot older than the last one applied is dropped (its health change
+// is already in the newer one).
 func (a *App) onSignals(ctx context.Context, snap *signals.Snapshot, healthChanged []string) {
+	if len(healthChanged) > 0 && a.Controller != nil {
+		defer a.Controller.Trigger() // even when snap is dropped: the change happened
+	}
+	a.signalsMu.Lock()
+	defer a.signalsMu.Unlock()
+	if snap.At.Before(a.signalsAt) {
+		return
+	}
+	a.signalsAt = snap.At
 	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap)); err != nil {
 		a.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
 	}
 	a.ExtProc.SetLive(liveOf(snap))
-	if len(healthChanged) > 0 && a.Controller != nil {
-		a.Controller.Trigger()
-	}
 }
 
 // followRamps pushes the snapshot to EDS and the fast loop every signals

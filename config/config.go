@@ -216,11 +216,17 @@ type Envoy struct {
 	RouteIdleTimeout Duration `yaml:"route_idle_timeout" json:"route_idle_timeout"`
 	// SlowStart ramps a new engine host's share of least-request picks
 	// over this window; default 30s, 0 turns it off.
-	SlowStart       Duration        `yaml:"slow_start" json:"slow_start"`
-	Retry           Retry           `yaml:"retry" json:"retry"`
-	HealthCheck     HealthCheck     `yaml:"health_check" json:"health_check"`
-	Outlier         Outlier         `yaml:"outlier" json:"outlier"`
-	CircuitBreakers CircuitBreakers `yaml:"circuit_breakers" json:"circuit_breakers"`
+	SlowStart Duration `yaml:"slow_start" json:"slow_start"`
+	// HealthyPanicThreshold, in percent [0, 100]: below this share of
+	// healthy hosts Envoy balances over every host, dead ones included.
+	// Default 0 (never): ext_proc and the controller already steer away
+	// from a cluster with few serving replicas, and a dead replica only
+	// fails requests.
+	HealthyPanicThreshold float64         `yaml:"healthy_panic_threshold" json:"healthy_panic_threshold"`
+	Retry                 Retry           `yaml:"retry" json:"retry"`
+	HealthCheck           HealthCheck     `yaml:"health_check" json:"health_check"`
+	Outlier               Outlier         `yaml:"outlier" json:"outlier"`
+	CircuitBreakers       CircuitBreakers `yaml:"circuit_breakers" json:"circuit_breakers"`
 	// ExtProcMaxStreams bounds concurrent ext_proc streams (one per
 	// request in flight) per Envoy: the ext_proc cluster's circuit
 	// breakers. Default 100000.

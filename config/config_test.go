@@ -210,6 +210,34 @@ func TestValidate(t *testing.T) {
 			"listen clash", func(c *config.Config) { c.Listen.Admin = c.Listen.XDS },
 			[]string{`listen.admin: address "127.0.0.1:18000" is already used by listen.xds`},
 		},
+		{
+			"retry typo", func(c *config.Config) { c.Envoy.Retry.On = "connect-failure,retriable-status-code" },
+			[]string{`envoy.retry.on: unknown retry condition "retriable-status-code"`, `envoy.retry.status_codes: [503 429] with retry_on`},
+		},
+		{
+			"retry status codes", func(c *config.Config) { c.Envoy.Retry.StatusCodes = []uint32{503, 99} },
+			[]string{`envoy.retry.status_codes[1]: 99 is not an HTTP status`},
+		},
+		{
+			"panic threshold", func(c *config.Config) { c.Envoy.HealthyPanicThreshold = 150 },
+			[]string{`envoy.healthy_panic_threshold: 150 is not a percentage in [0, 100]`},
+		},
+		{
+			"canary percent", func(c *config.Config) { c.Envoy.Rollout.CanaryPercent = 101 },
+			[]string{`envoy.rollout.canary_percent: 101 is out of range: want 0..100`},
+		},
+		{
+			"health check timeout", func(c *config.Config) { c.Envoy.HealthCheck.Timeout = config.Duration(time.Minute) },
+			[]string{`envoy.health_check: interval 5s, timeout 1m0s`},
+		},
+		{
+			"engine protocol", func(c *config.Config) { c.Clusters[0].Protocol = "http3" },
+			[]string{`clusters[0].protocol: unknown protocol "http3": want http1 or http2`},
+		},
+		{
+			"source routing", func(c *config.Config) { c.Sources[0].Routing = "header" },
+			[]string{`sources[0].routing: unknown routing "header": want draw or cluster`},
+		},
 		{"every problem at once", func(c *config.Config) {
 			c.Clusters[0].Region = "mars"
 			c.Profiles[0].CapacityPerReplica = -3

@@ -20,6 +20,9 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 	if ev.SlowStart.Std() < 0 {
 		p.addf("envoy.slow_start", "%s is negative", ev.SlowStart)
 	}
+	if t := ev.HealthyPanicThreshold; !(t >= 0 && t <= 100) {
+		p.addf("envoy.healthy_panic_threshold", "%v is not a percentage in [0, 100]", t)
+	}
 	r := ev.Retry
 	if r.Attempts > 0 {
 		hasCodes := false

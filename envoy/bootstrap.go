@@ -12,6 +12,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -33,6 +34,11 @@ type BootstrapOptions struct {
 	// Admin is Envoy's admin address; default 127.0.0.1:9901. "" after
 	// defaults means no admin listener.
 	Admin string
+	// Listener, when set, makes a sidecar bootstrap: this listener is
+	// static (the pod owns its lifecycle and address) and only clusters,
+	// endpoints and routes come from ILB; LDS is off. Nil: a gateway
+	// whose listener comes over LDS too.
+	Listener *listenerv3.Listener
 }
 
 // Bootstrap renders the bootstrap of an Envoy of source: node.cluster is
@@ -94,6 +100,10 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 			LdsConfig: ads(),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds, ep}},
+	}
+	if o.Listener != nil {
+		b.DynamicResources.LdsConfig = nil
+		b.StaticResources.Listeners = []*listenerv3.Listener{o.Listener}
 	}
 	if o.Admin != "" {
 		host, port, err := splitPort(o.Admin)

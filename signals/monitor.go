@@ -38,8 +38,8 @@ type Options struct {
 	// of the snapshot's state (a replica state, the replica set, a
 	// saturation mark), after the new snapshot is published.
 	// healthChanged lists, in config order, the clusters whose number of
-	// serving replicas changed or that became or stopped being saturated
-	// (possibly none). It must not block for long: scrape results wait.
+	// serving replicas changed (possibly none; a saturation change alone
+	// lists nothing). It must not block for long: scrape results wait.
 	OnChange func(s *Snapshot, healthChanged []string)
 }
 
@@ -73,7 +73,6 @@ type Monitor struct {
 	lastPublish    time.Time
 	wake           time.Time // earliest pending deadline of any replica or cluster
 	lastServing    []int     // per cluster, at the last state publish
-	lastSaturated  []bool
 }
 
 // cluster is the loop's view of one engine cluster.
@@ -166,7 +165,6 @@ func New(o Options) (*Monitor, error) {
 	}
 	m.prom = p
 	m.lastServing = make([]int, len(m.clusters))
-	m.lastSaturated = make([]bool, len(m.clusters))
 	m.changed = true // sets the health baseline; OnChange is not called
 	m.publish(now, false)
 	return m, nil

@@ -21,10 +21,13 @@ func (m *Monitor) publish(now time.Time, notify bool) {
 	for i, cl := range m.clusters {
 		c := s.Clusters[cl.cfg.Name]
 		serving := c.Ready + c.Warming + c.Stale
-		if serving != m.lastServing[i] || c.Saturated != m.lastSaturated[i] {
+		// Saturation is not health: the controller's capacity does not
+		// depend on it (the fast loop reads it from the snapshot), so a
+		// flapping saturation mark must not trigger controller ticks.
+		if serving != m.lastServing[i] {
 			health = append(health, cl.cfg.Name)
 		}
-		m.lastServing[i], m.lastSaturated[i] = serving, c.Saturated
+		m.lastServing[i] = serving
 	}
 	if notify && m.onChange != nil {
 		m.onChange(s, health)

@@ -66,6 +66,9 @@ func engineCluster(c *config.Config, e config.EngineCluster) *clusterv3.Cluster 
 		ConnectTimeout: durationpb.New(ev.ConnectTimeout.Std()),
 		LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
 		LbConfig:       &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: lr},
+		// Envoy's default panic threshold (50%) would send traffic to
+		// UNHEALTHY endpoints once half a cluster is down.
+		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: ev.HealthyPanicThreshold}},
 		OutlierDetection: &clusterv3.OutlierDetection{
 			Consecutive_5Xx:                    wrapperspb.UInt32(ev.Outlier.Consecutive5xx),
 			ConsecutiveGatewayFailure:          wrapperspb.UInt32(ev.Outlier.ConsecutiveGatewayFailure),

@@ -15,6 +15,7 @@ import (
 	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -136,4 +137,26 @@ func extProc(c *config.Config, s config.Source) *extprocfilterv3.ExternalProcess
 		MessageTimeout:    durationpb.New(c.Envoy.MessageTimeout.Std()),
 		AllowModeOverride: true,
 	}
+}
+
+// ListenerAt is a copy of the source's listener bound to addr
+// (host:port): what a sidecar Envoy keeps static while it takes
+// clusters, endpoints and routes from ILB.
+func (r *Resources) ListenerAt(addr string) (*listenerv3.Listener, error) {
+	if len(r.Listeners) != 1 {
+		return nil, fmt.Errorf("want one listener, have %d", len(r.Listeners))
+	}
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("listener address: %w", err)
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || port == 0 {
+		return nil, fmt.Errorf("listener address %q: want a port in 1..65535", addr)
+	}
+	l := proto.CloneOf(r.Listeners[0])
+	l.Address = &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)},
+	}}}
+	return l, nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
@@ -23,6 +26,7 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	extprocAddr := fs.String("extproc", "", "ILB ext_proc address as Envoy reaches it (default listen.extproc)")
 	adminAddr := fs.String("admin", "127.0.0.1:9901", "Envoy admin address; empty for none")
 	resources := fs.Bool("resources", false, "print the xDS resources (CDS, EDS, RDS, LDS) instead of the bootstrap")
+	sidecar := fs.String("sidecar", "", "render a sidecar bootstrap: ILB's listener static on this host:port, LDS off")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -50,7 +54,13 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 			return err
 		}
 	} else {
-		b, err := envoy.Bootstrap(c, *source, envoy.BootstrapOptions{NodeID: *nodeID, XDS: *xdsAddr, ExtProc: *extprocAddr, Admin: *adminAddr})
+		o := envoy.BootstrapOptions{NodeID: *nodeID, XDS: *xdsAddr, ExtProc: *extprocAddr, Admin: *adminAddr}
+		if *sidecar != "" {
+			if o.Listener, err = sidecarListener(c, *source, *sidecar); err != nil {
+				return fmt.Errorf("envoy-config: --sidecar: %w", err)
+			}
+		}
+		b, err := envoy.Bootstrap(c, *source, o)
 		if err != nil {
 			return err
 		}
@@ -60,4 +70,18 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// sidecarListener is the listener ILB serves source over LDS, bound to
+// addr instead: a sidecar keeps it static and takes the rest from ILB.
+func sidecarListener(c *config.Config, source, addr string) (*listenerv3.Listener, error) {
+	w, err := weights.ComputeStatic(c)
+	if err != nil {
+		return nil, err
+	}
+	res, err := xds.Build(c, w, nil, source)
+	if err != nil {
+		return nil, err
+	}
+	return res.ListenerAt(addr)
 }

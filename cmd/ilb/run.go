@@ -26,7 +26,7 @@ func commands() []command {
 	return []command{
 		{"serve", "--config FILE", "run ILB: xDS (:18000), ext_proc (:18001) and admin (:18002) in one process", runServe},
 		{"demo", "[--config FILE] [--duration D]", "run the whole stack here (engines, ILB, envoysim) under a short load and report", runDemo},
-		{"validate", "--config FILE", "check a configuration: one problem per line, exit 1 if any", runValidate},
+		{"validate", "--config FILE | --envoy FILE...", "check an ILB configuration, or Envoy bootstrap/resource files offline: one problem per line, exit 1 on errors", runValidate},
 		{"envoy-config", "--config FILE --source S", "print the Envoy bootstrap for the Envoys of source S", runEnvoyConfig},
 		{"explain", "[--admin ADDR] REQUEST_ID", "explain how one request was routed", runExplain},
 		{"weights", "[--admin ADDR] [--source S] [--model M] [--explain]", "print the weights in force, and why", runWeights},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
@@ -14,16 +15,30 @@ import (
 	"github.com/ilbproject/ilb/xds"
 )
 
+// files is a repeatable string flag.
+type files []string
+
+func (f *files) String() string     { return strings.Join(*f, ",") }
+func (f *files) Set(v string) error { *f = append(*f, v); return nil }
+
 // runValidate prints one problem per line and exits 1, or a one-line
 // summary.
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "ILB configuration file (YAML)")
+	var envoyFiles files
+	fs.Var(&envoyFiles, "envoy", "an Envoy bootstrap or resource file (YAML); repeat to check a bootstrap with the resources it is served")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if *cfgPath == "" {
-		return errors.New("validate: --config is required")
+	envoyFiles = append(envoyFiles, fs.Args()...)
+	switch {
+	case *cfgPath == "" && len(envoyFiles) == 0:
+		return errors.New("validate: --config or --envoy is required")
+	case *cfgPath != "" && len(envoyFiles) > 0:
+		return errors.New("validate: give --config or --envoy, not both")
+	case len(envoyFiles) > 0:
+		return validateEnvoy(stdout, envoyFiles)
 	}
 	data, err := os.ReadFile(*cfgPath)
 	if err != nil {
@@ -45,6 +60,33 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "%s: ok: %d regions, %d sources, %d models, %d engine clusters (%d endpoints), policy %s\n",
 		*cfgPath, len(c.Regions), len(c.Sources), len(c.Models), len(c.Clusters), endpoints, c.Controller.Policy)
+	return nil
+}
+
+// validateEnvoy checks Envoy files as one bundle: strict decoding,
+// ValidateAll into every Any, then ILB's semantic checks. Warnings are
+// printed; errors make the exit status 1.
+func validateEnvoy(stdout io.Writer, paths []string) error {
+	name := strings.Join(paths, " + ")
+	b, err := envoy.LoadBundle(paths...)
+	if err != nil {
+		for _, p := range problems(err) {
+			fmt.Fprintf(stdout, "%s\n", p)
+		}
+		return exitError{1}
+	}
+	ps := b.Check()
+	warnings := 0
+	for _, p := range ps {
+		fmt.Fprintf(stdout, "%s: %s\n", name, p)
+		if p.Warning {
+			warnings++
+		}
+	}
+	if envoy.Errors(ps) != nil {
+		return exitError{1}
+	}
+	fmt.Fprintf(stdout, "%s: ok: %s (%d warnings)\n", name, b.Summary(), warnings)
 	return nil
 }
 

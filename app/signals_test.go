@@ -1,0 +1,68 @@
+package app
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/signals"
+)
+
+// TestOlderSignalsSnapshotIsDropped: followRamps and OnChange push
+// snapshots from different goroutines; one read before a newer one was
+// applied must not put stale replica health back into EDS.
+func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Signals.Disabled = true
+	c.Listen = config.Listen{XDS: "127.0.0.1:0", ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
+	ctx, cancel := context.WithCancel(t.Context())
+	a, err := Start(ctx, Options{Config: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = a.Wait() })
+
+	snap := func(at time.Time, st signals.State) *signals.Snapshot {
+		return &signals.Snapshot{At: at,
+			Replicas: []signals.Replica{{Cluster: "eu-west-tgi", Address: "127.0.0.1:18131", State: st}},
+			Clusters: map[string]signals.Cluster{"eu-west-tgi": {}}}
+	}
+	health := func() corev3.HealthStatus {
+		s, err := a.XDS.Snapshot("edge-eu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range s.GetResources(resource.EndpointType) {
+			cla := r.(*endpointv3.ClusterLoadAssignment)
+			if cla.GetClusterName() == "eu-west-tgi" {
+				return cla.GetEndpoints()[0].GetLbEndpoints()[0].GetHealthStatus()
+			}
+		}
+		t.Fatalf("no EDS for eu-west-tgi in %v", s.GetResources(resource.EndpointType))
+		return 0
+	}
+	t0 := time.Now()
+	cases := []struct {
+		name string
+		snap *signals.Snapshot
+		want corev3.HealthStatus
+	}{
+		{"newer unhealthy applies", snap(t0.Add(time.Second), signals.StateUnhealthy), corev3.HealthStatus_UNHEALTHY},
+		{"older ready is dropped", snap(t0, signals.StateReady), corev3.HealthStatus_UNHEALTHY},
+		{"newest ready applies", snap(t0.Add(2*time.Second), signals.StateReady), corev3.HealthStatus_HEALTHY},
+	}
+	for _, tc := range cases {
+		a.onSignals(ctx, tc.snap, nil)
+		if got := health(); got != tc.want {
+			t.Errorf("%s: EDS health %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package envoy_test
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/envoy"
+	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/xds"
+)
+
+// The bootstrap templates under envoy/ are what `ilb envoy-config`
+// renders for the demo configuration with ILB reachable by its
+// Kubernetes service name; -update rewrites them.
+var templates = []struct {
+	file, source, sidecar, header string
+}{
+	{
+		file: "front-gateway.yaml", source: "edge-us",
+		header: `# Envoy bootstrap for a front gateway of source edge-us.
+#
+# Rendered by:  ilb envoy-config --config examples/demo/ilb.yaml --source edge-us \
+#                 --xds ilb.ilb-system.svc.cluster.local:18000 \
+#                 --extproc ilb.ilb-system.svc.cluster.local:18001
+# Everything but ILB's two clusters comes over one ADS stream: the listener
+# (LDS), the engine clusters (CDS), their endpoints (EDS) and the weighted
+# routes (RDS). node.cluster names the source: it keys the snapshot ILB
+# serves. Checked offline by:  ilb validate --envoy envoy/front-gateway.yaml
+`,
+	},
+	{
+		file: "sidecar.yaml", source: "edge-eu", sidecar: "127.0.0.1:15001",
+		header: `# Envoy bootstrap for a sidecar of source edge-eu: the application sends its
+# OpenAI requests to http://127.0.0.1:15001.
+#
+# Rendered by:  ilb envoy-config --config examples/demo/ilb.yaml --source edge-eu \
+#                 --sidecar 127.0.0.1:15001 \
+#                 --xds ilb.ilb-system.svc.cluster.local:18000 \
+#                 --extproc ilb.ilb-system.svc.cluster.local:18001
+# The listener is static (the pod owns its address and lifecycle; LDS is
+# off) and is ILB's listener: early removal of client-sent x-ilb-route-*
+# headers, the ext_proc filter with this source in its initial metadata,
+# removal of internal response headers, and the router on RDS ilb_routes.
+# Clusters, endpoints and routes come from ILB over ADS.
+# Checked offline by:  ilb validate --envoy envoy/sidecar.yaml
+`,
+	},
+}
+
+func renderTemplate(t *testing.T, c *config.Config, source, sidecar, header string) []byte {
+	t.Helper()
+	o := envoy.BootstrapOptions{
+		XDS: "ilb.ilb-system.svc.cluster.local:18000", ExtProc: "ilb.ilb-system.svc.cluster.local:18001", Admin: "127.0.0.1:9901",
+	}
+	if sidecar != "" {
+		w, err := weights.ComputeStatic(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := xds.Build(c, w, nil, source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Listener, err = res.ListenerAt(sidecar); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := envoy.Bootstrap(c, source, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := envoy.MarshalYAML(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte(header), y...)
+}
+
+func TestTemplates(t *testing.T) {
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tpl := range templates {
+		t.Run(tpl.file, func(t *testing.T) {
+			got := renderTemplate(t, c, tpl.source, tpl.sidecar, tpl.header)
+			if *update {
+				if err := os.WriteFile(tpl.file, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(tpl.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s is not what ilb envoy-config renders (go test ./envoy -update):\n%s", tpl.file, got)
+			}
+			for _, files := range [][]string{{tpl.file}, {tpl.file, "../xds/testdata/" + tpl.source + ".yaml"}} {
+				b, err := envoy.LoadBundle(files...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ps := b.Check(); len(ps) > 0 {
+					t.Errorf("%v: problems:\n%s", files, join(ps))
+				}
+			}
+		})
+	}
+}
