@@ -205,6 +205,10 @@ func (k *checker) grpcCluster(where string, gs *corev3.GrpcService, static bool)
 		k.errorf(where, "envoy_grpc cluster %q must be a static cluster of the bootstrap: Envoy needs it before any xDS arrives", name)
 		return
 	}
+	if _, ok := k.clusters[name]; !ok && k.b.Bootstrap == nil {
+		k.warnf(where, "envoy_grpc cluster %q is not in these files: it must be a static cluster of the bootstrap (check both: --envoy bootstrap.yaml --envoy this file)", name)
+		return
+	}
 	c := k.cluster(where, "envoy_grpc.cluster_name", name)
 	if c != nil && !speaksHTTP2(c) {
 		k.errorf(where, "envoy_grpc cluster %q does not speak HTTP/2, which gRPC needs: set typed_extension_protocol_options %q with explicit_http_config.http2_protocol_options", name, httpOptionsKey)

@@ -209,6 +209,19 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckResourcesAlone: the resources ILB serves, without the
+// bootstrap, only warn that the ext_proc cluster lives elsewhere.
+func TestCheckResourcesAlone(t *testing.T) {
+	b, err := envoy.LoadBundle("../xds/testdata/edge-eu.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := b.Check()
+	if len(ps) != 1 || !ps[0].Warning || !strings.Contains(ps[0].Message, `envoy_grpc cluster "ilb_extproc" is not in these files`) {
+		t.Errorf("problems:\n%s", join(ps))
+	}
+}
+
 func TestDecodeBundle(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string

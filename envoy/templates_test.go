@@ -3,6 +3,7 @@ package envoy_test
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ilbproject/ilb/config"
@@ -15,10 +16,11 @@ import (
 // renders for the demo configuration with ILB reachable by its
 // Kubernetes service name; -update rewrites them.
 var templates = []struct {
-	file, source, sidecar, header string
+	file, config, source, sidecar, header string
+	opts                                  envoy.BootstrapOptions
 }{
 	{
-		file: "front-gateway.yaml", source: "edge-us",
+		file: "front-gateway.yaml", config: "../examples/demo/ilb.yaml", source: "edge-us", opts: k8s,
 		header: `# Envoy bootstrap for a front gateway of source edge-us.
 #
 # Rendered by:  ilb envoy-config --config examples/demo/ilb.yaml --source edge-us \
@@ -31,7 +33,7 @@ var templates = []struct {
 `,
 	},
 	{
-		file: "sidecar.yaml", source: "edge-eu", sidecar: "127.0.0.1:15001",
+		file: "sidecar.yaml", config: "../examples/demo/ilb.yaml", source: "edge-eu", sidecar: "127.0.0.1:15001", opts: k8s,
 		header: `# Envoy bootstrap for a sidecar of source edge-eu: the application sends its
 # OpenAI requests to http://127.0.0.1:15001.
 #
@@ -47,13 +49,25 @@ var templates = []struct {
 # Checked offline by:  ilb validate --envoy envoy/sidecar.yaml
 `,
 	},
+	{
+		file: "../examples/compose/envoy.yaml", config: "../examples/compose/ilb.yaml", source: "edge-us",
+		opts: envoy.BootstrapOptions{NodeID: "envoy", XDS: "ilb:18000", ExtProc: "ilb:18001", Admin: "0.0.0.0:9901"},
+		header: `# The Envoy of examples/compose (source edge-us).
+#
+# Rendered by:  ilb envoy-config --config examples/compose/ilb.yaml --source edge-us \
+#                 --node-id envoy --xds ilb:18000 --extproc ilb:18001 --admin 0.0.0.0:9901
+# Checked offline by:  ilb validate --envoy examples/compose/envoy.yaml
+`,
+	},
 }
 
-func renderTemplate(t *testing.T, c *config.Config, source, sidecar, header string) []byte {
+// k8s reaches ILB by its Kubernetes service name.
+var k8s = envoy.BootstrapOptions{
+	XDS: "ilb.ilb-system.svc.cluster.local:18000", ExtProc: "ilb.ilb-system.svc.cluster.local:18001", Admin: "127.0.0.1:9901",
+}
+
+func renderTemplate(t *testing.T, c *config.Config, source, sidecar, header string, o envoy.BootstrapOptions) []byte {
 	t.Helper()
-	o := envoy.BootstrapOptions{
-		XDS: "ilb.ilb-system.svc.cluster.local:18000", ExtProc: "ilb.ilb-system.svc.cluster.local:18001", Admin: "127.0.0.1:9901",
-	}
 	if sidecar != "" {
 		w, err := weights.ComputeStatic(c)
 		if err != nil {
@@ -79,13 +93,13 @@ func renderTemplate(t *testing.T, c *config.Config, source, sidecar, header stri
 }
 
 func TestTemplates(t *testing.T) {
-	c, err := config.Load("../examples/demo/ilb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tpl := range templates {
 		t.Run(tpl.file, func(t *testing.T) {
-			got := renderTemplate(t, c, tpl.source, tpl.sidecar, tpl.header)
+			c, err := config.Load(tpl.config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := renderTemplate(t, c, tpl.source, tpl.sidecar, tpl.header, tpl.opts)
 			if *update {
 				if err := os.WriteFile(tpl.file, got, 0o644); err != nil {
 					t.Fatal(err)
@@ -98,7 +112,12 @@ func TestTemplates(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Errorf("%s is not what ilb envoy-config renders (go test ./envoy -update):\n%s", tpl.file, got)
 			}
-			for _, files := range [][]string{{tpl.file}, {tpl.file, "../xds/testdata/" + tpl.source + ".yaml"}} {
+			// Alone, and with the resources ILB serves that source.
+			served := filepath.Join(t.TempDir(), "served.yaml")
+			if err := os.WriteFile(served, servedYAML(t, c, tpl.source), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, files := range [][]string{{tpl.file}, {tpl.file, served}} {
 				b, err := envoy.LoadBundle(files...)
 				if err != nil {
 					t.Fatal(err)
@@ -109,4 +128,21 @@ func TestTemplates(t *testing.T) {
 			}
 		})
 	}
+}
+
+func servedYAML(t *testing.T, c *config.Config, source string) []byte {
+	t.Helper()
+	w, err := weights.ComputeStatic(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := xds.Build(c, w, nil, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := res.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
 }

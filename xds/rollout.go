@@ -111,7 +111,14 @@ func (s *Server) offer(ctx context.Context, source string, snap *cache.Snapshot,
 		s.setKey(ctx, source+canarySuffix, snap)
 		return
 	}
-	r.canary, r.pending, r.since = snap, true, now
+	// A newer version during a soak joins the rollout in progress: the
+	// soak runs from the rollout's start (weights move every tick, so
+	// restarting it would hold the fleet back for good) and promotion
+	// still needs every canary to ACK the newest version.
+	if !r.pending {
+		r.since = now
+	}
+	r.canary, r.pending = snap, true
 	s.setKey(ctx, source+canarySuffix, snap)
 	s.tracker.mCanary.WithLabelValues(source).Set(1)
 	s.log.InfoContext(ctx, "xds: canary rollout started", "source", source, "routes", snap.GetVersion(resource.RouteType))

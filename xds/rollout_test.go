@@ -266,7 +266,8 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	main := connect(t, conn, &corev3.Node{Id: mainID, Cluster: "edge-us"}, nil)
 	waitFor(t, func() bool { return canary.has(resource.RouteType, v1) && main.has(resource.RouteType, v1) })
 
-	// v2 goes to the canary only, then to everyone.
+	// v2 goes to the canary only; v3, published during the soak, joins
+	// the rollout without restarting the soak; then everyone gets v3.
 	if err := srv.Publish(ctx, ws[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -279,33 +280,39 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	if main.has(resource.RouteType, v2) {
 		t.Error("a non-canary got the version before its promotion")
 	}
-	waitFor(t, func() bool { return main.has(resource.RouteType, v2) })
-	if st := rolloutOf(t, srv, "edge-us"); st.Pending || st.Stable["route"] != v2 {
+	if err := srv.Publish(ctx, ws[2]); err != nil {
+		t.Fatal(err)
+	}
+	st3 := rolloutOf(t, srv, "edge-us")
+	v3 := st3.Canary["route"]
+	if !st3.Pending || v3 == v2 || !st3.Since.Equal(st.Since) {
+		t.Errorf("a version during the soak must join the rollout, soak start kept: before %+v, after %+v", st, st3)
+	}
+	waitFor(t, func() bool { return main.has(resource.RouteType, v3) })
+	if st := rolloutOf(t, srv, "edge-us"); st.Pending || st.Stable["route"] != v3 {
 		t.Errorf("after promotion: %+v", st)
 	}
 	if got := counter(t, reg, "ilb_xds_canary_promotions_total", "edge-us"); got != 1 {
 		t.Errorf("promotions = %v", got)
 	}
 
-	// v3: the canary rejects it; it is held, the canary rolled back.
+	// v2 again: the canary rejects it; it is held, the canary rolled back.
 	mu.Lock()
-	c3 := *c
-	c3.Envoy.Rollout.CanaryPercent = 50
+	rejectV3 = v2
 	mu.Unlock()
-	if err := srv.Publish(ctx, ws[2]); err != nil {
+	if err := srv.Publish(ctx, ws[1]); err != nil {
 		t.Fatal(err)
 	}
-	st = rolloutOf(t, srv, "edge-us")
-	mu.Lock()
-	rejectV3 = st.Canary["route"]
-	mu.Unlock()
 	waitFor(t, func() bool {
 		st := rolloutOf(t, srv, "edge-us")
-		return !st.Pending && len(st.Rejected) == 1 && st.Rejected[0].Version == rejectV3
+		return !st.Pending && len(st.Rejected) == 1 && st.Rejected[0].Version == v2
 	})
 	time.Sleep(3 * 300 * time.Millisecond) // more than the soak
-	if main.has(resource.RouteType, rejectV3) || !main.has(resource.RouteType, v2) || !canary.has(resource.RouteType, v2) {
+	if main.has(resource.RouteType, v2) || !main.has(resource.RouteType, v3) || !canary.has(resource.RouteType, v3) {
 		t.Errorf("a rejected canary version went further, or the canary was not rolled back")
+	}
+	if st := rolloutOf(t, srv, "edge-us"); st.Stable["route"] != v3 {
+		t.Errorf("stable after the held rollout: %+v", st)
 	}
 }
 

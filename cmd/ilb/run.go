@@ -31,6 +31,7 @@ func commands() []command {
 		{"explain", "[--admin ADDR] REQUEST_ID", "explain how one request was routed", runExplain},
 		{"weights", "[--admin ADDR] [--source S] [--model M] [--explain]", "print the weights in force, and why", runWeights},
 		{"solve", "--config FILE --demand FILE [--previous W.json]", "compute one controller tick offline from a demand file", runSolve},
+		{"engine", "--cluster C --models M[,M...] [--listen ADDR]", "serve one simulated inference engine (OpenAI API, vLLM metrics), no GPU needed", runEngine},
 		{"rollout", "status [--admin ADDR] [--source S]", "print each source's xDS rollout: stable, canary, rejected versions", runRollout},
 		{"signals", "[--admin ADDR] [--cluster C]", "print the engines' replica and cluster state, and measured demand", runSignals},
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,6 +230,82 @@ func TestRolloutCommand(t *testing.T) {
 				if strings.Contains(out, w) {
 					t.Errorf("output has %q:\n%s", w, out)
 				}
+			}
+		})
+	}
+}
+
+// lockedBuffer is an io.Writer safe to read while a command writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEngineCommand serves a simulated engine and asks it for a chat
+// completion and its metrics over real HTTP.
+func TestEngineCommand(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"engine", "--listen", "127.0.0.1:0", "--cluster", "c1", "--models", "m1, alias-1"}, &out, io.Discard)
+	}()
+	var addr string
+	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, after, ok := strings.Cut(out.String(), "on http://"); ok {
+			addr = strings.TrimSpace(after)
+		}
+	}
+	if addr == "" {
+		t.Fatalf("engine did not start: %q", out.String())
+	}
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"alias-1","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("x-ilb-engine-cluster") != "c1" || !strings.Contains(string(body), `"completion_tokens":3`) {
+		t.Errorf("chat: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	resp, err = http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "vllm:num_requests_running") {
+		t.Errorf("metrics lack vLLM gauges:\n%s", body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("engine stopped with %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no cluster", []string{"engine", "--models", "m"}, "--cluster is required"},
+		{"no models", []string{"engine", "--cluster", "c", "--models", " , "}, `--models " , ": want at least one model name`},
+		{"bad slots", []string{"engine", "--cluster", "c", "--models", "m", "--max-running", "0"}, "--max-running 0: want at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := runCmd(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
 			}
 		})
 	}

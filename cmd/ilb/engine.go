@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/ilbproject/ilb/sim/engine"
+)
+
+// runEngine serves one simulated engine replica (OpenAI API, vLLM-style
+// /metrics and /health): the engines of examples/compose and of any
+// setup that wants an inference engine without GPUs.
+func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on, host:port")
+	cluster := fs.String("cluster", "", "engine cluster this replica belongs to (metrics label, response header)")
+	name := fs.String("name", "", "replica name (default CLUSTER/LISTEN)")
+	models := fs.String("models", "", "served model names, comma-separated (canonical names and aliases)")
+	slots := fs.Int("max-running", engine.DefaultMaxRunning, "requests generating at once; more wait in a FIFO queue")
+	itl := fs.Duration("inter-token-latency", engine.DefaultInterTokenLatency, "time between two tokens of one request")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	var problems []error
+	if *cluster == "" {
+		problems = append(problems, errors.New("--cluster is required"))
+	}
+	var served []string
+	for m := range strings.SplitSeq(*models, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			served = append(served, m)
+		}
+	}
+	if len(served) == 0 {
+		problems = append(problems, fmt.Errorf("--models %q: want at least one model name", *models))
+	}
+	if *slots < 1 {
+		problems = append(problems, fmt.Errorf("--max-running %d: want at least 1", *slots))
+	}
+	if *itl < 0 {
+		problems = append(problems, fmt.Errorf("--inter-token-latency %s: want a duration >= 0", *itl))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if *name == "" {
+		*name = *cluster + "/" + *listen
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	timing := engine.DefaultFixedTiming()
+	timing.MaxRunning, timing.InterTokenLatency = *slots, *itl
+	srv, err := engine.New(engine.Options{
+		Name: *name, Cluster: *cluster, Models: served,
+		Backend: engine.NewFixedBackend(timing), Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	fmt.Fprintf(stdout, "engine %s (cluster %s) serving %s on http://%s\n", *name, *cluster, strings.Join(served, ", "), ln.Addr())
+	return srv.Serve(ctx, ln)
+}
