@@ -31,9 +31,11 @@ func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
 	t.Cleanup(func() { cancel(); _ = a.Wait() })
 
 	snap := func(at time.Time, st signals.State) *signals.Snapshot {
-		return &signals.Snapshot{At: at,
+		return &signals.Snapshot{
+			At:       at,
 			Replicas: []signals.Replica{{Cluster: "eu-west-tgi", Address: "127.0.0.1:18131", State: st}},
-			Clusters: map[string]signals.Cluster{"eu-west-tgi": {}}}
+			Clusters: map[string]signals.Cluster{"eu-west-tgi": {}},
+		}
 	}
 	health := func() corev3.HealthStatus {
 		s, err := a.XDS.Snapshot("edge-eu")

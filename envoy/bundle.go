@@ -152,8 +152,10 @@ func (b *Bundle) Summary() string {
 		what string
 		n    int
 	}{
-		{"cluster", len(b.allClusters())}, {"endpoint assignment", len(b.Endpoints)},
-		{"route configuration", len(b.Routes)}, {"listener", len(b.allListeners())},
+		{"cluster", len(b.allClusters())},
+		{"endpoint assignment", len(b.Endpoints)},
+		{"route configuration", len(b.Routes)},
+		{"listener", len(b.allListeners())},
 	} {
 		if n.n == 1 {
 			parts = append(parts, "1 "+n.what)

@@ -31,15 +31,12 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s: %s: %s", sev, p.Where, p.Message)
 }
 
-// Error makes a Problem an error.
-func (p Problem) Error() string { return p.String() }
-
 // Errors is the problems that are not warnings, joined; nil if none.
 func Errors(ps []Problem) error {
 	var errs []error
 	for _, p := range ps {
 		if !p.Warning {
-			errs = append(errs, p)
+			errs = append(errs, errors.New(p.String()))
 		}
 	}
 	return errors.Join(errs...)

@@ -125,15 +125,24 @@ func TestCheck(t *testing.T) {
 				cw.Weight = wrapperspb.UInt32(1 << 31)
 			}
 		}, []string{"more than Envoy's 32-bit maximum"}, false},
-		{"timeout unset", func(t *testing.T, b *envoy.Bundle) { defaultRoute(b).Timeout = nil },
-			[]string{"timeout unset: Envoy's default 15s"}, false},
-		{"short timeout", func(t *testing.T, b *envoy.Bundle) { defaultRoute(b).Timeout = durationpb.New(30e9) },
-			[]string{"timeout 30s cuts any generation"}, true},
+		{
+			"timeout unset", func(t *testing.T, b *envoy.Bundle) { defaultRoute(b).Timeout = nil },
+			[]string{"timeout unset: Envoy's default 15s"},
+			false,
+		},
+		{
+			"short timeout", func(t *testing.T, b *envoy.Bundle) { defaultRoute(b).Timeout = durationpb.New(30e9) },
+			[]string{"timeout 30s cuts any generation"},
+			true,
+		},
 		{"retry condition typo", func(t *testing.T, b *envoy.Bundle) {
 			defaultRoute(b).GetRetryPolicy().RetryOn = "connect-failure,retriable-status-code"
 		}, []string{`retry_on: unknown condition "retriable-status-code"`, "retriable_status_codes [503 429] are ignored"}, false},
-		{"retriable codes missing", func(t *testing.T, b *envoy.Bundle) { defaultRoute(b).GetRetryPolicy().RetriableStatusCodes = nil },
-			[]string{"retriable_status_codes is empty"}, false},
+		{
+			"retriable codes missing", func(t *testing.T, b *envoy.Bundle) { defaultRoute(b).GetRetryPolicy().RetriableStatusCodes = nil },
+			[]string{"retriable_status_codes is empty"},
+			false,
+		},
 		{"previous hosts without attempts", func(t *testing.T, b *envoy.Bundle) {
 			defaultRoute(b).GetRetryPolicy().HostSelectionRetryMaxAttempts = 0
 		}, []string{"previous_hosts with host_selection_retry_max_attempts 0"}, true},
@@ -146,8 +155,10 @@ func TestCheck(t *testing.T) {
 			extProc(t, b, func(e *extprocv3.ExternalProcessor) {
 				e.GetProcessingMode().RequestBodyMode = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 			})
-		}, []string{"request_body_mode FULL_DUPLEX_STREAMED needs request_trailer_mode SEND, not SKIP",
-			"failure_mode_allow must be false when a body mode is FULL_DUPLEX_STREAMED"}, false},
+		}, []string{
+			"request_body_mode FULL_DUPLEX_STREAMED needs request_trailer_mode SEND, not SKIP",
+			"failure_mode_allow must be false when a body mode is FULL_DUPLEX_STREAMED",
+		}, false},
 		{"route cache retained", func(t *testing.T, b *envoy.Bundle) {
 			extProc(t, b, func(e *extprocv3.ExternalProcessor) { e.RouteCacheAction = extprocv3.ExternalProcessor_RETAIN })
 		}, []string{"the route cache is never cleared"}, false},
@@ -172,13 +183,19 @@ func TestCheck(t *testing.T) {
 				f[len(f)-1], f[len(f)-2] = f[len(f)-2], f[len(f)-1]
 			})
 		}, []string{"Envoy requires the terminal router filter last"}, false},
-		{"EDS assignment missing", func(t *testing.T, b *envoy.Bundle) { b.Endpoints = b.Endpoints[1:] },
-			[]string{"EDS cluster has no endpoint assignment"}, false},
+		{
+			"EDS assignment missing", func(t *testing.T, b *envoy.Bundle) { b.Endpoints = b.Endpoints[1:] },
+			[]string{"EDS cluster has no endpoint assignment"},
+			false,
+		},
 		{"validation error inside Any", func(t *testing.T, b *envoy.Bundle) {
 			hcm(t, b, func(h *hcmv3.HttpConnectionManager) { h.StatPrefix = "" })
 		}, []string{`listener "ilb_listener": Listener.filter_chains[0].filters[0].typed_config(HttpConnectionManager): invalid HttpConnectionManager.StatPrefix`}, false},
-		{"duplicate cluster", func(t *testing.T, b *envoy.Bundle) { b.Clusters = append(b.Clusters, b.Clusters[0]) },
-			[]string{"defined twice"}, false},
+		{
+			"duplicate cluster", func(t *testing.T, b *envoy.Bundle) { b.Clusters = append(b.Clusters, b.Clusters[0]) },
+			[]string{"defined twice"},
+			false,
+		},
 		{"ADS not configured", func(t *testing.T, b *envoy.Bundle) {
 			b.Bootstrap.GetDynamicResources().AdsConfig = nil
 		}, []string{"cds_config: uses ads but dynamic_resources.ads_config is not set"}, false},

@@ -256,7 +256,6 @@ func (s *Server) promote(ctx context.Context, now time.Time) {
 	}
 }
 
-
 // CanaryNode reports whether an Envoy of this node id is one of its
 // source's canaries at the given share: a stable hash of the id, so the
 // same Envoys are canaries across restarts.

@@ -170,7 +170,8 @@ func versionsOf(t *testing.T, c *config.Config) []*weights.Weights {
 	return out
 }
 
-func routeVersion(t *testing.T, srv *xds.Server, source string) string {
+func routeVersion(t *testing.T, srv *xds.Server) string {
+	const source = "edge-us"
 	t.Helper()
 	snap, err := srv.Snapshot(source)
 	if err != nil {
@@ -191,7 +192,7 @@ func TestNACKRollsBackWithoutLoop(t *testing.T) {
 	if err := srv.Publish(ctx, ws[0]); err != nil {
 		t.Fatal(err)
 	}
-	good := routeVersion(t, srv, "edge-us")
+	good := routeVersion(t, srv)
 	var bad string
 	var mu sync.Mutex
 	env := connect(t, conn, &corev3.Node{Id: "e1", Cluster: "edge-us"}, func(typ, v string) bool {
@@ -199,24 +200,26 @@ func TestNACKRollsBackWithoutLoop(t *testing.T) {
 		defer mu.Unlock()
 		return typ == resource.RouteType && v == bad
 	})
-	waitFor(t, func() bool { return env.has(resource.RouteType, good) && env.has(resource.EndpointType, mustVersion(t, srv, resource.EndpointType)) })
+	waitFor(t, func() bool {
+		return env.has(resource.RouteType, good) && env.has(resource.EndpointType, mustVersion(t, srv, resource.EndpointType))
+	})
 	time.Sleep(100 * time.Millisecond) // the ACKs reach the rollout loop: this version is the last good one
 
 	if err := srv.Publish(ctx, ws[1]); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	bad = routeVersion(t, srv, "edge-us")
+	bad = routeVersion(t, srv)
 	mu.Unlock()
 	if bad == good {
 		t.Fatal("the second weights did not change the routes")
 	}
-	waitFor(t, func() bool { return routeVersion(t, srv, "edge-us") == good })
+	waitFor(t, func() bool { return routeVersion(t, srv) == good })
 	time.Sleep(time.Second)
 	if n := env.count(resource.RouteType, bad); n < 1 || n > 2 {
 		t.Errorf("the rejected version was sent %d times; want once (at most once more, racing the rollback)", n)
 	}
-	st := rolloutOf(t, srv, "edge-us")
+	st := rolloutOf(t, srv)
 	if len(st.Rejected) != 1 || st.Rejected[0].Version != bad || !strings.Contains(st.Rejected[0].Message, "fake envoy refuses") || st.Rejected[0].Node != "e1" {
 		t.Errorf("rollout status %+v", st)
 	}
@@ -226,7 +229,7 @@ func TestNACKRollsBackWithoutLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if env.count(resource.RouteType, bad) != before || routeVersion(t, srv, "edge-us") != good {
+	if env.count(resource.RouteType, bad) != before || routeVersion(t, srv) != good {
 		t.Error("a rejected version was published again")
 	}
 	if got := counter(t, reg, "ilb_xds_rollbacks_total", "edge-us"); got != 1 {
@@ -255,7 +258,7 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	if err := srv.Publish(ctx, ws[0]); err != nil {
 		t.Fatal(err)
 	}
-	v1 := routeVersion(t, srv, "edge-us")
+	v1 := routeVersion(t, srv)
 	var rejectV3 string
 	var mu sync.Mutex
 	canary := connect(t, conn, &corev3.Node{Id: canaryID, Cluster: "edge-us"}, func(typ, v string) bool {
@@ -271,7 +274,7 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	if err := srv.Publish(ctx, ws[1]); err != nil {
 		t.Fatal(err)
 	}
-	st := rolloutOf(t, srv, "edge-us")
+	st := rolloutOf(t, srv)
 	v2 := st.Canary["route"]
 	if !st.Pending || v2 == "" || v2 == v1 || st.Stable["route"] != v1 {
 		t.Fatalf("after publish: %+v", st)
@@ -283,13 +286,13 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	if err := srv.Publish(ctx, ws[2]); err != nil {
 		t.Fatal(err)
 	}
-	st3 := rolloutOf(t, srv, "edge-us")
+	st3 := rolloutOf(t, srv)
 	v3 := st3.Canary["route"]
 	if !st3.Pending || v3 == v2 || !st3.Since.Equal(st.Since) {
 		t.Errorf("a version during the soak must join the rollout, soak start kept: before %+v, after %+v", st, st3)
 	}
 	waitFor(t, func() bool { return main.has(resource.RouteType, v3) })
-	if st := rolloutOf(t, srv, "edge-us"); st.Pending || st.Stable["route"] != v3 {
+	if st := rolloutOf(t, srv); st.Pending || st.Stable["route"] != v3 {
 		t.Errorf("after promotion: %+v", st)
 	}
 	if got := counter(t, reg, "ilb_xds_canary_promotions_total", "edge-us"); got != 1 {
@@ -304,19 +307,20 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		st := rolloutOf(t, srv, "edge-us")
+		st := rolloutOf(t, srv)
 		return !st.Pending && len(st.Rejected) == 1 && st.Rejected[0].Version == v2
 	})
 	time.Sleep(3 * 300 * time.Millisecond) // more than the soak
 	if main.has(resource.RouteType, v2) || !main.has(resource.RouteType, v3) || !canary.has(resource.RouteType, v3) {
 		t.Errorf("a rejected canary version went further, or the canary was not rolled back")
 	}
-	if st := rolloutOf(t, srv, "edge-us"); st.Stable["route"] != v3 {
+	if st := rolloutOf(t, srv); st.Stable["route"] != v3 {
 		t.Errorf("stable after the held rollout: %+v", st)
 	}
 }
 
-func rolloutOf(t *testing.T, srv *xds.Server, source string) xds.RolloutStatus {
+func rolloutOf(t *testing.T, srv *xds.Server) xds.RolloutStatus {
+	const source = "edge-us"
 	t.Helper()
 	for _, st := range srv.Rollouts() {
 		if st.Source == source {

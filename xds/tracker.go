@@ -182,8 +182,10 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 		st.node = node
 		ns := t.byID[node.GetId()]
 		if ns == nil {
-			ns = &NodeStatus{ID: node.GetId(), Cluster: node.GetCluster(), Acked: map[string]string{},
-				Canary: isCanary(node.GetId(), t.cfg.Envoy.Rollout.CanaryPercent)}
+			ns = &NodeStatus{
+				ID: node.GetId(), Cluster: node.GetCluster(), Acked: map[string]string{},
+				Canary: isCanary(node.GetId(), t.cfg.Envoy.Rollout.CanaryPercent),
+			}
 			t.byID[node.GetId()] = ns
 		}
 		ns.Streams++

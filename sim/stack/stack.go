@@ -53,10 +53,12 @@ type Stack struct {
 	Fleet  *fleet.Fleet
 	Envoys []Envoy
 
-	opts   Options
-	group  *errgroup.Group
-	cancel context.CancelFunc
-	done   <-chan struct{} // closed when the stack stops
+	opts    Options
+	group   *errgroup.Group
+	cancel  context.CancelFunc
+	stopILB context.CancelFunc // stops the running App
+	rand    func() uint64      // ext_proc's draw, kept across ILB restarts
+	done    <-chan struct{}    // closed when the stack stops
 }
 
 // Start runs engines, ILB and one Envoy per source of c, every server on
@@ -100,18 +102,64 @@ func (s *Stack) start(ctx context.Context, c *config.Config) error {
 	if s.opts.Seed != 0 {
 		draw = rand.New(rand.NewPCG(s.opts.Seed, 1)).Uint64
 	}
-	a, err := app.Start(ctx, app.Options{Config: &cfg, Logger: s.opts.Logger.With("component", "ilb"), Rand: lockedRand(draw)})
-	if err != nil {
+	s.rand = lockedRand(draw)
+	if err := s.startILB(ctx, &cfg); err != nil {
 		return err
 	}
-	s.App = a
-	s.group.Go(a.Wait)
+	a := s.App
 	for _, src := range cfg.Sources {
 		e, err := s.StartEnvoy(ctx, src.Name, a.ExtProcAddr())
 		if err != nil {
 			return err
 		}
 		s.Envoys = append(s.Envoys, e)
+	}
+	return nil
+}
+
+// startILB runs an App of cfg until ctx is done, the stack stops or
+// RestartILB stops it.
+func (s *Stack) startILB(ctx context.Context, cfg *config.Config) error {
+	actx, cancel := context.WithCancel(ctx)
+	a, err := app.Start(actx, app.Options{Config: cfg, Logger: s.opts.Logger.With("component", "ilb"), Rand: s.rand})
+	if err != nil {
+		cancel()
+		return err
+	}
+	go func() {
+		select {
+		case <-s.done:
+		case <-actx.Done():
+		}
+		cancel()
+	}()
+	s.App, s.stopILB = a, cancel
+	s.group.Go(a.Wait)
+	return nil
+}
+
+// RestartILB stops ILB, leaves it down for down, and starts a new one with
+// the same configuration on the same addresses, as a crashed control plane
+// that is rescheduled would be. Engines and Envoys keep running: they see
+// ILB go away and come back. The new App lives until ctx is done or the
+// stack stops.
+func (s *Stack) RestartILB(ctx context.Context, down time.Duration) error {
+	old := s.App
+	s.stopILB()
+	if err := old.Wait(); err != nil {
+		return fmt.Errorf("stack: stopping ILB: %w", err)
+	}
+	t := time.NewTimer(down)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cfg := *s.Config
+	cfg.Listen = config.Listen{XDS: old.XDSAddr(), ExtProc: old.ExtProcAddr(), Admin: old.AdminAddr()}
+	if err := s.startILB(ctx, &cfg); err != nil {
+		return fmt.Errorf("stack: restarting ILB: %w", err)
 	}
 	return nil
 }

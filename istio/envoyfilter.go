@@ -1,0 +1,229 @@
+package istio
+
+import (
+	"fmt"
+	"maps"
+
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+
+	"github.com/ilbproject/ilb/envoy"
+	"github.com/ilbproject/ilb/header"
+)
+
+// Names of the Envoy extensions the EnvoyFilter adds or matches.
+const (
+	extProcFilterName        = "envoy.filters.http.ext_proc"
+	headerMutationFilterName = "envoy.filters.http.header_mutation"
+	earlyHeaderMutationName  = "envoy.http.early_header_mutation.header_mutation"
+)
+
+// Short names of the Istio enums.
+const (
+	applyListener      = networkingv1alpha3.EnvoyFilter_LISTENER
+	applyNetworkFilter = networkingv1alpha3.EnvoyFilter_NETWORK_FILTER
+	applyHTTPFilter    = networkingv1alpha3.EnvoyFilter_HTTP_FILTER
+	applyHTTPRoute     = networkingv1alpha3.EnvoyFilter_HTTP_ROUTE
+	opMerge            = networkingv1alpha3.EnvoyFilter_Patch_MERGE
+	opInsertBefore     = networkingv1alpha3.EnvoyFilter_Patch_INSERT_BEFORE
+	opInsertFirst      = networkingv1alpha3.EnvoyFilter_Patch_INSERT_FIRST
+)
+
+// envoyFilter gives the source's proxies, per patch context (GATEWAY for
+// gateways, SIDECAR_OUTBOUND for mesh), what ILB's own listener has
+// (package xds):
+//
+//   - LISTENER MERGE: per_connection_buffer_limit_bytes, so a buffered
+//     request body up to envoy.request_buffer_bytes fits (else Envoy
+//     answers 413);
+//   - NETWORK_FILTER MERGE into the HTTP connection manager: the early
+//     header mutation that removes every client-sent x-ilb-route-* header
+//     before any filter runs (Envoy >= 1.36, Istio >= 1.28), and
+//     x-request-id on every response;
+//   - HTTP_FILTER INSERT_BEFORE the router: ILB's ext_proc filter, with
+//     x-ilb-source in its gRPC initial metadata;
+//   - unless the source allows debug, HTTP_FILTER INSERT_FIRST: a header
+//     mutation filter that removes ILB's internal response headers after
+//     ext_proc has read them (first on the request, last on the
+//     response), also when ext_proc is down;
+//   - when envoy.route_idle_timeout is set, HTTP_ROUTE MERGE of the idle
+//     timeout into each of routes (the VirtualService's routes with
+//     destinations, by name; the VirtualService cannot express it).
+func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
+	s, port := p.source, p.placement.ListenerPort
+	ev := r.c.Envoy
+	var patches []*networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch
+	add := func(apply networkingv1alpha3.EnvoyFilter_ApplyTo, m *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch,
+		op networkingv1alpha3.EnvoyFilter_Patch_Operation, value proto.Message,
+	) {
+		v, err := toStruct(value)
+		if err != nil {
+			r.errorf("source %s: EnvoyFilter %s patch: %w", s.Name, apply, err)
+			return
+		}
+		patches = append(patches, &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch{
+			ApplyTo: apply, Match: m, Patch: &networkingv1alpha3.EnvoyFilter_Patch{Operation: op, Value: v},
+		})
+	}
+	for _, ctx := range p.contexts {
+		add(applyListener, listenerMatch(ctx, port, "", ""), opMerge,
+			&listenerv3.Listener{PerConnectionBufferLimitBytes: wrapperspb.UInt32(ev.RequestBufferBytes)})
+		add(applyNetworkFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opMerge, &listenerv3.Filter{
+			Name:       wellknown.HTTPConnectionManager,
+			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(connectionManager())},
+		})
+		add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, wellknown.Router), opInsertBefore, &hcmv3.HttpFilter{
+			Name:       extProcFilterName,
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(r.extProc(s.Name))},
+		})
+		if !s.Debug {
+			add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opInsertFirst, &hcmv3.HttpFilter{
+				Name:       headerMutationFilterName,
+				ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(stripInternal())},
+			})
+		}
+		if ev.RouteIdleTimeout > 0 {
+			idle := r.duration("envoy.route_idle_timeout", ev.RouteIdleTimeout)
+			for _, name := range routes {
+				add(applyHTTPRoute, routeMatch(ctx, name), opMerge, &routev3.Route{
+					Action: &routev3.Route_Route{Route: &routev3.RouteAction{IdleTimeout: idle}},
+				})
+			}
+		}
+	}
+	md, ok := r.meta(s.Name, r.o.ProxyNamespace, nil, s.Name)
+	if !ok {
+		return Object{}, false
+	}
+	return Object{
+		APIVersion: NetworkingV1alpha3, Kind: KindEnvoyFilter, Metadata: md,
+		Spec: &networkingv1alpha3.EnvoyFilter{
+			WorkloadSelector: &networkingv1alpha3.WorkloadSelector{Labels: maps.Clone(p.placement.WorkloadSelector)},
+			ConfigPatches:    patches,
+		},
+	}, true
+}
+
+// extProc is the ext_proc filter of ILB's own listener (package xds) with
+// the gRPC cluster istiod names: request headers and the buffered request
+// body go to ILB, response headers too (to read back the served cluster),
+// response bodies stream through; allow_mode_override lets ILB skip the
+// body when the client names the model in x-ilb-model; failure_mode_allow
+// lets the route table decide when ext_proc cannot (the default route).
+func (r *renderer) extProc(source string) *extprocfilterv3.ExternalProcessor {
+	return &extprocfilterv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+				ClusterName: r.o.ExtProcCluster,
+			}},
+			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: source}},
+		},
+		FailureModeAllow: true,
+		ProcessingMode: &extprocfilterv3.ProcessingMode{
+			RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
+			ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocfilterv3.ProcessingMode_BUFFERED,
+			ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
+			RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
+			ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+		},
+		MessageTimeout:    durationpb.New(r.c.Envoy.MessageTimeout.Std()),
+		AllowModeOverride: true,
+	}
+}
+
+// connectionManager is the part of the HTTP connection manager merged in:
+// the early header mutation removing every header with the x-ilb-route-
+// prefix, so no client can pick a destination, and x-request-id on every
+// response, so a client has the key of its decision record (`ilb
+// explain`).
+func connectionManager() *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		AlwaysSetRequestIdInResponse: true,
+		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{{
+			Name: earlyHeaderMutationName,
+			TypedConfig: envoy.MustAny(&earlyheadermutationv3.HeaderMutation{
+				Mutations: []*mutationrulesv3.HeaderMutation{{
+					Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
+						KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: header.RoutePrefix}},
+					}},
+				}},
+			}),
+		}},
+	}
+}
+
+// stripInternal removes ILB's internal response headers (served cluster,
+// weights version, upstream host) before the client sees them.
+func stripInternal() *headermutationv3.HeaderMutation {
+	var muts []*mutationrulesv3.HeaderMutation
+	for _, h := range []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost} {
+		muts = append(muts, &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
+	}
+	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{ResponseMutations: muts}}
+}
+
+// listenerMatch matches the listeners of ctx (on port, when set), their
+// filter named filter and its HTTP filter named sub, when set.
+func listenerMatch(ctx networkingv1alpha3.EnvoyFilter_PatchContext, port uint32, filter, sub string) *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch {
+	lm := &networkingv1alpha3.EnvoyFilter_ListenerMatch{PortNumber: port}
+	if filter != "" {
+		fm := &networkingv1alpha3.EnvoyFilter_ListenerMatch_FilterMatch{Name: filter}
+		if sub != "" {
+			fm.SubFilter = &networkingv1alpha3.EnvoyFilter_ListenerMatch_SubFilterMatch{Name: sub}
+		}
+		lm.FilterChain = &networkingv1alpha3.EnvoyFilter_ListenerMatch_FilterChainMatch{Filter: fm}
+	}
+	return &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch{
+		Context:     ctx,
+		ObjectTypes: &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch_Listener{Listener: lm},
+	}
+}
+
+// routeMatch matches, in every virtual host of ctx, the routes named name
+// that route to a cluster.
+func routeMatch(ctx networkingv1alpha3.EnvoyFilter_PatchContext, name string) *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch {
+	return &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch{
+		Context: ctx,
+		ObjectTypes: &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch_RouteConfiguration{
+			RouteConfiguration: &networkingv1alpha3.EnvoyFilter_RouteConfigurationMatch{
+				Vhost: &networkingv1alpha3.EnvoyFilter_RouteConfigurationMatch_VirtualHostMatch{
+					Route: &networkingv1alpha3.EnvoyFilter_RouteConfigurationMatch_RouteMatch{
+						Name:   name,
+						Action: networkingv1alpha3.EnvoyFilter_RouteConfigurationMatch_RouteMatch_ROUTE,
+					},
+				},
+			},
+		},
+	}
+}
+
+// toStruct turns an Envoy message into the Struct an EnvoyFilter patch
+// carries: its proto JSON with Envoy's snake_case field names (the form of
+// Envoy's documentation and of Istio's examples; Istio accepts both) and
+// "@type" in every Any.
+func toStruct(m proto.Message) (*structpb.Struct, error) {
+	js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(js, s); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return s, nil
+}

@@ -1,0 +1,240 @@
+package istio
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Names of the VirtualService's HTTP routes, which become Envoy's route
+// names (access logs, stats) and which the EnvoyFilter's route patches
+// match.
+const (
+	routeClusterPrefix = "ilb-cluster-"
+	routeModelPrefix   = "ilb-model-"
+	routeHintPrefix    = "ilb-hint-"
+	routeDefault       = "ilb-default"
+)
+
+// IstioTotal is the sum of the weights of an Istio route's destinations.
+const IstioTotal = 100
+
+// virtualService renders the source's routes, in match order:
+//
+//  1. per engine cluster the source may use: x-ilb-route-cluster exact
+//     name → its service (ext_proc names the cluster on every request);
+//  2. per model: x-ilb-route-model exact model → the cell's weights (an
+//     ext_proc that named no cluster, or a cluster without a route);
+//  3. fail-open sources only, per model: the client hint x-ilb-model exact
+//     name or alias → the same weights (no ext_proc decision);
+//  4. the default: the default model's weights on the clusters that serve
+//     every model (fail-open), or a 503 with a JSON body (fail-closed).
+//
+// A cell without capacity is a 503 with a JSON body. Routes have no
+// timeout (Istio's default; answers stream for minutes), the configured
+// retries, and report the served cluster, weights version and upstream
+// host in response headers for ext_proc to read back.
+func (r *renderer) virtualService(p plan) (Object, bool) {
+	s := p.source
+	var routes []*networkingv1.HTTPRoute
+	for _, e := range routedClusters(r.c, s) {
+		if e.Service == nil {
+			continue // reported with the DestinationRules
+		}
+		routes = append(routes, r.route(routeClusterPrefix+e.Name, matches(header.RouteCluster, e.Name),
+			[]*networkingv1.HTTPRouteDestination{destination(e, 0)}))
+	}
+	cells := map[string][]weights.Target{}
+	for _, m := range r.c.Models {
+		cells[m.Name] = r.cell(s, m.Name)
+		routes = append(routes, r.weighted(routeModelPrefix+m.Name, matches(header.RouteModel, m.Name), cells[m.Name], s, m.Name))
+	}
+	if s.FailMode == config.FailOpen {
+		for _, m := range r.c.Models {
+			routes = append(routes, r.weighted(routeHintPrefix+m.Name, matches(header.Model, append([]string{m.Name}, m.Aliases...)...), cells[m.Name], s, m.Name))
+		}
+	}
+	if s.FailMode == config.FailClosed {
+		routes = append(routes, directJSON(routeDefault, 503, "routing_unavailable", fmt.Sprintf(
+			"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name)))
+	} else {
+		routes = append(routes, r.weighted(routeDefault, nil, servingAll(r.c, cells[s.DefaultModel]), s, s.DefaultModel))
+	}
+	md, ok := r.meta(s.Name, r.o.Namespace, map[string]string{versionAnnotation: r.w.Version(), policyAnnotation: r.w.Policy()}, s.Name)
+	if !ok {
+		return Object{}, false
+	}
+	return Object{
+		APIVersion: NetworkingV1, Kind: KindVirtualService, Metadata: md,
+		Spec: &networkingv1.VirtualService{Hosts: slices.Clone(p.placement.Hosts), Gateways: slices.Clone(p.placement.Gateways), Http: routes},
+	}, true
+}
+
+// cell returns the targets of (source, model), checking that they fit the
+// configuration: known clusters that serve the model within the source's
+// residency.
+func (r *renderer) cell(s config.Source, model string) []weights.Target {
+	cell, ok := r.w.Cell(s.Name, model)
+	if !ok {
+		r.errorf("weights %s: no cell for source %s and model %s: were they computed for this configuration?", r.w.Version(), s.Name, model)
+		return nil
+	}
+	for _, t := range cell.Targets {
+		e, ok := r.c.Cluster(t.Cluster)
+		switch {
+		case !ok:
+			r.errorf("weights %s: cell (%s, %s): unknown cluster %q", r.w.Version(), s.Name, model, t.Cluster)
+		case !s.Allows(e.Region):
+			r.errorf("weights %s: cell (%s, %s): cluster %s is in region %s, outside the allowed regions %v of source %s",
+				r.w.Version(), s.Name, model, e.Name, e.Region, s.AllowedRegions, s.Name)
+		case !e.Serves(model):
+			r.errorf("weights %s: cell (%s, %s): cluster %s does not serve model %s", r.w.Version(), s.Name, model, e.Name, model)
+		}
+	}
+	return cell.Targets
+}
+
+// weighted routes to targets by their weights in Istio's integers, or
+// answers 503 when no target has capacity.
+func (r *renderer) weighted(name string, match []*networkingv1.HTTPMatchRequest, targets []weights.Target, s config.Source, model string) *networkingv1.HTTPRoute {
+	pct := percents(targets)
+	var dests []*networkingv1.HTTPRouteDestination
+	for i, t := range targets {
+		e, ok := r.c.Cluster(t.Cluster)
+		if pct[i] == 0 || !ok || e.Service == nil {
+			continue // rounded to nothing, or reported
+		}
+		dests = append(dests, destination(e, pct[i]))
+	}
+	if len(dests) == 0 {
+		rt := directJSON(name, 503, "no_capacity", fmt.Sprintf("no engine cluster has capacity for model %q from source %q", model, s.Name))
+		rt.Match = match
+		return rt
+	}
+	return r.route(name, match, dests)
+}
+
+// route is a streaming route to dests with the configured retries.
+func (r *renderer) route(name string, match []*networkingv1.HTTPMatchRequest, dests []*networkingv1.HTTPRouteDestination) *networkingv1.HTTPRoute {
+	return &networkingv1.HTTPRoute{
+		Name:    name,
+		Match:   match,
+		Route:   dests,
+		Retries: r.retries(),
+		Headers: responseHeaders(map[string]string{
+			header.WeightsVersion: r.w.Version(),
+			header.UpstreamHost:   "%UPSTREAM_HOST%",
+		}),
+	}
+}
+
+// retries: the configured attempts on the configured conditions, to
+// another host, with the configured base back-off. Istio takes retriable
+// status codes inside retryOn. Attempts 0 renders `retries: {}`, which
+// Istio reads as no retries.
+func (r *renderer) retries() *networkingv1.HTTPRetry {
+	rt := r.c.Envoy.Retry
+	if rt.Attempts == 0 {
+		return &networkingv1.HTTPRetry{}
+	}
+	var on []string
+	for part := range strings.SplitSeq(rt.On, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			on = append(on, p)
+		}
+	}
+	for _, code := range rt.StatusCodes {
+		on = append(on, strconv.FormatUint(uint64(code), 10))
+	}
+	return &networkingv1.HTTPRetry{
+		Attempts:                 int32Of(rt.Attempts),
+		RetryOn:                  strings.Join(on, ","),
+		RetryIgnorePreviousHosts: wrapperspb.Bool(true),
+		Backoff:                  r.duration("envoy.retry.base_interval", rt.BaseInterval),
+	}
+}
+
+// destination is the service of e, reporting e as the served cluster.
+func destination(e config.EngineCluster, weight uint32) *networkingv1.HTTPRouteDestination {
+	return &networkingv1.HTTPRouteDestination{
+		Destination: &networkingv1.Destination{
+			Host: e.Service.Host,
+			Port: &networkingv1.PortSelector{Number: uint32(e.Service.Port)}, // validated: 1..65535
+		},
+		Weight:  int32Of(weight),
+		Headers: responseHeaders(map[string]string{header.ServedCluster: e.Name}),
+	}
+}
+
+// matches matches any of values exactly in the header name.
+func matches(name string, values ...string) []*networkingv1.HTTPMatchRequest {
+	out := make([]*networkingv1.HTTPMatchRequest, len(values))
+	for i, v := range values {
+		out[i] = &networkingv1.HTTPMatchRequest{Headers: map[string]*networkingv1.StringMatch{
+			name: {MatchType: &networkingv1.StringMatch_Exact{Exact: v}},
+		}}
+	}
+	return out
+}
+
+// responseHeaders sets (overwrites: an engine cannot forge them) response
+// headers.
+func responseHeaders(set map[string]string) *networkingv1.Headers {
+	return &networkingv1.Headers{Response: &networkingv1.Headers_HeaderOperations{Set: set}}
+}
+
+// directJSON answers with an OpenAI-style JSON error, its code in
+// x-ilb-reason (with '_' as '-'), as ILB's own routes do.
+func directJSON(name string, status uint32, code, msg string) *networkingv1.HTTPRoute {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": msg, "type": "service_unavailable", "param": nil, "code": code,
+	}})
+	return &networkingv1.HTTPRoute{
+		Name: name,
+		DirectResponse: &networkingv1.HTTPDirectResponse{
+			Status: status,
+			Body:   &networkingv1.HTTPBody{Specifier: &networkingv1.HTTPBody_String_{String_: string(body)}},
+		},
+		Headers: responseHeaders(map[string]string{
+			"content-type": "application/json",
+			header.Reason:  strings.ReplaceAll(code, "_", "-"),
+		}),
+	}
+}
+
+// percents converts weights summing to weights.Total into Istio's, summing
+// to IstioTotal, by largest remainder in list order (ties to the earlier
+// target). A target may round to 0; at least one gets a positive weight.
+func percents(targets []weights.Target) []uint32 {
+	shares := make([]float64, len(targets))
+	for i, t := range targets {
+		shares[i] = float64(t.Weight)
+	}
+	return weights.Quantize(shares, IstioTotal)
+}
+
+// servingAll keeps the targets whose cluster serves every model, or all of
+// them when none does: without ext_proc nothing reads the model, so the
+// default route avoids engines that would answer 404 for another model.
+func servingAll(c *config.Config, targets []weights.Target) []weights.Target {
+	var out []weights.Target
+	for _, t := range targets {
+		e, _ := c.Cluster(t.Cluster)
+		if !slices.ContainsFunc(c.Models, func(m config.Model) bool { return !e.Serves(m.Name) }) {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return targets
+	}
+	return out
+}

@@ -1,0 +1,110 @@
+package test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/loadgen"
+)
+
+// TestControlPlaneRestart restarts ILB (xDS, ext_proc, controller) while
+// edge-us (fail-open) is under load: Envoy keeps its configuration while
+// ILB is away, every request is answered 200 (ext_proc's absence sends
+// requests down the fail-open route), Envoy reconnects and ACKs the new
+// ILB's snapshot, and a version that both ILBs served names the same
+// content (versions are content hashes, never reused).
+func TestControlPlaneRestart(t *testing.T) {
+	s := startWorld(t, nil, func(c *config.Config) { c.Controller.Policy = config.PolicyProportional })
+	us, _ := s.Envoy("edge-us")
+	before, err := s.App.XDS.Snapshot("edge-us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "envoysim ACKs the first snapshot", 5*time.Second, func() bool { return acked(us.Sim.Versions(), before) })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var results []loadgen.Result
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		results, _ = loadgen.Run(ctx, loadgen.Options{
+			Targets: []loadgen.Target{{Source: "edge-us", URL: us.URL}}, Models: []string{"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"},
+			Concurrency: 4, Duration: 5 * time.Second, Seed: 7,
+		})
+	})
+	time.Sleep(time.Second)
+	down := time.Now()
+	if err := s.RestartILB(ctx, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	after, err := s.App.XDS.Snapshot("edge-us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "envoysim reconnects and ACKs the new ILB's snapshot", 10*time.Second, func() bool {
+		return acked(us.Sim.Versions(), after) && len(s.App.XDS.Nodes()) > 0
+	})
+	wg.Wait()
+
+	var duringOutage, failed int
+	for _, r := range results {
+		if r.Err != nil || r.Status != http.StatusOK {
+			failed++
+			t.Logf("failed: %+v", r)
+		}
+		if r.Start.After(down) && r.Start.Before(up) {
+			duringOutage++
+		}
+	}
+	if failed > 0 || duringOutage < 10 || len(results) < 50 {
+		t.Errorf("%d of %d requests failed; %d were sent while ILB was down (want 0 failed, >= 10 during the outage)", failed, len(results), duringOutage)
+	}
+	for _, typ := range []resource.Type{resource.ClusterType, resource.EndpointType, resource.RouteType, resource.ListenerType} {
+		v1, v2 := before.GetVersion(typ), after.GetVersion(typ)
+		same := sameResources(before.GetResourcesAndTTL(typ), after.GetResourcesAndTTL(typ))
+		if (v1 == v2) != same {
+			t.Errorf("%s: version %s before, %s after the restart, contents equal %v: a version must name one content", typ, v1, v2, same)
+		}
+	}
+	// The weights did not move (static policy), so the new ILB serves the
+	// very versions the Envoy has: nothing to re-apply.
+	if before.GetVersion(resource.RouteType) != after.GetVersion(resource.RouteType) {
+		t.Errorf("route version changed across a restart with static weights: %s -> %s", before.GetVersion(resource.RouteType), after.GetVersion(resource.RouteType))
+	}
+	if st := s.App.XDS.Rollouts(); len(st) == 0 || len(st[0].Rejected) > 0 {
+		t.Errorf("rollout after restart: %+v", st)
+	}
+}
+
+// acked tells whether an Envoy's ACKed versions are those of snap.
+func acked(v map[string]string, snap *cache.Snapshot) bool {
+	for _, typ := range []resource.Type{resource.ClusterType, resource.EndpointType, resource.RouteType, resource.ListenerType} {
+		if v[typ] != snap.GetVersion(typ) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameResources(a, b map[string]types.ResourceWithTTL) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, r := range a {
+		o, ok := b[name]
+		if !ok || !proto.Equal(r.Resource, o.Resource) {
+			return false
+		}
+	}
+	return true
+}
