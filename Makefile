@@ -35,9 +35,9 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-## golden: regenerate golden files under testdata/
+## golden: regenerate golden files (testdata/, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:
-	$(GO) test ./xds/ ./envoy/ -update
+	$(GO) test ./xds/ ./envoy/ ./istio/ -update
 
 clean:
 	rm -rf bin
