@@ -90,7 +90,11 @@ type CostBand struct {
 // must exceed the dearest way of serving (the steepest utilization band
 // plus the longest round trip and its egress, plus twice the movement
 // cost), so that ILB sheds only what it cannot serve, and lower priorities
-// are cheaper, so that they are shed first.
+// are cheaper, so that they are shed first. Costs are bounded above:
+// sheddable and standard below OverflowCost (1e6, what serving critical
+// demand above a cluster's capacity costs, so shedding them is always
+// preferred to overloading), critical at most MaxShedCost (1e6), which
+// also keeps the solver's integer costs from overflowing.
 type Shedding struct {
 	SheddableCost float64 `yaml:"sheddable_cost" json:"sheddable_cost"` // default 10000
 	StandardCost  float64 `yaml:"standard_cost" json:"standard_cost"`   // default 100000

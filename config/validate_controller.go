@@ -43,8 +43,12 @@ func (c *Config) validateController(p *problems) {
 	if ct.DemandHalfLife.Std() <= 0 {
 		p.addf("controller.demand_half_life", "%s is not positive: want a duration such as 30s", ct.DemandHalfLife)
 	}
-	if ct.StaleAfter.Std() < ct.Tick.Std() {
+	switch ri := c.ExtProc.ReportInterval; {
+	case ct.StaleAfter.Std() < ct.Tick.Std():
 		p.addf("controller.stale_after", "%s is shorter than the tick %s: every input would be stale", ct.StaleAfter, ct.Tick)
+	case ct.StaleAfter.Std() < ct.Tick.Std()+ri.Std():
+		// Demand is dated by the tick after each reporter's last report.
+		p.addf("controller.stale_after", "%s is shorter than the tick %s plus extproc.report_interval %s: demand would look stale between two reports", ct.StaleAfter, ct.Tick, ri)
 	}
 	top := c.validateCurve(p, ct.UtilizationCost)
 	c.validateShedding(p, top)
@@ -84,22 +88,58 @@ func (c *Config) validateCurve(p *problems, bands []CostBand) float64 {
 	return prevCost
 }
 
-// validateShedding checks that shedding is dearer than any way of serving
-// and that lower priorities are cheaper to shed.
+// Cost limits of the optimizer, in ms-equivalent per token-cost unit.
+const (
+	// OverflowCost is charged per unit of demand served above a cluster's
+	// capacity, which only critical demand that may not be shed is (an
+	// overflow arc open to every priority: sheddable and standard demand
+	// is shed instead because their shed costs are below it).
+	OverflowCost = 1e6
+	// MaxShedCost bounds every shed cost. The solver works in int64: costs
+	// × 100 times flows scaled to 2^34 units of total demand, so the
+	// dearest path (a link, the movement cost and the overflow cost, or a
+	// shed cost) must stay well below 2^63 / (100 × 2^34) ≈ 5.4e6.
+	MaxShedCost = 1e6
+)
+
+// validateShedding checks that shedding is dearer than any way of serving,
+// that lower priorities are cheaper to shed, that standard and sheddable
+// demand is cheaper to shed than to run a cluster over capacity (the
+// overflow cost), and that no cost is too large for the solver.
 func (c *Config) validateShedding(p *problems, topBand float64) {
 	sh := c.Controller.Shedding
 	dearest := topBand + 2*c.Controller.MovementCost
 	for _, l := range c.Network {
 		dearest = math.Max(dearest, topBand+2*c.Controller.MovementCost+l.RTTMs+l.EgressUSDPerGB*c.Controller.EgressMsPerUSDPerGB)
 	}
-	check := func(path string, v, floor float64, what string) {
-		if !finite(v) || v <= floor {
+	// check wants v in (floor, ceiling), or (floor, ceiling] when closed.
+	check := func(path string, v, floor float64, what string, ceiling float64, closed bool, why string) {
+		switch {
+		case !finite(v) || v <= floor:
 			p.addf(path, "%v is too low: want more than %v (%s)", v, floor, what)
+		case v > ceiling || (!closed && v == ceiling):
+			end := ")"
+			if closed {
+				end = "]"
+			}
+			p.addf(path, "%v is too high: want a cost in (%v, %v%s: %s", v, floor, ceiling, end, why)
 		}
 	}
-	check("controller.shedding.sheddable_cost", sh.SheddableCost, dearest, "the dearest way of serving: ILB must shed only what it cannot serve")
-	check("controller.shedding.standard_cost", sh.StandardCost, math.Max(dearest, sh.SheddableCost), "sheddable_cost: lower priorities are shed first")
+	// below is v as the floor of the next priority, when v is valid.
+	below := func(v, ceiling float64) float64 {
+		if finite(v) && v < ceiling {
+			return v
+		}
+		return 0
+	}
+	overflow := fmt.Sprintf("shedding it must cost less than serving critical demand above a cluster's capacity (%v), or ILB overloads a cluster instead of shedding", float64(OverflowCost))
+	check("controller.shedding.sheddable_cost", sh.SheddableCost, dearest,
+		"the dearest way of serving: ILB must shed only what it cannot serve", OverflowCost, false, overflow)
+	check("controller.shedding.standard_cost", sh.StandardCost, math.Max(dearest, below(sh.SheddableCost, OverflowCost)),
+		"sheddable_cost: lower priorities are shed first", OverflowCost, false, overflow)
 	if sh.ShedCritical {
-		check("controller.shedding.critical_cost", sh.CriticalCost, math.Max(dearest, sh.StandardCost), "standard_cost: lower priorities are shed first")
+		check("controller.shedding.critical_cost", sh.CriticalCost, math.Max(dearest, below(sh.StandardCost, OverflowCost)),
+			"standard_cost: lower priorities are shed first", MaxShedCost, true,
+			"larger costs overflow the solver's int64 arithmetic (costs × 100 × 2^34 flow units)")
 	}
 }

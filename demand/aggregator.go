@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	loadstatsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"github.com/ilbproject/ilb/config"
@@ -14,7 +15,10 @@ import (
 )
 
 // Aggregator sums the load reports of every reporter and turns them into
-// rates for the controller. Safe for concurrent use.
+// rates for the controller. It knows its demand reporters (the nodes that
+// send ILB demand reports, heartbeats included) and when each last
+// reported, so that a silent reporter makes the demand stale instead of
+// looking like zero demand. Safe for concurrent use.
 type Aggregator struct {
 	cfg *config.Config
 	log *slog.Logger
@@ -26,7 +30,20 @@ type Aggregator struct {
 	since    time.Time
 	totals   map[Key]Counts // since start, for /debug
 	reports  uint64
+	dropped  uint64                    // report entries skipped: malformed or bad values
+	known    map[string]*reporterState // demand reporters by node id
 }
+
+// reporterState is what the aggregator knows of one demand reporter.
+type reporterState struct {
+	reported bool      // it reported since the last Rates
+	last     time.Time // end of the last Rates interval in which it reported
+}
+
+// forgetFactor × controller.stale_after is how long a demand reporter
+// may stay silent, with its stream open, before it is forgotten: until
+// then the demand is stale and the controller holds the weights.
+const forgetFactor = 10
 
 // NewAggregator returns an aggregator whose first interval starts at now.
 func NewAggregator(c *config.Config, log *slog.Logger, now time.Time) *Aggregator {
@@ -36,12 +53,16 @@ func NewAggregator(c *config.Config, log *slog.Logger, now time.Time) *Aggregato
 	return &Aggregator{
 		cfg: c, log: log, since: now,
 		pending: map[Key]Counts{}, observed: map[[2]string]uint64{}, last: map[[2]string]float64{}, totals: map[Key]Counts{},
+		known: map[string]*reporterState{},
 	}
 }
 
 // Report takes one load report: ILB's demand ClusterStats and Envoy's own
-// per-cluster stats alike. Streams of unknown sources or models are
-// dropped with a log line (they cannot be planned for).
+// per-cluster stats alike. A node that sends ILB demand, even none (a
+// heartbeat), is a demand reporter from then on. Streams of unknown
+// sources or models are dropped with a log line (they cannot be planned
+// for); entries without a priority or with NaN, infinite or negative
+// token costs are dropped, logged and counted in Status.Dropped.
 func (a *Aggregator) Report(req *loadstatsv3.LoadStatsRequest) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -57,7 +78,9 @@ func (a *Aggregator) Report(req *loadstatsv3.LoadStatsRequest) error {
 			a.observed[[2]string{source, cs.GetClusterName()}] += n
 			continue
 		}
+		a.heard(req.GetNode().GetId())
 		counts, errs := decodeILB(cs)
+		a.dropped += uint64(len(errs))
 		for _, err := range errs {
 			a.log.Warn("demand report: entry skipped", "node", req.GetNode().GetId(), "err", err)
 		}
@@ -83,11 +106,50 @@ func (a *Aggregator) Report(req *loadstatsv3.LoadStatsRequest) error {
 	return nil
 }
 
+// heard notes a demand report from node id.
+func (a *Aggregator) heard(id string) {
+	r := a.known[id]
+	if r == nil {
+		r = &reporterState{}
+		a.known[id] = r
+	}
+	r.reported = true
+}
+
+// Disconnected forgets a demand reporter whose LRS stream ended: it is
+// gone, or will report again on a new stream. Until then its silence no
+// longer makes the demand stale.
+func (a *Aggregator) Disconnected(node *corev3.Node) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.known, node.GetId())
+}
+
 // Rates returns the demand since the last call as rates per second, and
-// now as the time it was measured: the controller's DemandFunc.
+// how fresh it is: now when every known demand reporter has reported
+// since the last call, else the end of the last interval in which the
+// most silent one reported (the controller holds the weights when that is
+// older than controller.stale_after). It is the controller's DemandFunc.
+// A reporter silent for ten times stale_after is forgotten, with a log
+// line.
 func (a *Aggregator) Rates(now time.Time) (weights.Demand, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	at := now
+	forget := forgetFactor * a.cfg.Controller.StaleAfter.Std()
+	for id, r := range a.known {
+		if r.reported {
+			r.reported, r.last = false, now
+		}
+		if silent := now.Sub(r.last); silent > forget {
+			a.log.Warn("demand reporter forgotten: silent too long", "node", id, "silent", silent.Round(time.Second))
+			delete(a.known, id)
+			continue
+		}
+		if r.last.Before(at) {
+			at = r.last
+		}
+	}
 	secs := now.Sub(a.since).Seconds()
 	out := weights.Demand{}
 	if secs > 0 {
@@ -100,17 +162,30 @@ func (a *Aggregator) Rates(now time.Time) (weights.Demand, time.Time) {
 		}
 	}
 	a.pending, a.observed, a.since = map[Key]Counts{}, map[[2]string]uint64{}, now
-	return out, now
+	return out, at
 }
 
 // Status is what the aggregator has seen, for /debug.
 type Status struct {
 	Reports uint64 `json:"reports"`
+	// Dropped counts report entries skipped: without a priority, or with
+	// NaN, infinite or negative token costs.
+	Dropped uint64 `json:"dropped"`
+	// Reporters are the known demand reporters, by node id.
+	Reporters []ReporterStatus `json:"reporters,omitempty"`
 	// Totals are ILB's demand counts since start, per stream.
 	Totals []StreamTotal `json:"totals"`
 	// Observed are Envoy's own reports: requests per second per (source,
 	// engine cluster) over the last interval.
 	Observed []ObservedRate `json:"observed,omitempty"`
+}
+
+// ReporterStatus is one demand reporter. LastReport is the end of the
+// last interval (between two Rates) in which it reported; zero while its
+// first interval is open.
+type ReporterStatus struct {
+	Node       string    `json:"node"`
+	LastReport time.Time `json:"last_report"`
 }
 
 // StreamTotal is one stream's counts since start.
@@ -130,7 +205,11 @@ type ObservedRate struct {
 func (a *Aggregator) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := Status{Reports: a.reports}
+	st := Status{Reports: a.reports, Dropped: a.dropped}
+	for id, r := range a.known {
+		st.Reporters = append(st.Reporters, ReporterStatus{Node: id, LastReport: r.last})
+	}
+	slices.SortFunc(st.Reporters, func(x, y ReporterStatus) int { return cmp.Compare(x.Node, y.Node) })
 	for _, k := range toDemand(a.totals).Keys() {
 		st.Totals = append(st.Totals, StreamTotal{Key: k, Counts: a.totals[k]})
 	}

@@ -3,6 +3,7 @@ package demand
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -68,7 +69,9 @@ func Encode(node *corev3.Node, counts map[Key]Counts, interval time.Duration) *l
 }
 
 // decodeILB reads ILB's demand ClusterStats; entries that do not name a
-// priority are reported and skipped.
+// priority, or whose token costs are NaN, infinite or negative, are
+// reported and skipped: one such value summed into the demand would
+// poison the controller's moving average.
 func decodeILB(cs *endpointv3.ClusterStats) (map[Key]Counts, []error) {
 	out := map[Key]Counts{}
 	var errs []error
@@ -89,9 +92,17 @@ func decodeILB(cs *endpointv3.ClusterStats) (map[Key]Counts, []error) {
 				c.Shed, c.ShedCost = m.GetNumRequestsFinishedWithMetric(), m.GetTotalMetricValue()
 			}
 		}
+		if !valid(c.TokenCost) || !valid(c.ShedCost) {
+			errs = append(errs, fmt.Errorf("locality %s/%s/%s: token cost %v, shed cost %v: want finite numbers >= 0",
+				loc.GetRegion(), loc.GetZone(), loc.GetSubZone(), c.TokenCost, c.ShedCost))
+			continue
+		}
 		sum := out[k]
 		sum.add(c)
 		out[k] = sum
 	}
 	return out, errs
 }
+
+// valid reports whether v is a finite number >= 0.
+func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }

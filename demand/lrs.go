@@ -50,15 +50,28 @@ func NewServer(sink Sink, interval time.Duration, log *slog.Logger) *Server {
 // Register adds the LRS service to g.
 func (s *Server) Register(g *grpc.Server) { loadstatsv3.RegisterLoadReportingServiceServer(g, s) }
 
+// Disconnecter is a Sink that wants to know when a reporter's stream
+// ends (the Aggregator forgets it, so its silence does not hold the
+// weights).
+type Disconnecter interface {
+	Disconnected(node *corev3.Node)
+}
+
+var _ Disconnecter = (*Aggregator)(nil)
+
 // StreamLoadStats serves one reporter: the first message names the node;
 // the answer asks for every cluster every interval; each later message is
 // a report (Envoy sends the node only once: it is kept for the stream).
+// When the stream ends, a Disconnecter sink is told.
 func (s *Server) StreamLoadStats(stream loadstatsv3.LoadReportingService_StreamLoadStatsServer) error {
 	first, err := stream.Recv()
 	if err != nil {
-		return nil //nolint:nilerr // the reporter went away before it said anything
+		return nil // the reporter went away before it said anything
 	}
 	node := first.GetNode()
+	if d, ok := s.sink.(Disconnecter); ok {
+		defer d.Disconnected(node)
+	}
 	if err := stream.Send(&loadstatsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(s.interval)}); err != nil {
 		return fmt.Errorf("lrs: send: %w", err)
 	}
@@ -153,7 +166,8 @@ func (c *Client) Close() {
 	}
 }
 
-// Reporter flushes a meter into a sink every interval.
+// Reporter flushes a meter into a sink every interval, with an empty
+// report (a heartbeat) when nothing was counted.
 type Reporter struct {
 	Meter    *Meter
 	Sink     Sink
@@ -186,11 +200,11 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
+// flush reports the meter's counts, even none: an empty report is the
+// reporter's heartbeat, so that its silence means it is gone or stuck
+// (stale demand), never that its Envoys had no traffic.
 func (r *Reporter) flush(now time.Time, log *slog.Logger) {
 	counts, d := r.Meter.Flush(now)
-	if len(counts) == 0 {
-		return
-	}
 	if err := r.Sink.Report(Encode(r.Node, counts, d)); err != nil {
 		// The counts of this interval are lost: the controller sees a dip
 		// it smooths over; retrying would double-count on a half-sent stream.

@@ -24,8 +24,9 @@ const (
 	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
 )
 
-// decide resolves the model, applies the fast loop (live exclusions,
-// planned shedding, saturation), draws, predicts the cluster Envoy will
+// decide resolves the model, applies the fast loop (live exclusions —
+// no cluster left is 503 whatever the priority —, planned shedding,
+// saturation), draws, predicts the cluster Envoy will
 // take and returns the header mutation that makes Envoy route there. It
 // fills x.rec. body is nil when ILB decides on headers alone.
 func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, error) {
@@ -63,17 +64,20 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 
 	live := s.live(x.start)
 	rec.Candidates = c.annotate(live)
-	if f := c.shed[x.prio]; f > 0 && s.uniform() < f {
-		return nil, &RequestError{
-			Status: 429, Type: "rate_limit_error", Code: "shed", RetryAfter: s.opts.Config.ExtProc.RetryAfter,
-			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*f, x.prio, model, src.name),
-		}
-	}
+	// No cluster left is a 503 for every priority, checked before the
+	// planned shedding: a 429 would tell the client the fleet is merely
+	// busy, and critical requests are never shed by default.
 	remaining, why := c.remaining(live)
 	if len(remaining) == 0 {
 		return nil, &RequestError{
 			Status: 503, Type: "service_unavailable", Code: "no_capacity",
 			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, why),
+		}
+	}
+	if f := c.shed[x.prio]; f > 0 && s.uniform() < f {
+		return nil, &RequestError{
+			Status: 429, Type: "rate_limit_error", Code: "shed", RetryAfter: s.opts.Config.ExtProc.RetryAfter,
+			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*f, x.prio, model, src.name),
 		}
 	}
 	if x.prio == weights.Sheddable && live != nil && allSaturated(remaining, live) {

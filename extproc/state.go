@@ -21,8 +21,8 @@ type State struct {
 }
 
 type sourceState struct {
-	name         string
-	debug        bool
+	name  string
+	debug bool
 	// nameCluster: the source's routes match on x-ilb-route-cluster only
 	// (routing: cluster, the Istio mode), so every decision names it.
 	nameCluster  bool

@@ -47,16 +47,17 @@ func finishBaseline(in Input, policy string, rows []baselineRow) []Cell {
 		if len(cell.Targets) == 0 {
 			summary = "no eligible cluster has capacity: requests get 503"
 		}
+		// The closure holds the configuration, not in: in.Previous holds
+		// the previous version, whose explanations hold the one before.
 		explainLazily(&cell, in.Previous, func() Explanation {
-			return Explanation{Policy: policy, Summary: summary, Terms: baselineTerms(ix, in, r, w, capacity, load)}
+			return Explanation{Policy: policy, Summary: summary, Terms: baselineTerms(ix, c, r, w, capacity, load)}
 		})
 		cells = append(cells, cell)
 	}
 	return cells
 }
 
-func baselineTerms(ix *index, in Input, r baselineRow, w []uint32, capacity, load []float64) []Term {
-	c := in.Config
+func baselineTerms(ix *index, c *config.Config, r baselineRow, w []uint32, capacity, load []float64) []Term {
 	ct := c.Controller
 	from := ix.region[r.source.Region]
 	var terms []Term

@@ -1,6 +1,7 @@
 package weights_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -92,10 +93,30 @@ func benchWorld(b testing.TB, ns, nc, nm, nr int) weights.Input {
 			delete(demand, k)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	return weights.Input{Config: parseWorld(b, c), Clusters: states, Demand: demand}
+}
+
+// parseWorld passes the lists of c through config.Parse, as a file would
+// be: Parse fills the per-item defaults (discovery, metrics paths, source
+// routing and fail mode) that a Config built in Go lacks, and validates.
+func parseWorld(b testing.TB, c *config.Config) *config.Config {
+	b.Helper()
+	data, err := json.Marshal(struct {
+		Regions  []config.Region        `json:"regions"`
+		Network  []config.Link          `json:"network"`
+		Sources  []config.Source        `json:"sources"`
+		Models   []config.Model         `json:"models"`
+		Profiles []config.Profile       `json:"profiles"`
+		Clusters []config.EngineCluster `json:"clusters"`
+	}{c.Regions, c.Network, c.Sources, c.Models, c.Profiles, c.Clusters})
+	if err != nil {
 		b.Fatal(err)
 	}
-	return weights.Input{Config: c, Clusters: states, Demand: demand}
+	out, err := config.Parse(data) // JSON is YAML
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 func BenchmarkOptimizer(b *testing.B) {

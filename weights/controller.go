@@ -26,8 +26,11 @@ type Sink interface {
 // was observed.
 type StateFunc func() (map[string]ClusterState, time.Time)
 
-// DemandFunc returns the demand measured over the last interval (rates per
-// stream, canonical model names) and when it was measured.
+// DemandFunc returns the demand measured since the last call (rates per
+// stream, canonical model names) and how fresh it is: the time by which
+// every reporter had reported. A reporter that falls silent makes the
+// demand stale (the controller then keeps the last good weights), rather
+// than look like zero demand.
 type DemandFunc func() (Demand, time.Time)
 
 // ControllerOptions configure a Controller.
@@ -131,11 +134,18 @@ func (c *Controller) Tick(ctx context.Context) error {
 	raw, demandAt := c.opts.Demand()
 
 	in := Input{Config: c.opts.Config, Clusters: states, Previous: prev, Now: now}
-	if reason, err := c.guard.check(now, states, stateAt, raw, demandAt, c.smooth.Current()); err != nil {
+	// Raw demand is checked before it reaches the moving average: one NaN
+	// folded in would fail every later tick.
+	if err := checkDemand(c.opts.Config, raw); err != nil {
+		return c.failStatic(ctx, reasonBadInput, fmt.Errorf("measured demand refused: %w", err))
+	}
+	if reason, err := c.guard.check(now, states, stateAt, raw, demandAt); err != nil {
 		return c.failStatic(ctx, reason, err)
 	}
-	in.Demand = c.smooth.Observe(raw, demandAt)
-	c.guard.accept(states)
+	// The rates cover the time up to now; demandAt only says how fresh
+	// they are.
+	in.Demand = c.smooth.Observe(raw, now)
+	c.guard.accept(states, raw)
 
 	start := time.Now()
 	w, err := c.opts.Policy.Compute(in)

@@ -23,24 +23,28 @@ const (
 var failStaticReasons = []string{reasonStaleState, reasonStaleDemand, reasonDemandJump, reasonCapacityDrop, reasonBadInput, reasonSolver, reasonRejected}
 
 // guard checks a tick's inputs before they are used: fresh, and plausible
-// against what was accepted before. A jump that persists for
-// implausibleTolerance ticks is believed (a real surge or outage), so the
-// controller never stays frozen on a change that is true.
+// against the inputs last accepted. Both demand and capacity are compared
+// with the raw level last accepted (not the moving average, which lags: a
+// real change would look like a jump again tick after tick). A jump that
+// persists for implausibleTolerance ticks is believed (a real surge or
+// outage) and becomes the level later ticks are compared with, so the
+// controller never stays frozen on a change that is true, nor flaps on it.
 type guard struct {
 	cfg          config.Controller
 	lastCapacity float64 // total capacity last accepted, 0 before
+	lastDemand   float64 // total raw demand last accepted, 0 before
 	demandJumps  int     // consecutive ticks with an implausible demand
 	capDrops     int
 }
 
-func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt time.Time, raw Demand, demandAt time.Time, smoothed Demand) (string, error) {
+func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt time.Time, raw Demand, demandAt time.Time) (string, error) {
 	if age := now.Sub(stateAt); age > g.cfg.StaleAfter.Std() {
 		return reasonStaleState, fmt.Errorf("cluster state observed %s ago (stale after %s)", age.Round(time.Second), g.cfg.StaleAfter)
 	}
 	if age := now.Sub(demandAt); age > g.cfg.StaleAfter.Std() {
 		return reasonStaleDemand, fmt.Errorf("demand measured %s ago (stale after %s)", age.Round(time.Second), g.cfg.StaleAfter)
 	}
-	if before, after := smoothed.Total(), raw.Total(); before > 0 && after >= 0 {
+	if before, after := g.lastDemand, raw.Total(); before > 0 {
 		floor := g.cfg.MinCellDemand // tiny totals jump by large factors without meaning
 		if hi, lo := max(before, after, floor), max(min(before, after), floor); hi/lo > g.cfg.MaxDemandJump {
 			g.demandJumps++
@@ -60,9 +64,11 @@ func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt tim
 	return "", nil
 }
 
-// accept records inputs that were used.
-func (g *guard) accept(states map[string]ClusterState) {
+// accept records inputs that were used: the levels later ticks are
+// compared with (a believed jump rebases them).
+func (g *guard) accept(states map[string]ClusterState, raw Demand) {
 	g.lastCapacity = totalCapacity(states)
+	g.lastDemand = raw.Total()
 	g.demandJumps, g.capDrops = 0, 0
 }
 

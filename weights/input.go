@@ -113,22 +113,33 @@ func StaticState(c *config.Config) map[string]ClusterState {
 // numbers, or names the configuration does not know.
 var ErrBadInput = errors.New("bad input")
 
-// check rejects inputs with NaN, Inf or negative values, or unknown
-// names, naming every offender.
-func (in Input) check() error {
+// bad reports whether v is not a valid amount: NaN, infinite or negative.
+func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
+
+// checkDemand rejects demand with NaN, Inf or negative rates, or for
+// unknown (source, model, priority) streams, naming every offender; nil
+// when d is usable. The controller checks raw demand with it before the
+// demand reaches its moving average, which one bad value would poison.
+func checkDemand(c *config.Config, d Demand) error {
 	var errs []error
-	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
-	for _, k := range in.Demand.Keys() {
-		r := in.Demand[k]
+	for _, k := range d.Keys() {
+		r := d[k]
 		if bad(r.RequestsPerSecond) || bad(r.CostPerSecond) {
 			errs = append(errs, fmt.Errorf("%w: demand of (%s, %s, %s) is %+v", ErrBadInput, k.Source, k.Model, k.Priority, r))
 		}
-		_, okS := in.Config.Source(k.Source)
-		m, okM := in.Config.ResolveModel(k.Model)
+		_, okS := c.Source(k.Source)
+		m, okM := c.ResolveModel(k.Model)
 		if !okS || !okM || m != k.Model || k.Priority >= numPriorities {
 			errs = append(errs, fmt.Errorf("%w: demand for unknown (%s, %s, %s): want a configured source, a canonical model name and a priority", ErrBadInput, k.Source, k.Model, k.Priority))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// check rejects inputs with NaN, Inf or negative values, or unknown
+// names, naming every offender.
+func (in Input) check() error {
+	errs := []error{checkDemand(in.Config, in.Demand)}
 	for _, e := range in.Config.Clusters {
 		st, ok := in.Clusters[e.Name]
 		if !ok {

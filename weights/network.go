@@ -27,14 +27,18 @@ import (
 // Fixed-point scales: costs are ms-equivalents × costScale; flows are
 // token-cost units/s ÷ quantum, with the quantum chosen so that the total
 // demand is flowUnits units (a resolution of 2^-34 of the total demand).
-// The dearest arc (overflow, 1e8 after scaling) times the total flow stays
+// Validation keeps every shed cost at most config.MaxShedCost and below
+// the overflow cost, so the dearest path (a link and the overflow arc, or
+// a shed arc: below 2e6, 2e8 after scaling) times the total flow stays
 // below 2^63.
 const (
 	costScale = 100
 	flowUnits = 1 << 34
 	// overflowCost is charged per unit served above a cluster's capacity,
-	// which only demand that may not be shed does.
-	overflowCost = 1e6
+	// which only demand that may not be shed does: the overflow arc is
+	// open to every priority, but standard and sheddable demand is
+	// cheaper to shed (config.Config.Validate).
+	overflowCost = config.OverflowCost
 )
 
 type network struct {
@@ -76,9 +80,6 @@ type member struct {
 type prioArcs struct {
 	shed  int // arc id, -1 if absent
 	units int64
-	// stranded: demand that may not be shed, of a cell no cluster can
-	// serve at all; it cannot be routed, so it counts as shed.
-	stranded bool
 }
 
 type regionArc struct {
@@ -221,12 +222,9 @@ func buildNetwork(in Input, ix *index, demand Demand) *network {
 		for _, p := range Priorities {
 			pa := prioArcs{shed: -1}
 			mayShed := p != Critical || ct.Shedding.ShedCritical
-			u := n.units(cell.demand[p])
-			switch {
-			case u == 0:
-			case !mayShed && len(cell.regions) == 0:
-				pa.stranded = true
-			default:
+			// A cell no cluster can serve stays out of the network: its
+			// requests get 503 (no capacity), which is not shedding.
+			if u := n.units(cell.demand[p]); u > 0 && len(cell.regions) > 0 {
 				pa.units = u
 				cell.units += u
 				if mayShed {

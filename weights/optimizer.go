@@ -148,12 +148,9 @@ func extract(in Input, n *network) *solution {
 				opt[pos[cn.index]] += x * split[ra.hub][i]
 			}
 		}
-		var shed ShedFractions
+		var shed ShedFractions // none for a cell without regions: 503, not shedding
 		for pr, pa := range cell.prio {
-			switch {
-			case pa.stranded:
-				shed[pr] = 1
-			case pa.shed >= 0 && pa.units > 0:
+			if pa.shed >= 0 && pa.units > 0 {
 				shed[pr] = min(1, float64(n.g.Flow(pa.shed))/float64(pa.units))
 			}
 		}
@@ -169,7 +166,9 @@ func extract(in Input, n *network) *solution {
 			}
 			for pr, d := range mb.demand {
 				p.demand += d
-				p.served += d * (1 - shed[pr])
+				if len(cell.regions) > 0 {
+					p.served += d * (1 - shed[pr])
+				}
 			}
 			if served <= 0 {
 				p.opt = fallbackShares(p, sol.capacity)
@@ -240,11 +239,11 @@ func (p *cellPlan) summary() string {
 	if len(regs) > 0 {
 		fmt.Fprintf(&b, ", served in %s", strings.Join(regs, ", "))
 	}
-	if shed := p.demand - p.served; shed > 1e-9*max(p.demand, 1) {
-		fmt.Fprintf(&b, ", %.0f shed (demand exceeds the capacity it may use)", shed)
-	}
-	if len(p.cell.regions) == 0 {
+	switch shed := p.demand - p.served; {
+	case len(p.cell.regions) == 0:
 		b.WriteString(", no eligible cluster has capacity: requests get 503")
+	case shed > 1e-9*max(p.demand, 1):
+		fmt.Fprintf(&b, ", %.0f shed (demand exceeds the capacity it may use)", shed)
 	}
 	if p.cell.ttftRelaxed {
 		fmt.Fprintf(&b, "; no cluster within the TTFT budget of %.0f ms can serve, so the budget is relaxed", p.cell.model.TTFTBudgetMs)

@@ -1,11 +1,8 @@
 package weights
 
 import (
-	"fmt"
 	"math"
 	"slices"
-
-	"github.com/ilbproject/ilb/config"
 )
 
 // refine applies the stability rules to the optimal shares: the weight
@@ -48,51 +45,98 @@ func (s *solution) refine() {
 	}
 }
 
-// boundUtilizationStep scales back the moves of unforced cells by one
-// factor so that no cluster's planned load moves by more than step of its
-// capacity; moves forced by lost capacity are not scaled.
+// utilizationRounds is how many times boundUtilizationStep recomputes
+// net load changes before its last, conservative pass.
+const utilizationRounds = 4
+
+// boundUtilizationStep scales back moves so that no cluster's planned
+// load grows by more than step of its capacity in one tick: it guards the
+// clusters load moves to (herding), never the ones it leaves, so load
+// always comes off an overloaded cluster as fast as the clusters taking
+// it allow. Only the cells that move load onto a bound cluster are scaled
+// back; forced moves (lost capacity) are not scaled.
 func (s *solution) boundUtilizationStep(step float64) {
-	free := make([]float64, len(s.capacity))   // load change of unforced cells
-	forced := make([]float64, len(s.capacity)) // of forced cells
+	var moving []*cellPlan
 	for _, p := range s.plans {
-		if p.prev == nil {
-			continue
-		}
-		dst := free
-		if p.forced {
-			dst = forced
-		}
-		for j, i := range p.idx {
-			dst[i] += p.served * (p.final[j] - p.prev[j])
+		if p.prev != nil && !p.forced {
+			moving = append(moving, p)
 		}
 	}
-	beta := 1.0
-	for i, c := range s.capacity {
-		if c <= 0 || math.Abs(free[i]+forced[i]) <= step*c {
-			continue
-		}
-		room := math.Max(0, step*c-math.Abs(forced[i]))
-		if math.Abs(free[i]) > 0 {
-			beta = math.Min(beta, room/math.Abs(free[i]))
-		}
-	}
-	if beta >= 1 {
-		return
-	}
+	forced := make([]float64, len(s.capacity))
 	for _, p := range s.plans {
-		if p.prev == nil || p.forced {
+		if p.prev != nil && p.forced {
+			for j, i := range p.idx {
+				forced[i] += p.served * (p.final[j] - p.prev[j])
+			}
+		}
+	}
+	// factor[k] scales moving[k]'s move. Scaling a cell back also shrinks
+	// the load it takes off other clusters, which may push one of those
+	// over its bound: a few rounds on net changes settle it, then a last
+	// pass ignores what scaled cells take off, which is always safe.
+	factor := make([]float64, len(moving))
+	for k := range factor {
+		factor[k] = 1
+	}
+	for round := range utilizationRounds + 1 {
+		inc := make([]float64, len(s.capacity)) // load moved onto a cluster
+		dec := make([]float64, len(s.capacity)) // load moved off it, <= 0
+		for k, p := range moving {
+			for j, i := range p.idx {
+				if d := factor[k] * p.served * (p.final[j] - p.prev[j]); d > 0 {
+					inc[i] += d
+				} else {
+					dec[i] += d
+				}
+			}
+		}
+		last := round == utilizationRounds
+		scale := make([]float64, len(s.capacity))
+		bound := make([]bool, len(s.capacity))
+		anyBound := false
+		for i, c := range s.capacity {
+			if c <= 0 || inc[i] <= 0 {
+				continue
+			}
+			rest := forced[i]
+			if !last {
+				rest += dec[i]
+			}
+			if inc[i]+rest <= step*c*(1+1e-9) {
+				continue
+			}
+			scale[i], bound[i], anyBound = max(0, step*c-rest)/inc[i], true, true
+		}
+		if !anyBound {
+			break
+		}
+		for k, p := range moving {
+			f := 1.0
+			for j, i := range p.idx {
+				if bound[i] && p.final[j] > p.prev[j] {
+					f = min(f, scale[i])
+				}
+			}
+			factor[k] *= f
+		}
+	}
+	for k, p := range moving {
+		if factor[k] >= 1 {
 			continue
 		}
-		for i := range p.final {
-			p.final[i] = p.prev[i] + beta*(p.final[i]-p.prev[i])
+		for j := range p.final {
+			p.final[j] = p.prev[j] + factor[k]*(p.final[j]-p.prev[j])
 		}
-		p.alpha *= beta
+		p.alpha *= factor[k]
 	}
 }
 
-// cells quantizes the final shares, applies the deadband and explains.
+// cells quantizes the final shares, applies the deadband and attaches
+// lazy explanations that hold only this version's explainer and plans
+// (never the flow network or the previous version).
 func (s *solution) cells() []Cell {
 	c := s.in.Config
+	ex := &explainer{c: c, ix: s.ix, capacity: s.capacity, load: s.load}
 	out := make([]Cell, 0, len(s.plans))
 	for _, p := range s.plans {
 		w := Quantize(p.final, Total)
@@ -111,17 +155,23 @@ func (s *solution) cells() []Cell {
 			}
 		}
 		explainLazily(&cell, s.in.Previous, func() Explanation {
-			return Explanation{Policy: "optimizer", Summary: p.summary(), Terms: s.terms(p, w)}
+			return Explanation{Policy: "optimizer", Summary: p.summary(), Terms: ex.terms(p, w)}
 		})
 		out = append(out, cell)
 	}
 	return out
 }
 
-// withinDeadband reports whether quantized weights w and the plan's shed
-// fractions moved less than deadband from the previous version.
+// withinDeadband reports whether a cell's new routing moved less than
+// deadband from the previous version: its quantized weights w and shed
+// fractions. A step-bounded cell is judged by its optimum instead: its
+// bounded step may be small, but the deadband must not freeze a cell
+// whose optimum is far away.
 func (s *solution) withinDeadband(p *cellPlan, w []uint32, deadband float64) bool {
 	prev, _ := s.in.Previous.Cell(p.source.Name, p.cell.model.Name)
+	if p.alpha < 1 {
+		w = Quantize(p.opt, Total)
+	}
 	for j := range w {
 		if math.Abs(float64(w[j])/Total-p.prev[j]) >= deadband {
 			return false
@@ -133,76 +183,4 @@ func (s *solution) withinDeadband(p *cellPlan, w []uint32, deadband float64) boo
 		}
 	}
 	return true
-}
-
-// terms explains every cluster that serves the cell's model.
-func (s *solution) terms(p *cellPlan, w []uint32) []Term {
-	c := s.in.Config
-	ct := c.Controller
-	out := make([]Term, 0, len(p.idx))
-	from := s.ix.region[p.source.Region]
-	for j, i := range p.idx {
-		e := c.Clusters[i]
-		link := s.ix.links[from][s.ix.clusterRegion[i]]
-		t := Term{
-			Cluster: e.Name, Region: e.Region, Capacity: s.capacity[i], Share: p.final[j], Weight: w[j],
-			LatencyMs: link.RTTMs, EgressCost: link.EgressUSDPerGB * ct.EgressMsPerUSDPerGB,
-		}
-		switch {
-		case !p.source.Allows(e.Region):
-			t.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, p.source.Name)
-		case s.capacity[i] <= 0:
-			t.Excluded = "no capacity: no ready replica"
-		case !p.eligible[j]:
-			t.Excluded = fmt.Sprintf("TTFT budget: %.0f ms round trip is over the model's %.0f ms", link.RTTMs, p.cell.model.TTFTBudgetMs)
-		}
-		if t.Excluded == "" {
-			u := s.load[i] / s.capacity[i]
-			t.Flow, t.Utilization = p.served*p.final[j], u
-			t.MarginalCost = t.LatencyMs + t.EgressCost + s.movementSlope(p, e.Region) + bandCost(s.ix.curve, u)
-			t.Binding = s.binding(p, u, w[j])
-		}
-		out = append(out, t)
-	}
-	return out
-}
-
-// movementSlope is the movement cost of one more unit into region r: 2μ
-// once the cell has at least its previous amount there.
-func (s *solution) movementSlope(p *cellPlan, r string) float64 {
-	if p.pastX0[r] {
-		return 2 * s.in.Config.Controller.MovementCost
-	}
-	return 0
-}
-
-func (s *solution) binding(p *cellPlan, u float64, w uint32) string {
-	target := s.in.Config.Controller.TargetUtilization
-	switch {
-	case p.forced:
-		return "capacity lost: moved at once"
-	case p.deadband:
-		return "deadband"
-	case p.alpha < 1:
-		return "step bound"
-	case u > 1+1e-6:
-		return "over capacity: demand that may not be shed"
-	case u >= 1-1e-6:
-		return "at capacity"
-	case u >= target-1e-6:
-		return "above target utilization"
-	case w == 0:
-		return "dearer than the clusters chosen"
-	}
-	return ""
-}
-
-// bandCost is the marginal cost of load at utilization u on the curve.
-func bandCost(curve []config.CostBand, u float64) float64 {
-	for _, b := range curve {
-		if u < b.UpTo-1e-12 {
-			return b.Cost
-		}
-	}
-	return overflowCost
 }
