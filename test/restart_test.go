@@ -25,11 +25,14 @@ import (
 func TestControlPlaneRestart(t *testing.T) {
 	s := startWorld(t, nil, func(c *config.Config) { c.Controller.Policy = config.PolicyProportional })
 	us, _ := s.Envoy("edge-us")
-	before, err := s.App.XDS.Snapshot("edge-us")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "envoysim ACKs the first snapshot", 5*time.Second, func() bool { return acked(us.Sim.Versions(), before) })
+	var before *cache.Snapshot
+	waitUntil(t, "envoysim ACKs the snapshot in force", 5*time.Second, func() bool {
+		var err error
+		if before, err = s.App.XDS.Snapshot("edge-us"); err != nil {
+			t.Fatal(err)
+		}
+		return acked(us.Sim.Versions(), before)
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -47,11 +50,12 @@ func TestControlPlaneRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := time.Now()
-	after, err := s.App.XDS.Snapshot("edge-us")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var after *cache.Snapshot
 	waitUntil(t, "envoysim reconnects and ACKs the new ILB's snapshot", 10*time.Second, func() bool {
+		var err error
+		if after, err = s.App.XDS.Snapshot("edge-us"); err != nil {
+			t.Fatal(err)
+		}
 		return acked(us.Sim.Versions(), after) && len(s.App.XDS.Nodes()) > 0
 	})
 	wg.Wait()
@@ -66,6 +70,7 @@ func TestControlPlaneRestart(t *testing.T) {
 			duringOutage++
 		}
 	}
+	t.Logf("%d requests, %d sent while ILB was down (%s), %d failed", len(results), duringOutage, up.Sub(down).Round(time.Millisecond), failed)
 	if failed > 0 || duringOutage < 10 || len(results) < 50 {
 		t.Errorf("%d of %d requests failed; %d were sent while ILB was down (want 0 failed, >= 10 during the outage)", failed, len(results), duringOutage)
 	}
