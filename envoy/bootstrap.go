@@ -14,6 +14,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -76,7 +77,11 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 		MaxRequests:        wrapperspb.UInt32(n),
 	}}}
 	// A gRPC health check (ILB serves grpc.health.v1): an ext_proc that
-	// stopped answering is taken out before requests time out on it.
+	// stopped answering is taken out before requests time out on it. With
+	// a panic threshold of 0, a cluster whose ILBs are all unhealthy has
+	// no host (not every host, as in Envoy's 50% panic mode), so the
+	// filter fails at once and the source's fail mode applies.
+	ep.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{}}
 	if hc := c.Envoy.HealthCheck; !hc.Disabled {
 		ep.HealthChecks = []*corev3.HealthCheck{{
 			Timeout:            durationpb.New(hc.Timeout.Std()),

@@ -69,7 +69,17 @@ func engineCluster(c *config.Config, e config.EngineCluster) *clusterv3.Cluster 
 		// Envoy's default panic threshold (50%) would send traffic to
 		// UNHEALTHY endpoints once half a cluster is down.
 		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: ev.HealthyPanicThreshold}},
+		// A replica removed from EDS leaves at once, even while it still
+		// passes its health checks (scale-down, replaced pod).
+		IgnoreHealthOnHostRemoval: true,
 		OutlierDetection: &clusterv3.OutlierDetection{
+			// An ejection lasts its ejection time: a passing health check
+			// (the engine's /health answers while its requests fail) must
+			// not bring the host back early.
+			SuccessfulActiveHealthCheckUnejectHost: wrapperspb.Bool(false),
+			// Success-rate ejection is on by default in Envoy; engines
+			// answering 429/503 under load are not outliers.
+			EnforcingSuccessRate:               wrapperspb.UInt32(0),
 			Consecutive_5Xx:                    wrapperspb.UInt32(ev.Outlier.Consecutive5xx),
 			ConsecutiveGatewayFailure:          wrapperspb.UInt32(ev.Outlier.ConsecutiveGatewayFailure),
 			EnforcingConsecutive_5Xx:           wrapperspb.UInt32(100),
@@ -98,6 +108,9 @@ func engineCluster(c *config.Config, e config.EngineCluster) *clusterv3.Cluster 
 				Path: e.Metrics.HealthPath,
 			}},
 		}}
+		if e.Protocol == config.ProtocolHTTP2 { // the checker speaks HTTP/1.1 unless told
+			cl.HealthChecks[0].GetHttpHealthCheck().CodecClientType = typev3.CodecClientType_HTTP2
+		}
 	}
 	if e.Protocol == config.ProtocolHTTP2 {
 		cl.TypedExtensionProtocolOptions = map[string]*anypb.Any{

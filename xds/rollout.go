@@ -269,6 +269,9 @@ type RolloutStatus struct {
 	Stable  map[string]string `json:"stable"`
 	Canary  map[string]string `json:"canary,omitempty"`
 	Pending bool              `json:"pending"`
+	// LastGood are the last versions an Envoy of the source (not a
+	// canary) acknowledged for every type: where a NACK rolls back to.
+	LastGood map[string]string `json:"last_good,omitempty"`
 	Since   time.Time         `json:"since,omitzero"`
 	// Rejected are the versions Envoys refused, never sent again.
 	Rejected []RejectedVersion `json:"rejected,omitempty"`
@@ -291,6 +294,9 @@ func (s *Server) Rollouts() []RolloutStatus {
 		st := RolloutStatus{Source: src.Name}
 		if r := s.rollouts[src.Name]; r != nil {
 			st.Stable = versions(r.stable)
+			if g := r.lastGood[src.Name]; g != nil {
+				st.LastGood = versions(g)
+			}
 			if r.pending {
 				st.Pending, st.Since, st.Canary = true, r.since, versions(r.canary)
 			}

@@ -203,7 +203,7 @@ func TestNACKRollsBackWithoutLoop(t *testing.T) {
 	waitFor(t, func() bool {
 		return env.has(resource.RouteType, good) && env.has(resource.EndpointType, mustVersion(t, srv, resource.EndpointType))
 	})
-	time.Sleep(100 * time.Millisecond) // the ACKs reach the rollout loop: this version is the last good one
+	waitFor(t, func() bool { return rolloutOf(t, srv).LastGood["route"] == good }) // the rollback target
 
 	if err := srv.Publish(ctx, ws[1]); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func printRollouts(w io.Writer, v []xds.RolloutStatus, only string, now time.Tim
 		}
 		fmt.Fprintf(w, "source %s: %s\n", r.Source, state)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TYPE\tSTABLE\tCANARY")
+		fmt.Fprintln(tw, "  TYPE\tSTABLE\tCANARY\tROLLBACK TO")
 		for _, t := range typeOrder {
 			if _, ok := r.Stable[t]; !ok && r.Canary[t] == "" {
 				continue
@@ -56,7 +56,11 @@ func printRollouts(w io.Writer, v []xds.RolloutStatus, only string, now time.Tim
 			if r.Pending && r.Canary[t] != r.Stable[t] {
 				c = r.Canary[t]
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", t, r.Stable[t], c)
+			g := r.LastGood[t]
+			if g == "" {
+				g = "-"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t, r.Stable[t], c, g)
 		}
 		_ = tw.Flush()
 		if len(r.Nodes) == 0 {

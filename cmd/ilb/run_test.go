@@ -186,7 +186,7 @@ func TestRolloutCommand(t *testing.T) {
 			w.WriteHeader(http.StatusNotFound)
 			return
 		}
-		_, _ = w.Write([]byte(`[{"source":"edge-eu","stable":{"cluster":"c1","route":"r1"},"canary":{"cluster":"c1","route":"r2"},"pending":true,"since":"` + at + `",
+		_, _ = w.Write([]byte(`[{"source":"edge-eu","stable":{"cluster":"c1","route":"r1"},"last_good":{"cluster":"c1","route":"r0"},"canary":{"cluster":"c1","route":"r2"},"pending":true,"since":"` + at + `",
 			"nodes":[{"id":"eu-0","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r2"},"canary":true},
 			         {"id":"eu-1","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r1"}}]},
 			{"source":"edge-us","stable":{"route":"r7"},"pending":false,
@@ -202,7 +202,7 @@ func TestRolloutCommand(t *testing.T) {
 		err  string
 	}{
 		{name: "all sources", args: []string{"rollout", "status", "--admin", addr}, want: []string{
-			"source edge-eu: canary soaking for 30", "route    r1      r2", "cluster  c1      -",
+			"source edge-eu: canary soaking for 30", "route    r1      r2      r0", "cluster  c1      -       c1",
 			"eu-0  canary  1        cluster=c1 route=r2", "source edge-us: stable", "no Envoy connected",
 			"rejected route r8 by us-0", "never sent again: Proto constraint validation failed …",
 		}},

@@ -62,6 +62,13 @@ type clusterConfig struct {
 	dnsRefresh     time.Duration
 	endpoints      *endpointSet // load_assignment (STATIC, STRICT_DNS, LOGICAL_DNS)
 	proto          *clusterv3.Cluster
+
+	hc                    *healthCheckConfig // nil without health_checks
+	outlier               *outlierConfig     // nil without outlier_detection
+	cb                    circuitBreakers
+	slowStart             *slowStartConfig // nil without slow start
+	warmHosts             bool             // common_lb_config.ignore_new_hosts_until_first_hc
+	ignoreHealthOnRemoval bool             // ignore_health_on_host_removal
 }
 
 // endpointSpec is one LbEndpoint before DNS resolution.
@@ -112,17 +119,22 @@ func compileCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 	switch c.GetLbPolicy() {
 	case clusterv3.Cluster_ROUND_ROBIN:
 		cc.lb = lbRoundRobin
+		cc.slowStart = compileSlowStart(c.GetRoundRobinLbConfig().GetSlowStartConfig())
 	case clusterv3.Cluster_LEAST_REQUEST:
 		cc.lb = lbLeastRequest
 		if n := c.GetLeastRequestLbConfig().GetChoiceCount(); n != nil {
 			cc.choiceCount = int(n.GetValue())
 		}
+		cc.slowStart = compileSlowStart(c.GetLeastRequestLbConfig().GetSlowStartConfig())
 	default:
 		errs = append(errs, fmt.Errorf("lb_policy %s is not supported by envoysim (ROUND_ROBIN, LEAST_REQUEST)", c.GetLbPolicy()))
 	}
 	if t := c.GetCommonLbConfig().GetHealthyPanicThreshold(); t != nil {
 		cc.panicThreshold = t.GetValue()
 	}
+	cc.warmHosts = c.GetCommonLbConfig().GetIgnoreNewHostsUntilFirstHc()
+	cc.ignoreHealthOnRemoval = c.GetIgnoreHealthOnHostRemoval()
+	cc.cb = compileCircuitBreakers(c.GetCircuitBreakers())
 	if c.GetConnectTimeout() != nil {
 		cc.connectTimeout = c.GetConnectTimeout().AsDuration()
 	}
@@ -154,6 +166,12 @@ func compileCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 		cc.endpoints = eps
 	}
 	errs = append(errs, cc.checkEndpoints()...)
+	if err := compileHealthChecks(cc, c.GetHealthChecks()); err != nil {
+		errs = append(errs, err)
+	}
+	if err := compileOutlier(cc, c.GetOutlierDetection()); err != nil {
+		errs = append(errs, err)
+	}
 	return cc, errors.Join(errs...)
 }
 

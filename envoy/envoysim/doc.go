@@ -40,13 +40,79 @@
 // overprovisioning factor and panic mode (common_lb_config
 // healthy_panic_threshold, default 50%) follow LoadBalancerBase. Upstreams
 // speak HTTP/1.1, or prior-knowledge HTTP/2 when the cluster's
-// HttpProtocolOptions select http2_protocol_options. Router failures: no
-// host → 503 "no healthy upstream"; connect failure → 503 "upstream connect
-// error or disconnect/reset before headers. reset reason: connection
-// failure"; route timeout (default 15 s, 0 disables, spanning the whole
-// exchange) → 504 "upstream request timeout" before response headers and a
-// stream reset after them.
+// HttpProtocolOptions select http2_protocol_options.
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/load_balancing
+//
+// Slow start (least_request_lb_config or round_robin_lb_config
+// slow_start_config; EdfLoadBalancerBase): a host that became healthy (its
+// last health check pass, or when it joined without health checking) less
+// than slow_start_window ago has its weight scaled by
+// max((elapsed/window)^(1/aggression), min_weight_percent); while any host is
+// in its window the EDF scheduler is used even with equal weights.
+// aggression is its default_value (no runtime layer).
+//
+// Active health checking (one health_checks entry; source/extensions/
+// health_checkers): http_health_check (method, path, host, expected and
+// retriable statuses, request headers, HTTP/1.1 or codec_client_type HTTP2,
+// user-agent Envoy/HC, x-envoy-degraded and
+// x-envoy-immediate-health-check-fail) and grpc_health_check
+// (grpc.health.v1.Health/Check over HTTP/2, SERVING is healthy; the cluster
+// must be HTTP/2). Each host is probed at once, then every interval
+// (unhealthy_interval and the edge intervals, no_traffic_interval (60 s) and
+// no_traffic_healthy_interval until the cluster made a connection). The
+// first result decides at once; then healthy_threshold successes; an
+// unexpected status or non-SERVING answer fails a host at once, network
+// failures and timeouts need unhealthy_threshold. With EDS, a host is
+// healthy only when both EDS and its checks say so; a host added while
+// checks run starts failing them (FAILED_ACTIVE_HC) until its first check,
+// and with ignore_new_hosts_until_first_hc is also excluded from the load
+// computation; a host removed from EDS while passing its checks stays
+// (PENDING_DYNAMIC_REMOVAL) until it fails one, unless
+// ignore_health_on_host_removal. A cluster is initialized (published, and
+// WaitReady) once every initial host got its first result.
+//
+// Outlier detection (split_external_local_origin_errors false;
+// outlier_detection_impl.cc): consecutive_5xx (every 5xx and locally
+// originated failure) and consecutive_gateway_failure (502, 503, 504,
+// connect failures and resets), success rate and failure percentage on the
+// interval, each subject to its enforcing percentage; max_ejection_percent
+// (and always_eject_one_host); ejection for
+// min(base_ejection_time × backoff, max_ejection_time) + jitter, unejection
+// on the interval timer, or by a passing health check
+// (successful_active_health_check_uneject_host). Ejected hosts are unhealthy.
+//
+// Circuit breakers (the DEFAULT priority threshold): max_requests and
+// max_pending_requests as the connection pool checks them, overflow answered
+// 503 "upstream connect error or disconnect/reset before headers. reset
+// reason: overflow" with x-envoy-overloaded: true; max_retries, or the
+// retry_budget (max(budget_percent × (active + pending), min_retry_concurrency)).
+//
+// Router failures: no host → 503 "no healthy upstream"; connect failure → 503
+// "upstream connect error or disconnect/reset before headers. reset reason:
+// connection failure" ("retried and the latest reset reason" after a retry);
+// route timeout (default 15 s, 0 disables, spanning the whole exchange
+// including retries) → 504 "upstream request timeout" before response
+// headers and a stream reset after them; idle timeout (the route's
+// idle_timeout, else stream_idle_timeout) → "stream timeout", 504 when the
+// request was received and 408 otherwise, or a stream reset after response
+// headers.
+//
+// # Retries
+//
+// RouteAction.retry_policy (RetryStateImpl and router.cc): retry_on 5xx,
+// gateway-error, connect-failure, reset, retriable-4xx,
+// retriable-status-codes and envoy-ratelimited; num_retries (default 1);
+// per_try_timeout until response headers; retries happen only before any
+// response byte went downstream, a retried response is reset. The request
+// body is kept for replay up to the listener's
+// per_connection_buffer_limit_bytes, beyond which retries are abandoned.
+// previous_hosts with host_selection_retry_max_attempts re-picks. Back-off:
+// random % interval, the interval doubling from base_interval (25 ms) to
+// max_interval (10 × base); rate_limited_retry_back_off reset headers
+// (SECONDS, UNIX_TIMESTAMP) at most max_interval (300 s default; longer ones
+// are ignored) give a wait in [d, 1.5 d). Retries hold the circuit
+// breaker's retry resource. The waits go through Options.RetrySleep.
+// https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_routing#retry-semantics
 //
 // # Listeners and the HTTP connection manager
 //
@@ -61,7 +127,10 @@
 // x-envoy-external-address, x-request-id generation, x-forwarded-client-cert
 // removal) and host normalisation (strip_trailing_host_dot,
 // strip_any_host_port, strip_matching_host_port). HTTP filters: any number of
-// envoy.filters.http.ext_proc followed by the terminal router.
+// envoy.filters.http.ext_proc and envoy.filters.http.header_mutation
+// (request and response mutations: remove, remove_on_match, append; it
+// computes the route on the request path), followed by the terminal router.
+// Local replies go through every filter's response path.
 // https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_conn_man/http_conn_man
 //
 // # Routing
@@ -74,7 +143,8 @@
 // and cached; it is recomputed only after an ext_proc response with a
 // header_mutation clears the cache (route_cache_action). Actions: cluster,
 // cluster_header, weighted_clusters (header_name draws), direct_response,
-// cluster_not_found_response_code, timeout, idle_timeout, prefix_rewrite,
+// cluster_not_found_response_code, timeout, idle_timeout, retry_policy,
+// prefix_rewrite,
 // host_rewrite_literal; request/response headers to add and remove at every
 // level with Envoy's order and append actions; header values with
 // %UPSTREAM_HOST%, %UPSTREAM_CLUSTER%, %REQ(name)% and "%%" (any other
@@ -104,13 +174,17 @@
 // # Refused
 //
 // Among others: listener_filters, filter_chain_match, more than one filter
-// chain, TLS transport sockets, HTTP filters other than ext_proc and router,
-// scoped routes, VHDS, query_parameters and other route matchers, retries
-// (retry_policy at route and virtual host), redirects, mirrors, rate limits,
-// CORS, hash-based and subset load balancing, outlier detection, active
-// health checks, priorities other than 0, ext_proc STREAMED,
-// BUFFERED_PARTIAL and FULL_DUPLEX_STREAMED bodies, trailer SEND modes,
-// CONTINUE_AND_REPLACE (an error response), observability mode,
+// chain, TLS transport sockets, HTTP filters other than ext_proc,
+// header_mutation and router, per-route HeaderMutationPerRoute and the
+// filter's query parameter and trailer mutations, scoped routes, VHDS,
+// query_parameters and other route matchers, virtual host retry_policy, retry
+// priorities, retriable headers, hedging, per_try_idle_timeout, redirects,
+// mirrors, rate limits, CORS, hash-based and subset load balancing,
+// active_request_bias, TCP and custom health checks, health check jitter and
+// payloads, endpoint health_check_config, the local origin split of outlier
+// detection, per-host circuit breakers, priorities other than 0, ext_proc
+// STREAMED, BUFFERED_PARTIAL and FULL_DUPLEX_STREAMED bodies, trailer SEND
+// modes, CONTINUE_AND_REPLACE (an error response), observability mode,
 // forward_rules, request/response attributes, request_timeout other than 0,
 // normalize_path, merge_slashes, layered runtime, header_prefix.
 //
@@ -119,17 +193,30 @@
 // Informational fields only: names, stat prefixes, stats configuration,
 // access logs, tracing, metadata, admin, overload manager, watchdogs, DNS
 // resolver tuning, connection pool and HTTP/1 and HTTP/2 codec tuning,
-// circuit breakers, grpc_service.timeout. See policy.go for the full list.
+// grpc_service.timeout, health check event logging, circuit breaker
+// track_remaining. See policy.go for the full list.
 //
 // # Not modelled, although accepted
 //
-// Timing details: the route timeout starts when the router starts rather
-// than at the end of the downstream request; the stream idle timeout only
-// runs from the router on; a 413 is sent once the body is read after the
-// headers response rather than while it arrives. Envoy's EDF scheduler
-// pre-picks a random number of entries; envoysim does not. envoysim paces
-// repeated NACKs of the same version (up to 5 s) so that a control plane
-// that resends a rejected snapshot does not spin. Response trailers are
-// forwarded to HTTP/2 clients only. gRPC-specific local replies
-// (grpc-status) are not generated.
+// Timing details: the route and per try timeouts start when the router (or
+// the attempt) starts rather than at the end of the downstream request; the
+// stream idle timeout only runs from the router on; a 413 is sent once the
+// body is read after the headers response rather than while it arrives. The
+// downstream body is read as upstream attempts consume it, so "received" (504
+// vs 408 on idle timeout) means read by an attempt, and Envoy's 507 (buffer
+// limit exceeded during a retry back-off) cannot occur. max_connections is
+// accepted but not enforced; whether the pool has a ready connection (which
+// decides between the requests and pending limits) is estimated from the open
+// connections. Circuit breakers and outlier detection apply to proxied
+// requests, not to ext_proc streams (which do use the cluster's health and
+// panic mode). Health check probe timeouts use real time; an HTTP health
+// check does not reuse a connection after a timeout; the outlier detector
+// acts synchronously where Envoy posts to its main thread;
+// PENDING_DYNAMIC_REMOVAL hosts of DNS clusters leave at the next rebuild
+// after failing a check rather than at the next resolution. Envoy's EDF
+// scheduler pre-picks a random number of entries; envoysim does not. envoysim
+// paces repeated NACKs of the same version (up to 5 s) so that a control
+// plane that resends a rejected snapshot does not spin. Response trailers are
+// forwarded to HTTP/2 clients only. gRPC-specific local replies (grpc-status)
+// are not generated.
 package envoysim

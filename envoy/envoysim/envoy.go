@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 )
@@ -27,21 +28,32 @@ type Options struct {
 	// draws (one per host choice, plus choice_count for least request) and
 	// the round robin seed of each cluster. nil uses a crypto-seeded
 	// math/rand/v2 generator. Calls are serialised. x-request-id values do
-	// not use it.
+	// not use it. Outlier detection also draws from it (ejection jitter,
+	// enforcing percentages strictly between 0 and 100).
 	Rand func() uint64
+	// Clock is the time source of health check intervals, the outlier
+	// detection interval and ejection times, and slow start. nil is the
+	// real clock.
+	Clock Clock
+	// RetrySleep waits a retry back-off (jittered exponential or
+	// rate-limited); it returns an error when ctx ends first. nil uses
+	// Clock.Sleep.
+	RetrySleep func(ctx context.Context, d time.Duration) error
 }
 
 // Envoy is a running model of an Envoy proxy: an ADS client, listeners with
-// HTTP connection managers, ext_proc and router filters, and upstream
+// HTTP connection managers, ext_proc, header_mutation and router filters, and upstream
 // clusters. Create it with [New] and start it with [Envoy.Run].
 type Envoy struct {
-	log       *slog.Logger
-	rand      func() uint64
-	resolver  *net.Resolver
-	policy    fieldPolicy
-	bootstrap *compiledBootstrap
-	ads       *adsConfig
-	boot      *bootstrapv3.Bootstrap
+	log        *slog.Logger
+	rand       func() uint64
+	clock      Clock
+	retrySleep func(ctx context.Context, d time.Duration) error
+	resolver   *net.Resolver
+	policy     fieldPolicy
+	bootstrap  *compiledBootstrap
+	ads        *adsConfig
+	boot       *bootstrapv3.Bootstrap
 
 	cfgMu sync.Mutex // guards state; held while applying configuration
 	state *configState
@@ -55,6 +67,7 @@ type Envoy struct {
 	versions   map[string]string
 
 	running atomic.Bool
+	bg      sync.WaitGroup // health checkers and outlier detectors
 }
 
 // New checks opts.Bootstrap and returns an Envoy ready to [Envoy.Run]. It
@@ -74,6 +87,14 @@ func New(opts Options) (*Envoy, error) {
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
+	}
+	e.clock = opts.Clock
+	if e.clock == nil {
+		e.clock = realClock{}
+	}
+	e.retrySleep = opts.RetrySleep
+	if e.retrySleep == nil {
+		e.retrySleep = e.clock.Sleep
 	}
 	e.rand = serialised(opts.Rand)
 	cb, err := compileBootstrap(opts.Bootstrap, e.policy)
@@ -127,7 +148,11 @@ func (e *Envoy) Run(ctx context.Context) error {
 		for _, rt := range e.state.runtimes {
 			rt.close()
 		}
+		for _, rt := range e.state.retiring {
+			rt.close()
+		}
 		e.cfgMu.Unlock()
+		e.bg.Wait()
 	}()
 
 	e.cfgMu.Lock()

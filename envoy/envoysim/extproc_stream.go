@@ -76,7 +76,7 @@ func (f *extProcFilter) destroy() {
 	if st.grace != nil {
 		st.grace.Stop()
 	}
-	st.host.active.Add(-1)
+	st.host.st.active.Add(-1)
 	f.st = nil
 }
 
@@ -170,7 +170,7 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 	if cl == nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: fmt.Sprintf("cluster %s not available", f.cfg.clusterName)}, false
 	}
-	h := cl.chooseHost(e.rand)
+	h := cl.chooseHost(e.rand, nil)
 	if h == nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: bodyNoHealthyUpstream}, false
 	}
@@ -194,7 +194,8 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 		}
 		return grpcResult(err), false
 	}
-	h.active.Add(1)
+	h.st.active.Add(1)
+	cl.rt.traffic.Store(true) // the async client's connection counts as cluster traffic
 	e.stats.upstreamRequest(cl.cfg.name, h.addr)
 	e.stats.extProc(func(s *ExtProcStats) { s.StreamsStarted++ })
 	ps := &procStream{stream: stream, cancel: cancel, recv: make(chan recvResult, 8), done: make(chan struct{}), host: h}

@@ -25,6 +25,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -42,7 +44,8 @@ var errEndStream = errors.New("end stream")
 
 // fakeProcessor is an ext_proc server on loopback recording what it gets.
 type fakeProcessor struct {
-	addr string
+	addr   string
+	health *health.Server // grpc.health.v1 on the same server, SERVING
 
 	mu       sync.Mutex
 	handler  procHandler
@@ -63,6 +66,8 @@ func startProcessor(t *testing.T, handler procHandler) *fakeProcessor {
 	p.addr = ln.Addr().String()
 	srv := grpc.NewServer()
 	extprocv3.RegisterExternalProcessorServer(srv, p)
+	p.health = health.NewServer()
+	grpc_health_v1.RegisterHealthServer(srv, p.health)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -318,7 +318,23 @@ func (h *harness) start(rand func() uint64) {
 
 func startEnvoy(t *testing.T, b *bootstrapv3.Bootstrap, rand func() uint64) *Envoy {
 	t.Helper()
-	e, err := New(Options{Bootstrap: b, Logger: testLogger(), Rand: rand})
+	return startEnvoyOpts(t, Options{Bootstrap: b, Rand: rand})
+}
+
+// startOpts runs envoysim with the standard bootstrap and opts (Bootstrap
+// and Logger are filled in) and waits until ready.
+func (h *harness) startOpts(opts Options) {
+	h.t.Helper()
+	if opts.Bootstrap == nil {
+		opts.Bootstrap = testBootstrap(h.xds.addr, h.proc.addr)
+	}
+	h.env = startEnvoyOpts(h.t, opts)
+}
+
+func startEnvoyOpts(t *testing.T, opts Options) *Envoy {
+	t.Helper()
+	opts.Logger = testLogger()
+	e, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

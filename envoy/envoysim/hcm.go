@@ -9,6 +9,7 @@ import (
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
@@ -32,7 +33,7 @@ type hcmConfig struct {
 	codec                        codecKind
 	rdsName                      string
 	inline                       *routeTable
-	extProcs                     []*extProcConfig
+	filters                      []httpFilterConfig
 	suppressEnvoyHeaders         bool
 	generateRequestID            bool
 	early                        []earlyMutation
@@ -130,8 +131,8 @@ func compileHCM(c *hcmv3.HttpConnectionManager, clusterExists func(string) bool)
 	return h, errors.Join(errs...)
 }
 
-// compileFilters accepts only ext_proc filters followed by the terminal
-// router; an empty list means the router alone.
+// compileFilters accepts ext_proc and header_mutation filters followed by
+// the terminal router; an empty list means the router alone.
 func (h *hcmConfig) compileFilters(filters []*hcmv3.HttpFilter) []error {
 	var errs []error
 	sawRouter := false
@@ -156,12 +157,19 @@ func (h *hcmConfig) compileFilters(filters []*hcmv3.HttpFilter) []error {
 				errs = append(errs, fmt.Errorf("http_filters[%d] %q: %w", i, f.GetName(), err))
 				continue
 			}
-			h.extProcs = append(h.extProcs, ep)
+			h.filters = append(h.filters, ep)
+		case *headermutationv3.HeaderMutation:
+			hm, err := compileHeaderMutation(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("http_filters[%d] %q: %w", i, f.GetName(), err))
+				continue
+			}
+			h.filters = append(h.filters, hm)
 		case *routerv3.Router:
 			sawRouter = true
 			h.suppressEnvoyHeaders = cfg.GetSuppressEnvoyHeaders()
 		default:
-			errs = append(errs, fmt.Errorf("http_filters[%d] %q: filter type %T is not supported by envoysim (only ext_proc and router)", i, f.GetName(), msg))
+			errs = append(errs, fmt.Errorf("http_filters[%d] %q: filter type %T is not supported by envoysim (only ext_proc, header_mutation and router)", i, f.GetName(), msg))
 		}
 	}
 	if len(filters) > 0 && !sawRouter && len(errs) == 0 {
@@ -202,12 +210,18 @@ func compileEarlyMutation(m *mutationrulesv3.HeaderMutation) (earlyMutation, err
 
 // apply runs the mutation on the request headers.
 func (m earlyMutation) apply(h *headerMap) {
+	m.applyTo(h, formatContext{req: h})
+}
+
+// applyTo runs the mutation on h, formatting appended values with fc
+// (Http::HeaderMutations::evaluateHeaders).
+func (m earlyMutation) applyTo(h *headerMap, fc formatContext) {
 	switch {
 	case m.remove != "":
 		h.remove(m.remove)
 	case m.removeMatcher != nil:
 		h.removeIf(m.removeMatcher.match)
 	case m.add != nil:
-		(&headerParser{add: []headerToAdd{*m.add}}).evaluate(h, formatContext{req: h})
+		(&headerParser{add: []headerToAdd{*m.add}}).evaluate(h, fc)
 	}
 }

@@ -3,10 +3,8 @@ package envoysim
 import (
 	"container/heap"
 	"math"
-	"net"
-	"net/http"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
@@ -39,12 +37,15 @@ func healthOf(s corev3.HealthStatus) hostHealth {
 	}
 }
 
-// host is an upstream host of a built cluster.
+// host is an upstream host of a built cluster: its state at build time
+// and a pointer to its runtime state.
 type host struct {
-	addr   string // ip:port
-	weight uint32
-	health hostHealth
-	active *atomic.Int64 // rq_active, shared by every build of the cluster
+	addr       string
+	weight     uint32
+	health     hostHealth
+	excluded   bool
+	lastHCPass time.Time
+	st         *hostState
 }
 
 // Host sources, as LoadBalancerBase::HostsSource::SourceType.
@@ -54,69 +55,6 @@ const (
 	srcDegraded
 	numSources
 )
-
-// clusterRuntime is the state of a cluster that outlives snapshots while its
-// definition is unchanged: connection pool, round robin indexes (seeded with
-// a random value, EdfLoadBalancerBase::seed_) and per-host active request
-// counters.
-type clusterRuntime struct {
-	cfg       *clusterConfig
-	transport *http.Transport
-
-	mu      sync.Mutex
-	rrIndex [numSources]uint64
-	active  map[string]*atomic.Int64
-}
-
-func newClusterRuntime(cc *clusterConfig, seed uint64) *clusterRuntime {
-	rt := &clusterRuntime{
-		cfg:       cc,
-		transport: newTransport(cc),
-		active:    map[string]*atomic.Int64{},
-	}
-	for i := range rt.rrIndex {
-		rt.rrIndex[i] = seed
-	}
-	return rt
-}
-
-func (rt *clusterRuntime) activeFor(addr string) *atomic.Int64 {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	a := rt.active[addr]
-	if a == nil {
-		a = &atomic.Int64{}
-		rt.active[addr] = a
-	}
-	return a
-}
-
-// close releases the connection pool.
-func (rt *clusterRuntime) close() {
-	rt.transport.CloseIdleConnections()
-}
-
-// newTransport returns the connection pool of a cluster: HTTP/1.1, or
-// prior-knowledge HTTP/2 (h2c) when the cluster's protocol options select
-// HTTP/2. Compression is never added and the connect timeout is the
-// cluster's connect_timeout.
-func newTransport(cc *clusterConfig) *http.Transport {
-	d := &net.Dialer{Timeout: cc.connectTimeout}
-	t := &http.Transport{
-		DialContext:         d.DialContext,
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: 1024,
-		Proxy:               nil,
-	}
-	protocols := new(http.Protocols)
-	if cc.http2 {
-		protocols.SetUnencryptedHTTP2(true)
-	} else {
-		protocols.SetHTTP1(true)
-	}
-	t.Protocols = protocols
-	return t
-}
 
 // cluster is a cluster of a snapshot: its configuration, its hosts and the
 // priority-0 load computation of LoadBalancerBase::recalculatePerPriorityState
@@ -130,23 +68,31 @@ type cluster struct {
 	degradedLoad uint32
 	panic        bool
 
+	latestHostAdded time.Time // slow start: latest_host_added_time_ at build
+
 	mu  sync.Mutex
-	edf [numSources]*edfScheduler // only when host weights differ
+	edf [numSources]*edfScheduler // only when host weights differ or a host is in slow start
 }
 
-// buildCluster computes the host sets and loads for hosts.
-func buildCluster(cfg *clusterConfig, rt *clusterRuntime, hosts []hostSpec, overprovisioning uint32) *cluster {
-	c := &cluster{cfg: cfg, rt: rt}
+// buildCluster computes the host sets and loads for hosts, as
+// ClusterImplBase::partitionHostList and LoadBalancerBase::
+// recalculatePerPriorityState do: healthy and degraded lists by coarse
+// health, excluded hosts not counted. With slow start, a source gets an EDF
+// scheduler while any host is in its slow start window even when weights are
+// equal (EdfLoadBalancerBase::refresh).
+func buildCluster(cfg *clusterConfig, rt *clusterRuntime, hosts []hostView, overprovisioning uint32, latestHostAdded time.Time) *cluster {
+	c := &cluster{cfg: cfg, rt: rt, latestHostAdded: latestHostAdded}
 	excluded := 0
-	for _, hs := range hosts {
-		h := &host{addr: hs.addr, weight: hs.weight, health: healthOf(hs.health), active: rt.activeFor(hs.addr)}
+	for _, hv := range hosts {
+		h := &host{addr: hv.st.addr, weight: hv.weight, health: hv.health, excluded: hv.excluded, lastHCPass: hv.lastHCPass, st: hv.st}
 		c.sources[srcAll] = append(c.sources[srcAll], h)
 		switch h.health {
 		case hostHealthy:
 			c.sources[srcHealthy] = append(c.sources[srcHealthy], h)
 		case hostDegraded:
 			c.sources[srcDegraded] = append(c.sources[srcDegraded], h)
-		case hostExcluded:
+		}
+		if h.excluded {
 			excluded++
 		}
 	}
@@ -186,8 +132,9 @@ func buildCluster(cfg *clusterConfig, rt *clusterRuntime, hosts []hostSpec, over
 	if c.panic {
 		c.healthyLoad, c.degradedLoad = 100, 0 // recalculateLoadInTotalPanic with one priority
 	}
+	now := rt.clock.Now()
 	for src, hs := range c.sources {
-		if !weightsEqual(hs) {
+		if len(hs) > 1 && (!weightsEqual(hs) || !c.noHostsInSlowStart(now)) {
 			c.edf[src] = newEDF(hs, c.hostWeight)
 		}
 	}
@@ -205,20 +152,61 @@ func weightsEqual(hs []*host) bool {
 
 // hostWeight is the EDF weight: the configured weight for round robin, and
 // weight / (active + 1) for least request (active_request_bias 1.0,
-// least_request_lb.cc hostWeight).
+// least_request_lb.cc hostWeight); while any host is in slow start it is
+// scaled by the host's slow start factor (applySlowStartFactor), which only
+// applies to healthy hosts.
 func (c *cluster) hostWeight(h *host) float64 {
 	w := float64(h.weight)
 	if c.cfg.lb == lbLeastRequest {
-		w /= float64(h.active.Load() + 1)
+		w /= float64(h.st.active.Load() + 1)
+	}
+	if ss := c.cfg.slowStart; ss != nil && h.health == hostHealthy && !h.lastHCPass.IsZero() {
+		if now := c.rt.clock.Now(); !c.noHostsInSlowStart(now) {
+			w *= ss.factor(h.lastHCPass, now)
+		}
 	}
 	return w
 }
 
-// chooseHost is ZoneAwareLoadBalancerBase::chooseHostOnce for one priority:
+// noHostsInSlowStart is EdfLoadBalancerBase::noHostsAreInSlowStart: false
+// while the latest host became healthy within the slow start window.
+func (c *cluster) noHostsInSlowStart(now time.Time) bool {
+	ss := c.cfg.slowStart
+	return ss == nil || now.Sub(c.latestHostAdded) > ss.window
+}
+
+// lbContext is the router's LoadBalancerContext for a retry
+// (router.h shouldSelectAnotherHost, hostSelectionRetryCount).
+type lbContext struct {
+	retry       bool
+	maxAttempts uint32                 // host_selection_retry_max_attempts
+	avoid       func(addr string) bool // retry host predicates
+}
+
+// chooseHost is ZoneAwareLoadBalancerBase::chooseHost: up to
+// hostSelectionRetryCount()+1 picks (1+1 outside a retry), returning the
+// first host the retry predicates accept, else the last one picked. Outside
+// a retry the predicates accept every host.
+func (c *cluster) chooseHost(rand func() uint64, lc *lbContext) *host {
+	attempts := 2
+	if lc != nil && lc.retry {
+		attempts = int(lc.maxAttempts) + 1
+	}
+	var h *host
+	for range attempts {
+		h = c.chooseHostOnce(rand)
+		if h == nil || lc == nil || !lc.retry || lc.avoid == nil || !lc.avoid(h.addr) {
+			return h
+		}
+	}
+	return h
+}
+
+// chooseHostOnce is EdfLoadBalancerBase::chooseHostOnce for one priority:
 // one random value picks healthy or degraded hosts by load (hash % 100 + 1
 // against the cumulative loads), panic mode uses all hosts; then round robin
 // or least request picks a host. It returns nil when the source is empty.
-func (c *cluster) chooseHost(rand func() uint64) *host {
+func (c *cluster) chooseHostOnce(rand func() uint64) *host {
 	hash := rand()
 	src := srcHealthy
 	if c.panic {
@@ -240,7 +228,7 @@ func (c *cluster) chooseHost(rand func() uint64) *host {
 		var cand *host
 		for range c.cfg.choiceCount {
 			h := hosts[rand()%uint64(len(hosts))]
-			if cand == nil || h.active.Load() < cand.active.Load() {
+			if cand == nil || h.st.active.Load() < cand.st.active.Load() {
 				cand = h
 			}
 		}

@@ -2,6 +2,8 @@ package envoysim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -55,8 +57,8 @@ func (s *stream) formatContext() formatContext {
 	return formatContext{req: s.req, upstreamHost: s.upstreamHost, upstreamCluster: s.upstreamCluster}
 }
 
-// localReply sends lr before any response started: through every ext_proc
-// filter's encode path (in reverse order), then downstream.
+// localReply sends lr before any response started: through every filter's
+// encode path (in reverse order), then downstream.
 func (s *stream) localReply(ctx context.Context, lr *localReply) {
 	if lr.abort {
 		panic(http.ErrAbortHandler) // reset the downstream stream
@@ -88,8 +90,8 @@ func (s *stream) countLocalReply(lr *localReply) {
 	s.e.stats.update(func(st *Stats) { st.LocalReplies[lr.details]++ })
 }
 
-// encode runs the encode path of every ext_proc filter in reverse order. It
-// reports false when a filter answered with a direct local reply instead.
+// encode runs the encode path of every filter in reverse order. It reports
+// false when a filter answered with a direct local reply instead.
 func (s *stream) encode(ctx context.Context, h *headerMap, body *responseBody) bool {
 	for i := len(s.filters) - 1; i >= 0; i-- {
 		if lr := s.filters[i].encode(ctx, h, body); lr != nil {
@@ -187,7 +189,12 @@ func (s *stream) writeResponse(h *headerMap, body *responseBody, onChunk func())
 	return copyFlushing(s.w, body.r, onChunk)
 }
 
-// copyFlushing copies src to w, flushing after every read.
+// errUpstreamBody wraps an error reading the upstream response body, as
+// opposed to writing downstream.
+var errUpstreamBody = errors.New("upstream response body")
+
+// copyFlushing copies src to w, flushing after every read. A read error is
+// wrapped in errUpstreamBody.
 func copyFlushing(w http.ResponseWriter, src io.Reader, onChunk func()) (bool, error) {
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32*1024)
@@ -206,7 +213,7 @@ func copyFlushing(w http.ResponseWriter, src io.Reader, onChunk func()) (bool, e
 			return true, nil
 		}
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("%w: %w", errUpstreamBody, err)
 		}
 	}
 }

@@ -149,21 +149,48 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.config.cluster.v3.Cluster", "name", "type", "eds_cluster_config", "connect_timeout", "lb_policy",
 		"load_assignment", "typed_extension_protocol_options", "dns_lookup_family", "dns_refresh_rate",
 		"least_request_lb_config", "round_robin_lb_config", "common_lb_config", "transport_socket",
-		"http2_protocol_options")
+		"http2_protocol_options", "health_checks", "outlier_detection", "circuit_breakers",
+		"ignore_health_on_host_removal")
 	ign("envoy.config.cluster.v3.Cluster", "alt_stat_name", "stats_matcher", "metadata", "track_cluster_stats",
 		"per_connection_buffer_limit_bytes", "per_connection_buffer_high_watermark_timeout", "wait_for_warm_on_init",
 		"cleanup_interval", "dns_jitter", "respect_dns_ttl", "dns_failure_refresh_rate", "dns_resolvers",
 		"typed_dns_resolver_config", "dns_resolution_config", "use_tcp_for_dns_lookups", "upstream_connection_options",
-		"close_connections_on_host_health_failure", "ignore_health_on_host_removal", "preconnect_policy",
-		"connection_pool_per_downstream_connection", "circuit_breakers", "max_requests_per_connection",
+		"close_connections_on_host_health_failure", "preconnect_policy",
+		"connection_pool_per_downstream_connection", "max_requests_per_connection",
 		"http_protocol_options", "upstream_http_protocol_options", "lrs_server", "lrs_report_endpoint_metrics",
 		"track_timeout_budgets")
 	mod("envoy.config.cluster.v3.Cluster.EdsClusterConfig", "eds_config", "service_name")
-	mod("envoy.config.cluster.v3.Cluster.LeastRequestLbConfig", "choice_count")
-	mod("envoy.config.cluster.v3.Cluster.RoundRobinLbConfig")
-	mod("envoy.config.cluster.v3.Cluster.CommonLbConfig", "healthy_panic_threshold")
-	ign("envoy.config.cluster.v3.Cluster.CommonLbConfig", "update_merge_window", "ignore_new_hosts_until_first_hc",
+	mod("envoy.config.cluster.v3.Cluster.LeastRequestLbConfig", "choice_count", "slow_start_config")
+	mod("envoy.config.cluster.v3.Cluster.RoundRobinLbConfig", "slow_start_config")
+	mod("envoy.config.cluster.v3.Cluster.SlowStartConfig", "slow_start_window", "aggression", "min_weight_percent")
+	mod("envoy.config.core.v3.RuntimeDouble", "default_value")
+	ign("envoy.config.core.v3.RuntimeDouble", "runtime_key") // no runtime layer: default_value applies
+	mod("envoy.config.cluster.v3.Cluster.CommonLbConfig", "healthy_panic_threshold", "ignore_new_hosts_until_first_hc")
+	ign("envoy.config.cluster.v3.Cluster.CommonLbConfig", "update_merge_window",
 		"close_connections_on_host_set_change", "consistent_hashing_lb_config")
+
+	// Active health checking, outlier detection, circuit breakers.
+	mod("envoy.config.core.v3.HealthCheck", "timeout", "interval", "unhealthy_threshold", "healthy_threshold",
+		"reuse_connection", "http_health_check", "grpc_health_check", "no_traffic_interval",
+		"no_traffic_healthy_interval", "unhealthy_interval", "unhealthy_edge_interval", "healthy_edge_interval")
+	ign("envoy.config.core.v3.HealthCheck", "event_log_path", "event_logger", "event_service",
+		"always_log_health_check_failures", "always_log_health_check_success")
+	mod("envoy.config.core.v3.HealthCheck.HttpHealthCheck", "host", "path", "request_headers_to_add",
+		"request_headers_to_remove", "expected_statuses", "retriable_statuses", "codec_client_type", "method")
+	ign("envoy.config.core.v3.HealthCheck.HttpHealthCheck", "response_buffer_size") // only used with receive
+	mod("envoy.config.core.v3.HealthCheck.GrpcHealthCheck", "service_name", "authority", "initial_metadata")
+	mod("envoy.config.cluster.v3.OutlierDetection", "consecutive_5xx", "interval", "base_ejection_time",
+		"max_ejection_percent", "enforcing_consecutive_5xx", "enforcing_success_rate", "success_rate_minimum_hosts",
+		"success_rate_request_volume", "success_rate_stdev_factor", "consecutive_gateway_failure",
+		"enforcing_consecutive_gateway_failure", "split_external_local_origin_errors",
+		"failure_percentage_threshold", "enforcing_failure_percentage", "failure_percentage_minimum_hosts",
+		"failure_percentage_request_volume", "max_ejection_time", "max_ejection_time_jitter",
+		"successful_active_health_check_uneject_host", "always_eject_one_host")
+	mod("envoy.config.cluster.v3.CircuitBreakers", "thresholds")
+	mod("envoy.config.cluster.v3.CircuitBreakers.Thresholds", "priority", "max_connections", "max_pending_requests",
+		"max_requests", "max_retries", "retry_budget")
+	ign("envoy.config.cluster.v3.CircuitBreakers.Thresholds", "track_remaining")
+	mod("envoy.config.cluster.v3.CircuitBreakers.Thresholds.RetryBudget", "budget_percent", "min_retry_concurrency")
 	mod("envoy.config.endpoint.v3.ClusterLoadAssignment", "endpoints", "policy")
 	ign("envoy.config.endpoint.v3.ClusterLoadAssignment", "cluster_name")
 	mod("envoy.config.endpoint.v3.ClusterLoadAssignment.Policy", "overprovisioning_factor")
@@ -173,7 +200,7 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.config.endpoint.v3.LbEndpoint", "endpoint", "health_status", "load_balancing_weight")
 	ign("envoy.config.endpoint.v3.LbEndpoint", "metadata")
 	mod("envoy.config.endpoint.v3.Endpoint", "address")
-	ign("envoy.config.endpoint.v3.Endpoint", "hostname", "health_check_config", "observability_name")
+	ign("envoy.config.endpoint.v3.Endpoint", "hostname", "observability_name")
 	mod("envoy.extensions.upstreams.http.v3.HttpProtocolOptions", "explicit_http_config",
 		"common_http_protocol_options")
 	ign("envoy.extensions.upstreams.http.v3.HttpProtocolOptions", "upstream_http_protocol_options")
@@ -230,6 +257,8 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.config.common.mutation_rules.v3.HeaderMutation", "remove", "append", "remove_on_match")
 	mod("envoy.config.common.mutation_rules.v3.HeaderMutation.RemoveOnMatch", "key_matcher")
 	mod("envoy.extensions.filters.http.router.v3.Router", "suppress_envoy_headers")
+	mod("envoy.extensions.filters.http.header_mutation.v3.HeaderMutation", "mutations")
+	mod("envoy.extensions.filters.http.header_mutation.v3.Mutations", "request_mutations", "response_mutations")
 	ign("envoy.extensions.filters.http.router.v3.Router", "dynamic_stats", "start_child_span", "upstream_log",
 		"upstream_log_options", "suppress_grpc_request_failure_code_stats", "reject_connect_request_early_data",
 		"strict_check_headers")
@@ -270,7 +299,16 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.type.matcher.v3.RegexMatcher", "regex")
 	ign("envoy.type.matcher.v3.RegexMatcher", "google_re2")
 	mod("envoy.config.route.v3.RouteAction", "cluster", "cluster_header", "weighted_clusters",
-		"cluster_not_found_response_code", "timeout", "idle_timeout", "prefix_rewrite", "host_rewrite_literal")
+		"cluster_not_found_response_code", "timeout", "idle_timeout", "prefix_rewrite", "host_rewrite_literal",
+		"retry_policy")
+	mod("envoy.config.route.v3.RetryPolicy", "retry_on", "num_retries", "per_try_timeout", "retry_host_predicate",
+		"host_selection_retry_max_attempts", "retriable_status_codes", "retry_back_off", "rate_limited_retry_back_off")
+	mod("envoy.config.route.v3.RetryPolicy.RetryHostPredicate", "typed_config")
+	ign("envoy.config.route.v3.RetryPolicy.RetryHostPredicate", "name")
+	mod("envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate")
+	mod("envoy.config.route.v3.RetryPolicy.RetryBackOff", "base_interval", "max_interval")
+	mod("envoy.config.route.v3.RetryPolicy.RateLimitedRetryBackOff", "reset_headers", "max_interval")
+	mod("envoy.config.route.v3.RetryPolicy.ResetHeader", "name", "format")
 	ign("envoy.config.route.v3.RouteAction", "hash_policy")
 	mod("envoy.config.route.v3.WeightedCluster", "clusters", "header_name")
 	ign("envoy.config.route.v3.WeightedCluster", "total_weight")

@@ -52,6 +52,7 @@ type route struct {
 	idleTimeout   *time.Duration
 	prefixRewrite string
 	hostRewrite   string
+	retry         *retryPolicy // nil without retry_policy
 
 	reqHeaders  *headerParser
 	respHeaders *headerParser
@@ -179,6 +180,11 @@ func (r *route) compileAction(a *routev3.RouteAction) []error {
 	}
 	r.prefixRewrite = a.GetPrefixRewrite()
 	r.hostRewrite = a.GetHostRewriteLiteral()
+	rp, err := compileRetryPolicy(a.GetRetryPolicy())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	r.retry = rp
 	return errs
 }
 

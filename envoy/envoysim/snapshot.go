@@ -25,6 +25,7 @@ type configState struct {
 	loadAssignments map[string]*endpointSet // EDS, by service name
 	dnsHosts        map[string][]hostSpec   // DNS clusters, by cluster name
 	runtimes        map[string]*clusterRuntime
+	retiring        map[string]*clusterRuntime // replaced runtimes serving while the new one initializes
 	built           map[string]*cluster
 	staticListeners map[string]*listenerConfig
 	ldsListeners    map[string]*listenerConfig
@@ -41,6 +42,7 @@ func newConfigState() *configState {
 		loadAssignments: map[string]*endpointSet{},
 		dnsHosts:        map[string][]hostSpec{},
 		runtimes:        map[string]*clusterRuntime{},
+		retiring:        map[string]*clusterRuntime{},
 		built:           map[string]*cluster{},
 		staticListeners: map[string]*listenerConfig{},
 		ldsListeners:    map[string]*listenerConfig{},
@@ -97,16 +99,23 @@ func (s *configState) rdsNames() []string {
 }
 
 // installCluster (re)builds the cluster for cc, creating a new runtime
-// (connection pool, LB state) when the definition changed.
+// (connection pool, hosts, health checker, outlier detector, circuit
+// breakers) when the definition changed. As Envoy's cluster manager warms an
+// updated cluster before swapping it in, the replaced runtime keeps serving
+// until the new one is initialized. The runtime's goroutines live on ctx.
 func (e *Envoy) installCluster(ctx context.Context, cc *clusterConfig) {
 	st := e.state
 	rt := st.runtimes[cc.name]
 	if rt != nil && !proto.Equal(rt.cfg.proto, cc.proto) {
-		rt.close()
+		if old := st.retiring[cc.name]; old != nil {
+			old.close()
+		}
+		st.retiring[cc.name] = rt
 		rt = nil
 	}
 	if rt == nil {
-		rt = newClusterRuntime(cc, e.rand())
+		rt = newClusterRuntime(cc, e.rand(), runtimeDeps{clock: e.clock, rand: e.rand, stats: e.stats, onChange: e.refreshCluster})
+		rt.start(ctx, &e.bg)
 		st.runtimes[cc.name] = rt
 	}
 	if cc.kind == kindStrictDNS || cc.kind == kindLogicalDNS {
@@ -119,8 +128,10 @@ func (e *Envoy) installCluster(ctx context.Context, cc *clusterConfig) {
 	e.buildClusterLocked(cc)
 }
 
-// buildClusterLocked builds cc from the current endpoint state. An EDS
-// cluster without a ClusterLoadAssignment yet is warming and not built.
+// buildClusterLocked builds cc from the current endpoint state and host
+// health. An EDS cluster without a ClusterLoadAssignment yet is warming and
+// not built; a cluster whose first health check round is not complete is
+// not published (or its replaced runtime keeps serving).
 func (e *Envoy) buildClusterLocked(cc *clusterConfig) {
 	st := e.state
 	var hosts []hostSpec
@@ -129,7 +140,9 @@ func (e *Envoy) buildClusterLocked(cc *clusterConfig) {
 	case kindEDS:
 		set := st.loadAssignments[cc.serviceName]
 		if set == nil {
-			delete(st.built, cc.name)
+			if st.retiring[cc.name] == nil {
+				delete(st.built, cc.name)
+			}
 			return
 		}
 		overprovisioning = set.overprovisioning
@@ -149,10 +162,37 @@ func (e *Envoy) buildClusterLocked(cc *clusterConfig) {
 		}
 		hosts = st.dnsHosts[cc.name]
 	}
-	st.built[cc.name] = buildCluster(cc, st.runtimes[cc.name], hosts, overprovisioning)
+	rt := st.runtimes[cc.name]
+	rt.syncMembers(hosts)
+	if !rt.isInitialized() {
+		if st.retiring[cc.name] == nil {
+			delete(st.built, cc.name)
+		}
+		return
+	}
+	if old := st.retiring[cc.name]; old != nil {
+		old.close()
+		delete(st.retiring, cc.name)
+	}
+	view, latest := rt.view(e.clock.Now())
+	st.built[cc.name] = buildCluster(cc, rt, view, overprovisioning, latest)
 }
 
-// removeClusterLocked drops a cluster and its runtime.
+// refreshCluster rebuilds and publishes the cluster of rt after a health,
+// outlier or initialization change, when rt is still its runtime.
+func (e *Envoy) refreshCluster(rt *clusterRuntime) {
+	e.cfgMu.Lock()
+	defer e.cfgMu.Unlock()
+	st := e.state
+	cc := st.clusterConfigFor(rt.cfg.name)
+	if cc == nil || st.runtimes[cc.name] != rt {
+		return
+	}
+	e.buildClusterLocked(cc)
+	e.publishLocked()
+}
+
+// removeClusterLocked drops a cluster and its runtimes.
 func (e *Envoy) removeClusterLocked(name string) {
 	st := e.state
 	delete(st.built, name)
@@ -160,6 +200,10 @@ func (e *Envoy) removeClusterLocked(name string) {
 	if rt := st.runtimes[name]; rt != nil {
 		rt.close()
 		delete(st.runtimes, name)
+	}
+	if rt := st.retiring[name]; rt != nil {
+		rt.close()
+		delete(st.retiring, name)
 	}
 }
 
@@ -178,7 +222,8 @@ func (e *Envoy) publishLocked() {
 
 // readyLocked reports whether the initial configuration is in place: the
 // first CDS and LDS responses (when subscribed) accepted, every EDS cluster
-// warmed by its first ClusterLoadAssignment, every listener bound and every
+// warmed by its first ClusterLoadAssignment, every health checked cluster
+// through its first health check round, every listener bound and every
 // RDS route table loaded.
 func (e *Envoy) readyLocked() bool {
 	st := e.state
@@ -187,6 +232,9 @@ func (e *Envoy) readyLocked() bool {
 	}
 	for _, cc := range st.allClusterConfigs() {
 		if cc.kind == kindEDS && st.loadAssignments[cc.serviceName] == nil {
+			return false
+		}
+		if rt := st.runtimes[cc.name]; rt != nil && !rt.isInitialized() {
 			return false
 		}
 	}

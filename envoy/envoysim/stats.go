@@ -33,6 +33,44 @@ type Stats struct {
 	UpstreamTimeouts        uint64
 	UpstreamConnectFailures uint64
 	UpstreamResets          uint64
+	// UpstreamPerTryTimeouts counts upstream_rq_per_try_timeout.
+	UpstreamPerTryTimeouts uint64
+	// StreamIdleTimeouts counts downstream_rq_idle_timeout.
+	StreamIdleTimeouts uint64
+	// Clusters holds per-cluster counters.
+	Clusters map[string]ClusterStats
+}
+
+// ClusterStats are the counters of one cluster, named after Envoy's
+// cluster.<name>.* stats.
+type ClusterStats struct {
+	// Retries: upstream_rq_retry, upstream_rq_retry_overflow,
+	// upstream_rq_retry_success, upstream_rq_retry_limit_exceeded,
+	// upstream_rq_retry_backoff_exponential and _ratelimited,
+	// retry_or_shadow_abandoned.
+	RetryTotal              uint64
+	RetryOverflow           uint64
+	RetrySuccess            uint64
+	RetryLimitExceeded      uint64
+	RetryBackoffExponential uint64
+	RetryBackoffRatelimited uint64
+	RetryOrShadowAbandoned  uint64
+	// PendingOverflow is upstream_rq_pending_overflow (circuit breaker
+	// overflow of max_pending_requests or max_requests).
+	PendingOverflow uint64
+	// Outlier detection (outlier_detection.*).
+	OutlierEjectionsActive           uint64
+	OutlierEjectionsEnforced         uint64
+	OutlierEjectionsOverflow         uint64
+	OutlierDetectedConsecutive5xx    uint64
+	OutlierDetectedGatewayFailure    uint64
+	OutlierDetectedSuccessRate       uint64
+	OutlierDetectedFailurePercentage uint64
+	// Active health checking (health_check.*).
+	HealthCheckAttempts        uint64
+	HealthCheckSuccesses       uint64
+	HealthCheckFailures        uint64
+	HealthCheckNetworkFailures uint64
 }
 
 // XDSStats are the counters of one xDS type.
@@ -75,7 +113,17 @@ func newStatsRegistry() *statsRegistry {
 		LocalReplies:             map[string]uint64{},
 		UpstreamRequests:         map[string]uint64{},
 		UpstreamEndpointRequests: map[string]map[string]uint64{},
+		Clusters:                 map[string]ClusterStats{},
 	}}
+}
+
+// cluster updates the counters of the named cluster.
+func (r *statsRegistry) cluster(name string, f func(c *ClusterStats)) {
+	r.update(func(s *Stats) {
+		c := s.Clusters[name]
+		f(&c)
+		s.Clusters[name] = c
+	})
 }
 
 // update runs f with the counters locked.
@@ -98,6 +146,7 @@ func (r *statsRegistry) snapshot() Stats {
 	out.Responses = maps.Clone(r.s.Responses)
 	out.LocalReplies = maps.Clone(r.s.LocalReplies)
 	out.UpstreamRequests = maps.Clone(r.s.UpstreamRequests)
+	out.Clusters = maps.Clone(r.s.Clusters)
 	out.UpstreamEndpointRequests = make(map[string]map[string]uint64, len(r.s.UpstreamEndpointRequests))
 	for k, v := range r.s.UpstreamEndpointRequests {
 		out.UpstreamEndpointRequests[k] = maps.Clone(v)

@@ -14,7 +14,7 @@ import (
 )
 
 // stream is one HTTP request going through a listener's HTTP connection
-// manager, its ext_proc filters and the router (Envoy's ActiveStream and
+// manager, its HTTP filters and the router (Envoy's ActiveStream and
 // FilterManager, source/common/http/conn_manager_impl.cc and
 // filter_manager.cc). It lives on the request's goroutine.
 type stream struct {
@@ -36,14 +36,20 @@ type stream struct {
 	rt          *routeResult
 	cleared     bool // the route cache was cleared since the last computation
 
-	filters         []*extProcFilter
+	filters         []httpFilter
 	upstreamHost    string
 	upstreamCluster string
 	responded       bool // response headers were sent downstream
 }
 
-// serveHTTP handles one request on rl with the current snapshot.
+// serveHTTP handles one request on rl with the current snapshot. Like
+// Envoy's codecs, HTTP/1.1 streams are full duplex: a response may start
+// before the request body was read (net/http would otherwise wait for the
+// rest of the body before writing response headers).
 func (e *Envoy) serveHTTP(rl *runningListener, w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	snap := e.snap.Load()
 	lc := snap.listeners[rl.name]
 	if lc == nil {
@@ -54,8 +60,8 @@ func (e *Envoy) serveHTTP(rl *runningListener, w http.ResponseWriter, r *http.Re
 	if s.table == nil {
 		s.table = snap.routes[lc.hcm.rdsName]
 	}
-	for _, cfg := range lc.hcm.extProcs {
-		s.filters = append(s.filters, &extProcFilter{cfg: cfg, s: s})
+	for _, cfg := range lc.hcm.filters {
+		s.filters = append(s.filters, cfg.newFilter(s))
 	}
 	s.run(r.Context())
 }
@@ -72,8 +78,8 @@ func (s *stream) run(ctx context.Context) {
 	s.router(ctx)
 }
 
-// closeFilters resets every ext_proc stream still open (Filter::onDestroy)
-// and waits for their receivers.
+// closeFilters destroys the filters: every ext_proc stream still open is
+// reset (Filter::onDestroy) and its receiver waited for.
 func (s *stream) closeFilters() {
 	for _, f := range s.filters {
 		f.destroy()

@@ -1,31 +1,29 @@
 package envoysim
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // Causes of an upstream request cancellation.
 var (
-	errRouteTimeout = errors.New("upstream request timeout")
-	errIdleTimeout  = errors.New("stream idle timeout")
+	errRouteTimeout  = errors.New("upstream request timeout")
+	errIdleTimeout   = errors.New("stream idle timeout")
+	errPerTryTimeout = errors.New("upstream per try timeout")
+	errOverflow      = errors.New("upstream overflow")
 )
 
-// Local reply bodies of the router (source/common/router/router.cc).
+// Local reply bodies (source/common/router/router.cc,
+// source/common/http/conn_manager_impl.cc).
 const (
 	bodyNoHealthyUpstream = "no healthy upstream"
-	bodyConnectFailure    = "upstream connect error or disconnect/reset before headers. reset reason: connection failure"
-	bodyConnectionReset   = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
 	bodyUpstreamTimeout   = "upstream request timeout"
 	bodyStreamTimeout     = "stream timeout"
+	bodyResetPrefix       = "upstream connect error or disconnect/reset before headers. "
 )
 
 // router is the router filter's decodeHeaders: no route is a 404, a
@@ -53,180 +51,185 @@ func (s *stream) router(ctx context.Context) {
 	s.proxy(ctx, rt, cl)
 }
 
-// proxy sends the request to a host of cl and streams the response back.
-// The route timeout (x-envoy-upstream-rq-timeout-ms overrides it) spans the
-// whole upstream exchange: before response headers it yields a 504 local
-// reply, after them a stream reset. The idle timeout (the route's
-// idle_timeout, else the HCM's stream_idle_timeout) restarts with every body
-// chunk and yields a 408 before response headers.
+// proxyRun is the router filter's state for one request.
+type proxyRun struct {
+	s       *stream
+	route   *routeResult
+	cl      *cluster
+	h       *host
+	rs      *retryState // nil: no retries (none configured, or abandoned)
+	body    *requestBody
+	retried bool // is_retry_
+	start   time.Time
+	timeout time.Duration // global route timeout, 0 disabled
+	perTry  time.Duration // per_try_timeout, 0 disabled
+}
+
+// proxy sends the request to a host of cl and streams the response back,
+// retrying per the route's retry policy. The route timeout
+// (x-envoy-upstream-rq-timeout-ms overrides it) spans every attempt and
+// back-off: before response headers it yields a 504 local reply, after them
+// a stream reset. The idle timeout (the route's idle_timeout, else the HCM's
+// stream_idle_timeout) restarts with every request or response body chunk.
 func (s *stream) proxy(ctx context.Context, rt *routeResult, cl *cluster) {
-	c := s.hcm
-	timeout := rt.route.timeout
+	p := &proxyRun{s: s, route: rt, cl: cl, timeout: rt.route.timeout}
 	if v, ok := s.req.first("x-envoy-upstream-rq-timeout-ms"); ok {
 		if ms, ok := simpleAtoiU64(v); ok {
-			timeout = time.Duration(ms) * time.Millisecond
+			p.timeout = time.Duration(ms) * time.Millisecond
 		}
 		s.req.remove("x-envoy-upstream-rq-timeout-ms")
 	}
 	s.req.remove("x-envoy-upstream-rq-per-try-timeout-ms")
-	h := cl.chooseHost(s.e.rand)
-	if h == nil {
-		s.e.stats.update(func(st *Stats) { st.NoHealthyUpstream++ })
-		s.localReply(ctx, &localReply{status: http.StatusServiceUnavailable, body: bodyNoHealthyUpstream, details: "no_healthy_upstream"})
+	policy := rt.route.retry
+	if policy != nil {
+		p.perTry = policy.perTryTimeout
+	}
+	if p.perTry >= p.timeout && p.timeout != 0 {
+		p.perTry = 0 // FilterUtility::finalTimeout
+	}
+	p.h = cl.chooseHost(s.e.rand, nil)
+	if p.h == nil {
+		p.noHealthyUpstream(ctx)
 		return
 	}
-	rt.finalizeRequestHeaders(s.req, s.formatContext(), !c.suppressEnvoyHeaders)
-	if !c.suppressEnvoyHeaders && timeout > 0 {
-		s.req.set("x-envoy-expected-rq-timeout-ms", strconv.FormatInt(timeout.Milliseconds(), 10))
-	}
-	s.upstreamHost = h.addr
+	rt.finalizeRequestHeaders(s.req, s.formatContext(), !s.hcm.suppressEnvoyHeaders)
+	p.start = time.Now()
+	p.setTimeoutHeaders(0)
 
 	upCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if timeout > 0 {
-		t := time.AfterFunc(timeout, func() { cancel(errRouteTimeout) })
+	if p.timeout > 0 {
+		t := time.AfterFunc(p.timeout, func() { cancel(errRouteTimeout) })
 		defer t.Stop()
 	}
-	idle := c.streamIdleTimeout
+	idle := s.hcm.streamIdleTimeout
 	if rt.route.idleTimeout != nil {
 		idle = *rt.route.idleTimeout
 	}
-	var idleTimer *time.Timer
+	touch := func() {}
 	if idle > 0 {
-		idleTimer = time.AfterFunc(idle, func() { cancel(errIdleTimeout) })
-		defer idleTimer.Stop()
-	}
-	touch := func() {
-		if idleTimer != nil {
-			idleTimer.Reset(idle)
-		}
-	}
-
-	h.active.Add(1)
-	defer h.active.Add(-1)
-	s.e.stats.upstreamRequest(cl.cfg.name, h.addr)
-	start := time.Now()
-	resp, err := cl.rt.transport.RoundTrip(s.upstreamRequest(upCtx, h.addr))
-	if err != nil {
-		s.upstreamFailure(ctx, upCtx, err)
-		return
-	}
-	defer resp.Body.Close()
-	touch()
-	rh := &headerMap{}
-	rh.add(":status", strconv.Itoa(resp.StatusCode))
-	for _, k := range sortedKeys(resp.Header) {
-		for _, v := range resp.Header[k] {
-			rh.add(strings.ToLower(k), v)
-		}
-	}
-	if !c.suppressEnvoyHeaders {
-		rh.set("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
-	}
-	rt.finalizeResponseHeaders(rh, s.formatContext())
-	body := &responseBody{r: resp.Body, has: responseHasBody(resp, s.r.Method)}
-	if !s.encode(ctx, rh, body) {
-		return
-	}
-	complete, _ := s.writeResponse(rh, body, touch)
-	if !complete {
-		if errors.Is(context.Cause(upCtx), errRouteTimeout) {
-			s.e.stats.update(func(st *Stats) { st.UpstreamTimeouts++ })
-		}
-		panic(http.ErrAbortHandler) // reset the downstream stream
-	}
-	if s.r.ProtoMajor == 2 {
-		for k, vs := range resp.Trailer {
-			for _, v := range vs {
-				s.w.Header().Add(http.TrailerPrefix+k, v)
+		idleTimer := time.AfterFunc(idle, func() { cancel(errIdleTimeout) })
+		var finished atomic.Bool // the body pump may still report reads afterwards
+		defer func() {
+			finished.Store(true)
+			idleTimer.Stop()
+		}()
+		touch = func() {
+			if !finished.Load() {
+				idleTimer.Reset(idle)
 			}
 		}
 	}
+	if policy != nil && policy.retryOn != 0 {
+		p.rs = newRetryState(policy, cl.rt)
+		defer func() {
+			if p.rs != nil {
+				p.rs.release()
+			}
+		}()
+	}
+	p.body = s.newUpstreamBody(p.rs != nil, touch)
+	defer p.body.stop()
+	p.loop(ctx, upCtx, touch)
 }
 
-// upstreamFailure answers a failed upstream request before response headers.
-func (s *stream) upstreamFailure(ctx, upCtx context.Context, err error) {
-	if ctx.Err() != nil {
-		panic(http.ErrAbortHandler) // downstream gone or envoysim stopping
-	}
-	switch cause := context.Cause(upCtx); {
-	case errors.Is(cause, errRouteTimeout):
-		s.e.stats.update(func(st *Stats) { st.UpstreamTimeouts++ })
-		s.localReply(ctx, &localReply{status: http.StatusGatewayTimeout, body: bodyUpstreamTimeout, details: "upstream_response_timeout"})
-	case errors.Is(cause, errIdleTimeout):
-		s.localReply(ctx, &localReply{status: http.StatusRequestTimeout, body: bodyStreamTimeout, details: "stream_idle_timeout"})
-	default:
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			s.e.stats.update(func(st *Stats) { st.UpstreamConnectFailures++ })
-			s.localReply(ctx, &localReply{status: http.StatusServiceUnavailable, body: bodyConnectFailure, details: "upstream_reset_before_response_started{connection_failure}"})
+// loop runs attempts until a response is forwarded or a local reply sent.
+func (p *proxyRun) loop(ctx, upCtx context.Context, touch func()) {
+	for {
+		p.s.upstreamHost = p.h.addr
+		if p.rs != nil {
+			p.rs.attempted = append(p.rs.attempted, p.h.addr) // onHostAttempted
+		}
+		res := p.s.attempt(ctx, upCtx, p.cl, p.h, p.body, p.perTry)
+		if p.body.takeAbandoned() && p.rs != nil {
+			p.s.e.stats.cluster(p.cl.cfg.name, func(c *ClusterStats) { c.RetryOrShadowAbandoned++ })
+			p.rs.release()
+			p.rs = nil
+		}
+		if res.resp != nil {
+			if p.retryResponse(res) {
+				if !p.next(ctx, upCtx) {
+					return
+				}
+				continue
+			}
+			p.forward(ctx, upCtx, res, touch)
 			return
 		}
-		s.e.log.DebugContext(ctx, "upstream reset", "error", err)
-		s.e.stats.update(func(st *Stats) { st.UpstreamResets++ })
-		s.localReply(ctx, &localReply{status: http.StatusServiceUnavailable, body: bodyConnectionReset, details: "upstream_reset_before_response_started{connection_termination}"})
-	}
-}
-
-// upstreamRequest builds the upstream request from the request headers:
-// pseudo headers become method, path and Host; every other header is sent;
-// no default User-Agent is added.
-func (s *stream) upstreamRequest(ctx context.Context, addr string) *http.Request {
-	u := &url.URL{Scheme: "http", Host: addr}
-	p, q, hasQuery := strings.Cut(s.req.value(":path"), "?")
-	if strings.HasPrefix(p, "//") {
-		u.Path, u.RawPath = p, p
-	} else {
-		u.Opaque = p
-	}
-	u.RawQuery, u.ForceQuery = q, hasQuery && q == ""
-	body, length := s.requestBody()
-	req := &http.Request{
-		Method:        s.req.value(":method"),
-		URL:           u,
-		Host:          s.req.value(":authority"),
-		Header:        http.Header{},
-		Body:          body,
-		ContentLength: length,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-	}
-	for _, e := range s.req.entries {
-		switch {
-		case strings.HasPrefix(e.key, ":"), e.key == "content-length", e.key == "transfer-encoding", e.key == "host":
-			continue
+		if !p.retryFailure(res) {
+			p.fail(ctx, res.fail)
+			return
 		}
-		req.Header.Add(e.key, e.value)
-	}
-	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header["User-Agent"] = []string{""}
-	}
-	return req.WithContext(ctx)
-}
-
-// requestBody returns the upstream request body and its length (-1 for
-// chunked).
-func (s *stream) requestBody() (io.ReadCloser, int64) {
-	n := contentLength(s.req)
-	switch {
-	case s.buffered:
-		if len(s.body) == 0 && n <= 0 {
-			return http.NoBody, 0
+		if !p.next(ctx, upCtx) {
+			return
 		}
-		return io.NopCloser(bytes.NewReader(s.body)), n
-	case !s.hasBody:
-		return http.NoBody, 0
-	default:
-		return s.r.Body, n
 	}
 }
 
-// responseHasBody reports whether a response carries a body, i.e. its
-// headers do not end the stream.
-func responseHasBody(resp *http.Response, method string) bool {
-	if method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified || resp.StatusCode < 200 {
+// next waits the retry back-off and picks the host of the next attempt from
+// the current snapshot (Filter::doRetry): without the cluster or a host the
+// request gets "no healthy upstream". It reports false when it answered the
+// request instead.
+func (p *proxyRun) next(ctx, upCtx context.Context) bool {
+	s := p.s
+	if err := s.e.retrySleep(upCtx, p.rs.backoff()); err != nil {
+		p.fail(ctx, abortCause(ctx, upCtx))
 		return false
 	}
-	return resp.ContentLength != 0
+	p.retried = true
+	cl := s.e.snap.Load().clusters[p.cl.cfg.name]
+	var h *host
+	if cl != nil {
+		h = cl.chooseHost(s.e.rand, p.rs.lbContext())
+	}
+	if h == nil {
+		p.noHealthyUpstream(ctx)
+		return false
+	}
+	p.cl, p.h = cl, h
+	p.setTimeoutHeaders(time.Since(p.start).Truncate(time.Millisecond))
+	return true
+}
+
+// abortCause is why upCtx ended without an attempt in flight.
+func abortCause(ctx, upCtx context.Context) failKind {
+	switch cause := context.Cause(upCtx); {
+	case ctx.Err() != nil:
+		return failDownstream
+	case errors.Is(cause, errRouteTimeout):
+		return failGlobalTimeout
+	case errors.Is(cause, errIdleTimeout):
+		return failIdle
+	}
+	return failDownstream
+}
+
+func (p *proxyRun) noHealthyUpstream(ctx context.Context) {
+	p.s.e.stats.update(func(st *Stats) { st.NoHealthyUpstream++ })
+	p.s.localReply(ctx, &localReply{status: http.StatusServiceUnavailable, body: bodyNoHealthyUpstream, details: "no_healthy_upstream"})
+}
+
+// setTimeoutHeaders is FilterUtility::setTimeoutHeaders:
+// x-envoy-expected-rq-timeout-ms is the per try timeout, else the global
+// one, capped by what is left of the global one after elapsed (at least
+// 1 ms).
+func (p *proxyRun) setTimeoutHeaders(elapsed time.Duration) {
+	if p.s.hcm.suppressEnvoyHeaders {
+		return
+	}
+	expected := p.perTry
+	if expected == 0 {
+		expected = p.timeout
+	}
+	if expected <= 0 {
+		return
+	}
+	if p.timeout > 0 {
+		if elapsed >= p.timeout {
+			expected = time.Millisecond
+		} else {
+			expected = min(expected, p.timeout-elapsed)
+		}
+	}
+	p.s.req.set("x-envoy-expected-rq-timeout-ms", strconv.FormatInt(expected.Milliseconds(), 10))
 }

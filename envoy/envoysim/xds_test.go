@@ -51,12 +51,12 @@ func TestNACKKeepsPreviousConfig(t *testing.T) {
 		t.Errorf("previous config not kept: %d", resp.status)
 	}
 
-	// A route with retries is refused too (retries are not modelled).
+	// A route using a retry feature envoysim does not model is refused too.
 	retry := routeTo("a")
-	retry.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx"}
+	retry.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx", PerTryIdleTimeout: durationpbNew(time.Second)}
 	h.push(append(h.clusters(), good[0].(*listenerv3.Listener), routeConfig("routes", vhost("all", []string{"*"}, retry)))...)
 	waitFor(t, "RDS NACK", func() bool { return len(h.xds.nacks(typeRoute)) > 0 })
-	if msg := h.xds.nacks(typeRoute)[0].GetErrorDetail().GetMessage(); !strings.Contains(msg, "retry_policy") {
+	if msg := h.xds.nacks(typeRoute)[0].GetErrorDetail().GetMessage(); !strings.Contains(msg, "retry_policy.per_try_idle_timeout") {
 		t.Errorf("RDS error detail %q", msg)
 	}
 
@@ -257,7 +257,7 @@ func TestStrictDNSCluster(t *testing.T) {
 // TestBootstrapRefusesUnsupportedFields: New reports every unsupported field.
 func TestBootstrapRefusesUnsupportedFields(t *testing.T) {
 	b := testBootstrap("127.0.0.1:1", "127.0.0.1:2")
-	b.StaticResources.Clusters[1].OutlierDetection = &clusterv3.OutlierDetection{}
+	b.StaticResources.Clusters[1].OutlierDetection = &clusterv3.OutlierDetection{DetectDegradedHosts: wrapperspb.Bool(true)}
 	b.StaticResources.Clusters[1].LbPolicy = clusterv3.Cluster_RING_HASH
 	l := httpListener("static", "routes")
 	var hcm hcmv3.HttpConnectionManager
@@ -270,7 +270,7 @@ func TestBootstrapRefusesUnsupportedFields(t *testing.T) {
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"outlier_detection", "add_user_agent"} {
+	for _, want := range []string{"outlier_detection.detect_degraded_hosts", "add_user_agent"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
