@@ -272,7 +272,7 @@ type RolloutStatus struct {
 	// LastGood are the last versions an Envoy of the source (not a
 	// canary) acknowledged for every type: where a NACK rolls back to.
 	LastGood map[string]string `json:"last_good,omitempty"`
-	Since   time.Time         `json:"since,omitzero"`
+	Since    time.Time         `json:"since,omitzero"`
 	// Rejected are the versions Envoys refused, never sent again.
 	Rejected []RejectedVersion `json:"rejected,omitempty"`
 	Nodes    []NodeStatus      `json:"nodes"`
