@@ -3,19 +3,15 @@ package demand_test
 import (
 	"context"
 	"math"
-	"net"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	loadstatsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
-	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -94,26 +90,7 @@ func TestAggregatorDropsUnknownStreams(t *testing.T) {
 func TestLRSOverGRPC(t *testing.T) {
 	c := demoConfig(t)
 	agg := demand.NewAggregator(c, nil, t0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	demand.NewServer(agg, time.Second, nil).Register(g)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve.GRPC(ctx, g, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startLRS(t, agg)
 
 	m := demand.NewMeter(t0)
 	m.Add(llamaUS, 40, false)

@@ -203,26 +203,7 @@ func TestSilentReporterHoldsWeights(t *testing.T) {
 func TestStreamEndForgetsReporter(t *testing.T) {
 	c := demoConfig(t)
 	agg := demand.NewAggregator(c, nil, t0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	demand.NewServer(agg, time.Second, nil).Register(g)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve.GRPC(ctx, g, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startLRS(t, agg)
 	node := &corev3.Node{Id: "extproc-1", Cluster: "ilb-extproc"}
 	client := demand.NewClient(conn, node)
 	if err := client.Report(demand.Encode(node, nil, time.Second)); err != nil {
@@ -246,4 +227,31 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// startLRS serves agg's LRS on loopback for the test and returns a client
+// connection to it; both close when the test ends.
+func startLRS(t *testing.T, agg *demand.Aggregator) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	demand.NewServer(agg, time.Second, nil).Register(g)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve.GRPC(ctx, g, ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return conn
 }

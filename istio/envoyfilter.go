@@ -25,13 +25,6 @@ import (
 	"github.com/ilbproject/ilb/header"
 )
 
-// Names of the Envoy extensions the EnvoyFilter adds or matches.
-const (
-	extProcFilterName        = "envoy.filters.http.ext_proc"
-	headerMutationFilterName = "envoy.filters.http.header_mutation"
-	earlyHeaderMutationName  = "envoy.http.early_header_mutation.header_mutation"
-)
-
 // Short names of the Istio enums.
 const (
 	applyListener      = networkingv1alpha3.EnvoyFilter_LISTENER
@@ -87,12 +80,12 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(connectionManager())},
 		})
 		add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, wellknown.Router), opInsertBefore, &hcmv3.HttpFilter{
-			Name:       extProcFilterName,
+			Name:       envoy.ExtProcFilter,
 			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(r.extProc(s.Name))},
 		})
 		if !s.Debug {
 			add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opInsertFirst, &hcmv3.HttpFilter{
-				Name:       headerMutationFilterName,
+				Name:       envoy.HeaderMutationFilter,
 				ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(stripInternal())},
 			})
 		}
@@ -155,7 +148,7 @@ func connectionManager() *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		AlwaysSetRequestIdInResponse: true,
 		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{{
-			Name: earlyHeaderMutationName,
+			Name: envoy.EarlyHeaderMutation,
 			TypedConfig: envoy.MustAny(&earlyheadermutationv3.HeaderMutation{
 				Mutations: []*mutationrulesv3.HeaderMutation{{
 					Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{

@@ -12,6 +12,7 @@ import (
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -277,7 +278,7 @@ func TestEnvoyFilterPerSource(t *testing.T) {
 			if p.GetMatch().GetContext() != networkingv1alpha3.EnvoyFilter_GATEWAY {
 				t.Errorf("%s: context %s, want GATEWAY", source, p.GetMatch().GetContext())
 			}
-			if p.GetPatch().GetValue().GetFields()["name"].GetStringValue() != extProcFilterName {
+			if p.GetPatch().GetValue().GetFields()["name"].GetStringValue() != envoy.ExtProcFilter {
 				continue
 			}
 			found++

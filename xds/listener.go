@@ -24,13 +24,6 @@ import (
 	"github.com/ilbproject/ilb/header"
 )
 
-// Extension names of the filters ILB configures.
-const (
-	extProcFilterName        = "envoy.filters.http.ext_proc"
-	headerMutationFilterName = "envoy.filters.http.header_mutation"
-	earlyHeaderMutationName  = "envoy.http.early_header_mutation.header_mutation"
-)
-
 // stripInternal removes ILB's internal response headers (the served
 // cluster, weights version and upstream host the routes report to
 // ext_proc) before the client sees them.
@@ -75,7 +68,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			RouteConfigName: RouteConfigName,
 		}},
 		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{{
-			Name: earlyHeaderMutationName,
+			Name: envoy.EarlyHeaderMutation,
 			TypedConfig: envoy.MustAny(&earlyheadermutationv3.HeaderMutation{
 				Mutations: []*mutationrulesv3.HeaderMutation{{
 					Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
@@ -87,7 +80,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			}),
 		}},
 		HttpFilters: []*hcmv3.HttpFilter{
-			{Name: extProcFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(extProc(c, s))}},
+			{Name: envoy.ExtProcFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(extProc(c, s))}},
 			{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(&routerv3.Router{})}},
 		},
 	}
@@ -95,7 +88,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 		// First in the chain, so last on the response: after ext_proc has
 		// read them, the internal headers go, even when ext_proc is down.
 		hcm.HttpFilters = append([]*hcmv3.HttpFilter{{
-			Name:       headerMutationFilterName,
+			Name:       envoy.HeaderMutationFilter,
 			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(stripInternal())},
 		}}, hcm.HttpFilters...)
 	}
