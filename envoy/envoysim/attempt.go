@@ -120,9 +120,26 @@ func (s *stream) attempt(ctx, upCtx context.Context, cl *cluster, h *host, body 
 	if perTry > 0 {
 		perTryTimer = time.AfterFunc(perTry, func() { cancel(errPerTryTimeout) })
 	}
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-		if !a.gotConn() {
-			cancel(errOverflow)
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if a.gotConn() {
+			return
+		}
+		// Envoy's ConnPoolImplBase::attachStreamToClient fails the pending
+		// stream with an Overflow pool failure before any codec stream is
+		// created: the overflowed request never reaches the upstream.
+		// Cancelling the context is not enough to model that: once GotConn
+		// returns, Go's HTTP/1.1 persistConn.roundTrip hands the request to
+		// its write loop without checking the context, so the request could
+		// still be written (and even answered) while the cancellation is
+		// being noticed. The HTTP/1.1 connection belongs to this request
+		// alone and the cancellation would close it anyway, so close it now,
+		// before anything is written. HTTP/2 needs no more than the
+		// cancellation: the stream checks the context before it writes its
+		// HEADERS (http2clientStream.encodeAndWriteHeaders), and closing
+		// would reset the connection's other streams.
+		cancel(errOverflow)
+		if !rt.cfg.http2 && info.Conn != nil {
+			_ = info.Conn.Close()
 		}
 	}}
 	rd := body.reader(actx.Done())

@@ -2,6 +2,7 @@ package envoysim
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 
@@ -88,6 +89,63 @@ func TestCircuitBreakerOverflow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCircuitBreakerOverflowNotSent: a request that waits for a new
+// connection and overflows max_requests once it is ready
+// (ConnPoolImplBase::attachStreamToClient) is never sent upstream, however
+// the transport's goroutines are scheduled. Each overflow races the write
+// of the request on its fresh connection, so many are tried.
+func TestCircuitBreakerOverflowNotSent(t *testing.T) {
+	const n = 100
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var once sync.Once
+	h := newHarness(t, nil)
+	up := startBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			once.Do(func() { close(entered) })
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	})
+	cl := staticCluster("pool", false, up.addr())
+	cl.CircuitBreakers = ilbCircuitBreakers(10000)
+	th := cl.CircuitBreakers.Thresholds[0]
+	th.MaxRequests = u32(1)
+	h.push(cl, httpListener("main", "routes"), routeConfig("routes", vhost("all", []string{"*"}, ilbRoute("pool"))))
+	h.start(nil)
+	held := make(chan int, 1)
+	go func() {
+		resp, err := doErr("GET", h.url("main", "/hold"), "")
+		if err != nil {
+			held <- 0
+			return
+		}
+		held <- resp.status
+	}()
+	<-entered
+	for i := range n {
+		if resp := do(t, "GET", h.url("main", "/"), nil, ""); resp.status != 503 {
+			t.Errorf("request %d: got %d %q, want 503", i, resp.status, resp.body)
+		}
+	}
+	if st := h.env.Stats().Clusters["pool"]; st.PendingOverflow != n {
+		t.Errorf("upstream_rq_pending_overflow %d, want %d", st.PendingOverflow, n)
+	}
+	var paths []string
+	for _, r := range up.appRequests() {
+		paths = append(paths, r.path)
+	}
+	if !slices.Equal(paths, []string{"/hold"}) {
+		t.Errorf("upstream got %q, want only /hold", paths)
+	}
+	close(release)
+	if s := <-held; s != 200 {
+		t.Errorf("held request: %d", s)
 	}
 }
 
