@@ -5,6 +5,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,7 +16,11 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/sim/engine"
+	"github.com/ilbproject/ilb/sim/replica"
 )
+
+// DefaultProfile is the replica profile of a fleet without Timing.
+const DefaultProfile = replica.ProfileLlama3x8BH100
 
 // Options configure a fleet.
 type Options struct {
@@ -23,9 +28,14 @@ type Options struct {
 	// rewrites the endpoints of the returned configuration; otherwise each
 	// replica binds its configured endpoint.
 	Rebind bool
-	// Timing of every replica; nil: engine.DefaultFixedTiming().
+	// Timing, if set, gives every replica an engine.FixedBackend with this
+	// timing (tests inject it to control time). Nil: every replica is a
+	// replica.Backend, the vLLM-like model of Profile in real time.
 	Timing *engine.FixedTiming
-	Logger *slog.Logger // nil: discard
+	// Profile names the replica.Profile of every replica when Timing is
+	// nil (see replica.Profiles); "" means DefaultProfile.
+	Profile string
+	Logger  *slog.Logger // nil: discard
 }
 
 // Fleet is a set of running replicas.
@@ -49,9 +59,9 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	timing := engine.DefaultFixedTiming()
-	if o.Timing != nil {
-		timing = *o.Timing
+	newBackend, err := backends(o)
+	if err != nil {
+		return nil, err
 	}
 	out := *c
 	out.Clusters = slices.Clone(c.Clusters)
@@ -59,9 +69,13 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 	var lc net.ListenConfig
 	var lns []net.Listener
 	var srvs []*engine.Server
+	var closers []func() error // the backends', one per server
 	closeAll := func() {
 		for _, ln := range lns {
 			_ = ln.Close()
+		}
+		for _, cl := range closers {
+			_ = cl()
 		}
 	}
 	for ci := range out.Clusters {
@@ -78,12 +92,19 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 				return nil, fmt.Errorf("fleet: cluster %s endpoint %s: %w", cl.Name, ep, err)
 			}
 			lns = append(lns, ln)
+			name := fmt.Sprintf("%s/%d", cl.Name, i)
+			backend, closer, err := newBackend(name)
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("fleet: cluster %s: %w", cl.Name, err)
+			}
+			closers = append(closers, closer)
 			srv, err := engine.New(engine.Options{
-				Name:    fmt.Sprintf("%s/%d", cl.Name, i),
+				Name:    name,
 				Cluster: cl.Name,
 				Models:  servedNames(c, cl.Models),
-				Backend: engine.NewFixedBackend(timing),
-				Logger:  o.Logger.With("replica", fmt.Sprintf("%s/%d", cl.Name, i)),
+				Backend: backend,
+				Logger:  o.Logger.With("replica", name),
 			})
 			if err != nil {
 				closeAll()
@@ -96,14 +117,15 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, srv := range srvs {
-		ln := lns[i]
+		ln, closeBackend := lns[i], closers[i]
 		addr := ln.Addr().String()
 		rctx, cancel := context.WithCancel(gctx)
 		done := make(chan struct{})
 		f.stops[addr], f.stopped[addr] = cancel, done
 		g.Go(func() error {
 			defer close(done)
-			return srv.Serve(rctx, ln)
+			err := srv.Serve(rctx, ln)
+			return errors.Join(err, closeBackend())
 		})
 	}
 	f.group = g
@@ -128,6 +150,33 @@ func (f *Fleet) Stop(addr string) error {
 
 // Wait blocks until every replica has stopped.
 func (f *Fleet) Wait() error { return f.group.Wait() }
+
+// backends returns the constructor of the replicas' backends: FixedBackends
+// of o.Timing, or real-time replica models of o.Profile. The closer stops
+// a backend once its server is done.
+func backends(o Options) (func(name string) (engine.Backend, func() error, error), error) {
+	if o.Timing != nil {
+		timing := *o.Timing
+		return func(string) (engine.Backend, func() error, error) {
+			return engine.NewFixedBackend(timing), func() error { return nil }, nil
+		}, nil
+	}
+	name := o.Profile
+	if name == "" {
+		name = DefaultProfile
+	}
+	p, ok := replica.LookupProfile(name)
+	if !ok {
+		return nil, fmt.Errorf("fleet: Profile %q: no such replica profile", name)
+	}
+	return func(replicaName string) (engine.Backend, func() error, error) {
+		b, err := replica.NewBackend(replica.Options{Profile: p, Name: replicaName}, replica.RealClock())
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Close, nil
+	}, nil
+}
 
 // servedNames lists canonical names then aliases of models.
 func servedNames(c *config.Config, models []string) []string {

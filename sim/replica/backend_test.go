@@ -1,0 +1,255 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/sim/engine"
+)
+
+const waitLimit = 10 * time.Second
+
+// fakeClock is a Clock whose Sleep advances it at once (gate nil) or once
+// the test sends on gate.
+type fakeClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	gate chan struct{}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// add moves the clock forward by d.
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(max(d, 0))
+	return ctx.Err()
+}
+
+func newBackend(t *testing.T, p Profile, clock Clock) *Backend {
+	t.Helper()
+	b, err := NewBackend(Options{Profile: p}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// drain reads ch to the end and returns its tokens.
+func drain(t *testing.T, ch <-chan engine.Token) []engine.Token {
+	t.Helper()
+	var out []engine.Token
+	for {
+		select {
+		case tok, ok := <-ch:
+			if !ok {
+				return out
+			}
+			out = append(out, tok)
+		case <-time.After(waitLimit):
+			t.Fatal("token channel did not close")
+		}
+	}
+}
+
+func wantTokens(n int) []engine.Token {
+	ts := make([]engine.Token, n)
+	for i := range ts {
+		ts[i] = engine.Token{Index: i, Text: engine.TokenText(i)}
+	}
+	return ts
+}
+
+func TestBackendGenerate(t *testing.T) {
+	h100 := mustProfile(t, ProfileLlama3x8BH100)
+	tests := []struct {
+		name     string
+		requests []engine.GenRequest
+	}{
+		{"one request", []engine.GenRequest{{Model: "m", PromptTokens: 100, MaxTokens: 5}}},
+		{"empty prompt", []engine.GenRequest{{Model: "m", PromptTokens: 0, MaxTokens: 3}}},
+		{"concurrent requests", slices.Repeat([]engine.GenRequest{{Model: "m", PromptTokens: 500, MaxTokens: 40}}, 50)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBackend(t, h100, &fakeClock{now: time.Unix(1e9, 0)})
+			var wg sync.WaitGroup
+			for i, req := range tt.requests {
+				wg.Go(func() {
+					ch, err := b.Generate(t.Context(), req)
+					if err != nil {
+						t.Errorf("Generate %d: %v", i, err)
+						return
+					}
+					if got := drain(t, ch); !slices.Equal(got, wantTokens(req.MaxTokens)) {
+						t.Errorf("request %d: tokens %v, want %d in order", i, got, req.MaxTokens)
+					}
+				})
+			}
+			wg.Wait()
+			if l := b.Load(); l != (engine.Load{}) {
+				t.Errorf("Load after all %+v, want zero", l)
+			}
+		})
+	}
+}
+
+func TestBackendErrors(t *testing.T) {
+	b := newBackend(t, mustProfile(t, ProfileLlama3x8BH100), &fakeClock{})
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		req  engine.GenRequest
+		want error
+	}{
+		{"no tokens", t.Context(), engine.GenRequest{Model: "m", PromptTokens: 1, MaxTokens: 0}, engine.ErrInvalidGenRequest},
+		{"context done", done, engine.GenRequest{Model: "m", PromptTokens: 1, MaxTokens: 1}, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if ch, err := b.Generate(tt.ctx, tt.req); !errors.Is(err, tt.want) || ch != nil {
+				t.Errorf("Generate = %v, %v; want no channel and %v", ch, err, tt.want)
+			}
+		})
+	}
+	if _, err := NewBackend(Options{}, nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("NewBackend without a profile: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestBackendLoad: the engine gauges follow the model, step by step. The
+// clock only moves when the test says so (the stepping goroutine never
+// wakes); reading Load runs the model up to the clock's time.
+func TestBackendLoad(t *testing.T) {
+	p := mustProfile(t, ProfileLlama3x8BH100)
+	p.MaxSeqs = 2
+	clock := &fakeClock{gate: make(chan struct{})}
+	b := newBackend(t, p, clock)
+	var chans []<-chan engine.Token
+	for range 4 {
+		ch, err := b.Generate(t.Context(), engine.GenRequest{Model: "m", PromptTokens: 1000, MaxTokens: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	steps := []struct {
+		name                     string
+		advance                  time.Duration
+		running, waiting, tokens int
+	}{
+		// The first request found the replica idle: its step started at once.
+		{"first step", 0, 1, 3, 1000},
+		{"second step: a decode and a second prompt", p.StepTime(1000, 0), 2, 2, 1001},
+	}
+	for _, s := range steps {
+		clock.add(s.advance)
+		l, ml := b.Load(), b.ReplicaLoad()
+		if l.Running != s.running || l.Waiting != s.waiting || l.KVCacheUsage != ml.KVUsage || l.KVCacheUsage <= 0 || ml.BatchTokens != s.tokens {
+			t.Errorf("%s: Load %+v, model %+v; want %d running, %d waiting, %d tokens in the step",
+				s.name, l, ml, s.running, s.waiting, s.tokens)
+		}
+	}
+	clock.add(time.Second)
+	b.Load() // runs the model to the end
+	for _, ch := range chans {
+		if got := drain(t, ch); len(got) != 3 {
+			t.Errorf("%d tokens, want 3", len(got))
+		}
+	}
+	if l := b.Load(); l != (engine.Load{}) {
+		t.Errorf("Load after all %+v, want zero", l)
+	}
+}
+
+func TestBackendCancelAndClose(t *testing.T) {
+	tests := []struct {
+		name  string
+		close bool // Close the backend, else cancel the client
+	}{
+		{"client goes away", false},
+		{"backend closes", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &fakeClock{gate: make(chan struct{})}
+			b := newBackend(t, mustProfile(t, ProfileLlama3x8BH100), clock)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			ch, err := b.Generate(ctx, engine.GenRequest{Model: "m", PromptTokens: 2000, MaxTokens: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 { // three steps: three tokens
+				clock.gate <- struct{}{}
+				if tok := <-ch; tok.Index != i {
+					t.Fatalf("token %+v, want index %d", tok, i)
+				}
+			}
+			if tt.close {
+				if err := b.Close(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cancel()
+			}
+			if rest := drain(t, ch); len(rest) > 1 {
+				t.Errorf("%d more tokens after the end, want at most 1", len(rest))
+			}
+			if l := b.ReplicaLoad(); l.Running != 0 || l.KVBlocksUsed != 0 || l.PendingTokens != 0 {
+				t.Errorf("Load once the channel closed %+v, want the request gone", l)
+			}
+			if tt.close {
+				if _, err := b.Generate(t.Context(), engine.GenRequest{Model: "m", MaxTokens: 1}); !errors.Is(err, ErrClosed) {
+					t.Errorf("Generate after Close: %v, want ErrClosed", err)
+				}
+			}
+		})
+	}
+}
+
+// TestBackendRealTime: on the wall clock, tokens come at the profile's
+// inter-token latency (a loose bound: the machine may be busy).
+func TestBackendRealTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time")
+	}
+	b := newBackend(t, mustProfile(t, ProfileLlama3x8BH100), nil)
+	ch, err := b.Generate(t.Context(), engine.GenRequest{Model: "m", PromptTokens: 10, MaxTokens: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	start := time.Now()
+	if n := len(drain(t, ch)); n != 19 {
+		t.Fatalf("%d more tokens, want 19", n)
+	}
+	if itl := time.Since(start) / 19; itl < 7*time.Millisecond || itl > 100*time.Millisecond {
+		t.Errorf("inter-token latency %v, want about 7.2ms", itl)
+	}
+}
