@@ -86,17 +86,22 @@ type CostBand struct {
 	Cost float64 `yaml:"cost" json:"cost"`
 }
 
-// Shedding prices shedding a unit of demand of each priority. Every price
-// must exceed the dearest way of serving (the steepest utilization band
-// plus the longest round trip and its egress, plus twice the movement
-// cost), so that ILB sheds only what it cannot serve, and lower priorities
-// are cheaper, so that they are shed first. Costs are bounded above:
+// Shedding prices shedding a unit of demand of each priority. The
+// standard and critical prices must exceed the dearest way of serving (the
+// steepest utilization band plus the longest round trip and its egress,
+// plus twice the movement cost), so that ILB sheds them only when it
+// cannot serve them; the sheddable price must exceed the dearest way of
+// serving below the top band. Its default (2000) is below the default top
+// band (3000), which is thus kept for standard and critical demand: ILB
+// sheds sheddable demand rather than run a cluster in its last 10% of
+// capacity, where queues build up (docs/benchmarks.md, outage). Lower
+// priorities are cheaper, so that they are shed first. Costs are bounded above:
 // sheddable and standard below OverflowCost (1e6, what serving critical
 // demand above a cluster's capacity costs, so shedding them is always
 // preferred to overloading), critical at most MaxShedCost (1e6), which
 // also keeps the solver's integer costs from overflowing.
 type Shedding struct {
-	SheddableCost float64 `yaml:"sheddable_cost" json:"sheddable_cost"` // default 10000
+	SheddableCost float64 `yaml:"sheddable_cost" json:"sheddable_cost"` // default 2000
 	StandardCost  float64 `yaml:"standard_cost" json:"standard_cost"`   // default 100000
 	// ShedCritical allows shedding critical requests (at CriticalCost);
 	// default false: critical demand is served even above a cluster's
@@ -113,7 +118,7 @@ func DefaultController() Controller {
 		Policy:              PolicyOptimizer,
 		EgressMsPerUSDPerGB: 100,
 		MovementCost:        5,
-		Shedding:            Shedding{SheddableCost: 1e4, StandardCost: 1e5, CriticalCost: 1e6},
+		Shedding:            Shedding{SheddableCost: 2000, StandardCost: 1e5, CriticalCost: 1e6},
 		DemandHalfLife:      Duration(30 * time.Second),
 		MinCellDemand:       1,
 		MaxWeightStep:       0.25,
@@ -128,15 +133,16 @@ func DefaultController() Controller {
 // DefaultUtilizationCost is the curve used when the file gives none, for
 // target utilization t: free up to t/2, then 1, 2, 4, 8 per unit in four
 // bands up to t (gentle: load spreads over clusters of one region before
-// it leaves it), then 150 up to halfway to 1 and 400 up to 1 (steep: past
-// the target, a cluster up to 150 ms away is preferred).
+// it leaves it), then 1000 up to halfway to 1 and 3000 up to 1 (steep:
+// past the target an engine is on the knee of its TTFT curve, so any
+// cluster up to a second away is preferred; see docs/benchmarks.md).
 func DefaultUtilizationCost(t float64) []CostBand {
 	b := []CostBand{{UpTo: t / 2, Cost: 0}}
 	for i, c := range []float64{1, 2, 4, 8} {
 		b = append(b, CostBand{UpTo: t/2 + t/2*float64(i+1)/4, Cost: c})
 	}
 	if t < 1 {
-		b = append(b, CostBand{UpTo: t + (1-t)/2, Cost: 150}, CostBand{UpTo: 1, Cost: 400})
+		b = append(b, CostBand{UpTo: t + (1-t)/2, Cost: 1000}, CostBand{UpTo: 1, Cost: 3000})
 	}
 	return b
 }

@@ -29,6 +29,17 @@ func TestSmootherHalfLife(t *testing.T) {
 	if math.Abs(got-50) > 1e-9 {
 		t.Errorf("steady at 50: %v", got)
 	}
+	// A stream seen for the first time is taken as is, not ramped up from
+	// zero; it then averages like the others.
+	k2 := weights.DemandKey{Source: "s2", Model: "m", Priority: weights.Standard}
+	got = s.Observe(weights.Demand{k: {CostPerSecond: 50}, k2: {CostPerSecond: 80}}, t0.Add(40*time.Second))[k2].CostPerSecond
+	if math.Abs(got-80) > 1e-9 {
+		t.Errorf("new stream: %v; want 80 at once", got)
+	}
+	got = s.Observe(weights.Demand{k: {CostPerSecond: 50}}, t0.Add(50*time.Second))[k2].CostPerSecond
+	if math.Abs(got-40) > 1e-9 {
+		t.Errorf("new stream after one silent half-life: %v; want 40", got)
+	}
 }
 
 // fakePolicy fails on demand, for the fail-static paths.

@@ -173,7 +173,7 @@ func extract(in Input, n *network) *solution {
 			if served <= 0 {
 				p.opt = fallbackShares(p, sol.capacity)
 			}
-			p.prev = previousShares(ix, in.Previous, mb.source.Name, cell.model.Name)
+			p.prev = previousShares(ix, in.Previous, mb.source.Name, cell.model.Name, in.Config.Controller.MinCellDemand)
 			sol.plans = append(sol.plans, p)
 		}
 	}
@@ -201,13 +201,17 @@ func fallbackShares(p *cellPlan, capacity []float64) []float64 {
 }
 
 // previousShares is a cell's previous weights as shares over the clusters
-// serving its model, nil without a previous cell.
-func previousShares(ix *index, prev *Weights, source, model string) []float64 {
+// serving its model, nil without a previous cell, or when the previous
+// cell carried no measured traffic (planned for at most minDemand, the
+// min_cell_demand floor): it has no load to herd, so at a cold start or
+// when a source starts sending, its weights go to the optimum at once
+// instead of creeping there from the floor's placement by step bounds.
+func previousShares(ix *index, prev *Weights, source, model string, minDemand float64) []float64 {
 	if prev == nil {
 		return nil
 	}
 	cell, ok := prev.Cell(source, model)
-	if !ok || len(cell.Targets) == 0 {
+	if !ok || len(cell.Targets) == 0 || cell.Demand <= minDemand*(1+1e-9) {
 		return nil
 	}
 	pos := ix.position[model]

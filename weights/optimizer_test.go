@@ -216,7 +216,7 @@ func TestBeatsBaselines(t *testing.T) {
 				continue // infeasible: the baseline overloads a cluster
 			}
 			compared[p.Name()]++
-			if tol := 2e-4 * in.Demand.Total() * (400 + 160 + 10); opt.Total > base.Total+tol+1e-6 {
+			if tol := 2e-4 * in.Demand.Total() * (3000 + 160 + 10); opt.Total > base.Total+tol+1e-6 {
 				t.Fatalf("world %d: optimizer costs %+v, more than %s %+v", i, opt, p.Name(), base)
 			}
 		}
@@ -232,8 +232,8 @@ func TestCostOfHandComputedCase(t *testing.T) {
 	in := weights.Input{Config: c, Clusters: weights.StaticState(c), Demand: demandOf("src", "m", weights.Standard, 120.0)}
 	got := weights.Evaluate(in, mustSolve(t, in))
 	// Weights are 6667/3333: x_far = 120 × 0.3333 = 39.996, near 80.004
-	// (0.004 into the 150 band), and near is 1 ms away (inside a region).
-	want := 150 + 0.004*150 + 39.996*50 + 80.004*1
+	// (0.004 into the 1000 band), and near is 1 ms away (inside a region).
+	want := 150 + 0.004*1000 + 39.996*50 + 80.004*1
 	if math.Abs(got.Total-want) > 0.01 {
 		t.Errorf("cost %+v; want total %.3f", got, want)
 	}

@@ -42,17 +42,22 @@ func checkInvariants(t *testing.T, wd *world, w *weights.Weights) {
 		if cell.Shed[weights.Critical] > 1e-6 && (d(weights.Standard) > 0 && cell.Shed[weights.Standard] < 1-1e-6) {
 			t.Fatalf("%s/%s sheds critical before all standard", cell.Source, cell.Model)
 		}
-		shedding := false
+		// Standard or critical shed only when every cluster the cell may
+		// use is full; sheddable (default price 2000, below the top band's
+		// 3000) once every one is in its top band.
+		shedding, full := false, 1.0
 		for _, p := range weights.Priorities {
 			shedding = shedding || cell.Shed[p] > 1e-6
+		}
+		if cell.Shed[weights.Standard] <= 1e-6 && cell.Shed[weights.Critical] <= 1e-6 {
+			curve := wd.cfg.Controller.CostCurve()
+			full = curve[len(curve)-2].UpTo
 		}
 		for _, term := range cell.Explanation.Terms {
 			if math.IsNaN(term.Utilization) || math.IsNaN(term.MarginalCost) || math.IsNaN(term.Share) {
 				t.Fatalf("NaN in %+v", term)
 			}
-			// Shedding only when demand exceeds the capacity the cell may
-			// use: every cluster it may use is full.
-			if shedding && term.Excluded == "" && term.Utilization < 1-1e-3 {
+			if shedding && term.Excluded == "" && term.Utilization < full-1e-3 {
 				t.Fatalf("%s/%s sheds %v while %s is at %.3f utilization", cell.Source, cell.Model, cell.Shed, term.Cluster, term.Utilization)
 			}
 		}
@@ -88,7 +93,8 @@ func TestProperties(t *testing.T) {
 		}
 
 		// The step bound holds on the next tick, for cells that did not
-		// lose a cluster.
+		// lose a cluster and carried traffic (a cell planned for no more
+		// than the min_cell_demand floor moves at once).
 		wd.cfg.Controller.MaxWeightStep, wd.cfg.Controller.Deadband = 0.1, 0
 		for k := range wd.demand {
 			rt := wd.demand[k]
@@ -98,6 +104,9 @@ func TestProperties(t *testing.T) {
 		next := mustSolve(t, wd.input(w))
 		for _, cell := range next.Explained(nil) {
 			prev, _ := w.Cell(cell.Source, cell.Model)
+			if prev.Demand <= wd.cfg.Controller.MinCellDemand*(1+1e-9) {
+				continue
+			}
 			before := map[string]float64{}
 			for _, tg := range prev.Targets {
 				before[tg.Cluster] = float64(tg.Weight)

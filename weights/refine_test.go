@@ -171,3 +171,49 @@ controller: {max_weight_step: 1, min_cell_demand: 0}
 		t.Errorf("sc/n does not touch b1 but was held: %s", sc.Explanation.Summary)
 	}
 }
+
+// TestColdStartMovesAtOnce: weights planned with no measured traffic (the
+// min_cell_demand floor, as at a cold start) put the cell on its local
+// cluster; when traffic arrives, the next tick goes straight to the
+// optimum, while a cell that carried traffic is held by the step bound.
+func TestColdStartMovesAtOnce(t *testing.T) {
+	c := smallNearBigFar(t)
+	static := weights.StaticState(c)
+	tests := []struct {
+		name     string
+		before   float64 // src's demand for the first tick
+		wantFar  float64 // far's share after the second tick, ± 0.01
+		wantNote string
+	}{
+		{"no traffic before: to the optimum at once", 0, 0.9, ""},
+		{"traffic before: held by the step bound", 50, 0.25, "step bound"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first := mustSolve(t, weights.Input{Config: c, Clusters: static, Demand: demandOf("src", "m", weights.Standard, tt.before)})
+			if share := farShare(t, first); share > 0.01 {
+				t.Fatalf("first tick: far has %.3f of the cell; want ~0 (all local)", share)
+			}
+			// 800 units/s: near takes its 80 at target, far the rest.
+			next := mustSolve(t, weights.Input{Config: c, Clusters: static, Previous: first, Demand: demandOf("src", "m", weights.Standard, 800.0)})
+			if share := farShare(t, next); share < tt.wantFar-0.01 || share > tt.wantFar+0.01 {
+				e, _ := next.Explain("src", "m")
+				t.Errorf("second tick: far has %.3f of the cell; want %.2f (%s)", share, tt.wantFar, e.Summary)
+			}
+		})
+	}
+}
+
+func farShare(t *testing.T, w *weights.Weights) float64 {
+	t.Helper()
+	cell, ok := w.Cell("src", "m")
+	if !ok {
+		t.Fatal("no cell (src, m)")
+	}
+	for _, tg := range cell.Targets {
+		if tg.Cluster == "far" {
+			return float64(tg.Weight) / weights.Total
+		}
+	}
+	return 0
+}

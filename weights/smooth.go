@@ -18,8 +18,11 @@ type Smoother struct {
 func NewSmoother(halfLife time.Duration) *Smoother { return &Smoother{halfLife: halfLife} }
 
 // Observe folds in the demand measured at time at and returns the
-// smoothed demand. The first observation is taken as is; a stream absent
-// from an observation counts as zero then, and decays.
+// smoothed demand. The first observation of a stream is taken as is (a
+// source that starts sending, or every stream at a cold start, is planned
+// for at its measured rate at once, not ramped up from zero over the
+// half-life); a stream absent from an observation counts as zero then,
+// and decays.
 func (s *Smoother) Observe(d Demand, at time.Time) Demand {
 	if s.avg == nil {
 		s.avg = make(Demand, len(d))
@@ -39,7 +42,11 @@ func (s *Smoother) Observe(d Demand, at time.Time) Demand {
 		next[k] = Rate{RequestsPerSecond: (1 - a) * r.RequestsPerSecond, CostPerSecond: (1 - a) * r.CostPerSecond}
 	}
 	for k, r := range d {
-		o := next[k]
+		o, known := next[k]
+		if !known {
+			next[k] = r
+			continue
+		}
 		next[k] = Rate{RequestsPerSecond: o.RequestsPerSecond + a*r.RequestsPerSecond, CostPerSecond: o.CostPerSecond + a*r.CostPerSecond}
 	}
 	for k, r := range next { // forget streams that decayed to nothing
