@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench golden clean
+.PHONY: all build test lint vet fmt demo bench bench-routing golden clean
 
 all: build
 
@@ -34,6 +34,12 @@ demo:
 ## bench: Go benchmarks of the request path and the controller
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+## bench-routing: the routing benchmark: every scenario, every policy, one
+## simulated hour each; rewrites docs/benchmarks.md below its marker and
+## the plots in docs/benchmarks/ (about a minute on 2 cores)
+bench-routing:
+	$(GO) run ./cmd/ilb sim --scenario all --seed 1 --plots docs/benchmarks --plot-format svg --report docs/benchmarks.md
 
 ## golden: regenerate golden files (testdata/, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

@@ -31,6 +31,7 @@ func commands() []command {
 		{"explain", "[--admin ADDR] REQUEST_ID", "explain how one request was routed", runExplain},
 		{"weights", "[--admin ADDR] [--source S] [--model M] [--explain]", "print the weights in force, and why", runWeights},
 		{"solve", "--config FILE --demand FILE [--previous W.json]", "compute one controller tick offline from a demand file", runSolve},
+		{"sim", "[--scenario S|all] [--trace F] [--seed N] [--json] [--plots DIR] [--report F]", "compare routing policies on a simulated fleet in virtual time", runSim},
 		{"engine", "--cluster C --models M[,M...] [--listen ADDR]", "serve one simulated inference engine (OpenAI API, vLLM metrics), no GPU needed", runEngine},
 		{"render", "istio --config FILE --hosts H [flags]", "render Istio VirtualService, DestinationRules, EnvoyFilter for routing: cluster sources", runRender},
 		{"rollout", "status [--admin ADDR] [--source S]", "print each source's xDS rollout: stable, canary, rejected versions", runRollout},

@@ -1,0 +1,152 @@
+package experiment
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ilbproject/ilb/sim/replica"
+	"github.com/ilbproject/ilb/sim/workload"
+)
+
+// Calibration parameters: the sweep an operator runs with a serving
+// benchmark (vLLM's benchmark_serving at increasing request rates) before
+// writing capacity_per_replica.
+const (
+	// calibrationRequests is how many requests of the mix the sweep cycles
+	// through.
+	calibrationRequests = 3000
+	// calibrationSpan is the simulated length of one rate's run.
+	calibrationSpan = 5 * time.Minute
+	// calibrationSteps is the number of bisection steps of the sweep.
+	calibrationSteps = 12
+)
+
+// Calibrate measures, for every replica profile of the fleet, the
+// sustainable throughput of one replica on the request mix, in token-cost
+// units per second (prompt tokens + 4 × output tokens, ILB's default
+// costs): the highest Poisson arrival rate at which the replica's p99 time
+// to first token stays within half of slo, found by bisection between 0
+// and its saturation throughput (everything queued at once). It is the
+// capacity per replica the controller plans with (it fills its target
+// utilization, 80 %, of it). The sweep is deterministic.
+func Calibrate(f Fleet, mix []workload.Request, slo time.Duration) (map[string]float64, error) {
+	if len(mix) == 0 {
+		return nil, errors.New("calibrate: no requests to calibrate with")
+	}
+	if slo <= 0 {
+		return nil, fmt.Errorf("calibrate: SLO %v, want > 0", slo)
+	}
+	mix = mix[:min(len(mix), calibrationRequests)]
+	var cost float64
+	for _, q := range mix {
+		cost += requestCost(q)
+	}
+	meanCost := cost / float64(len(mix))
+	out := map[string]float64{}
+	for _, c := range f.Clusters {
+		if _, done := out[c.Profile]; done {
+			continue
+		}
+		p, ok := replica.LookupProfile(c.Profile)
+		if !ok {
+			return nil, fmt.Errorf("calibrate: cluster %s: unknown replica profile %q", c.Name, c.Profile)
+		}
+		sat, err := saturation(p, mix)
+		if err != nil {
+			return nil, fmt.Errorf("calibrate: profile %s: %w", c.Profile, err)
+		}
+		lo, hi := 0.0, sat
+		for range calibrationSteps {
+			rate := (lo + hi) / 2
+			p99, err := ttftP99(p, mix, rate)
+			if err != nil {
+				return nil, fmt.Errorf("calibrate: profile %s: %w", c.Profile, err)
+			}
+			if p99 <= slo/2 {
+				lo = rate
+			} else {
+				hi = rate
+			}
+		}
+		if lo <= 0 {
+			return nil, fmt.Errorf("calibrate: profile %s cannot meet half the SLO (%v) even at low load", c.Profile, slo/2)
+		}
+		out[c.Profile] = lo * meanCost
+	}
+	return out, nil
+}
+
+// requestCost is a request's token cost with ILB's default model costs.
+func requestCost(q workload.Request) float64 { return float64(q.Prompt) + 4*float64(q.Output) }
+
+// saturation is the replica's throughput, in requests per second, on the
+// whole mix queued at once.
+func saturation(p replica.Profile, mix []workload.Request) (float64, error) {
+	m, err := replica.New(replica.Options{Profile: p, Name: "calibration"})
+	if err != nil {
+		return 0, err
+	}
+	for i, q := range mix {
+		m.Submit(0, replica.Request{ID: uint64(i), Prompt: q.Prompt, Output: q.Output})
+	}
+	end := drain(m)
+	if end <= 0 {
+		return 0, errors.New("served nothing")
+	}
+	return float64(len(mix)) / end.Seconds(), nil
+}
+
+// ttftP99 runs Poisson arrivals of the mix (cycled) at rate requests per
+// second for calibrationSpan and returns the p99 time to first token.
+func ttftP99(p replica.Profile, mix []workload.Request, rate float64) (time.Duration, error) {
+	m, err := replica.New(replica.Options{Profile: p, Name: "calibration"})
+	if err != nil {
+		return 0, err
+	}
+	rng := rand.New(rand.NewPCG(math.Float64bits(rate), 0xca1))
+	var ttft []time.Duration
+	var res []replica.Result
+	collect := func(rs []replica.Result) {
+		for _, x := range rs {
+			if !x.Failed {
+				ttft = append(ttft, x.FirstToken-x.Arrival)
+			}
+		}
+	}
+	at := time.Duration(0)
+	for i := 0; ; i++ {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if at >= calibrationSpan {
+			break
+		}
+		res = m.Advance(at, res[:0])
+		collect(res)
+		q := mix[i%len(mix)]
+		m.Submit(at, replica.Request{ID: uint64(i), Prompt: q.Prompt, Output: q.Output})
+	}
+	res = m.Advance(math.MaxInt64, res[:0])
+	collect(res)
+	if len(ttft) == 0 {
+		return 0, errors.New("no request served")
+	}
+	slices.Sort(ttft)
+	return ttft[min(len(ttft)-1, int(math.Ceil(0.99*float64(len(ttft))))-1)], nil
+}
+
+// drain steps m until it is idle and returns the end of its last step.
+func drain(m *replica.Replica) time.Duration {
+	var res []replica.Result
+	var end time.Duration
+	for {
+		at, busy := m.Next()
+		if !busy {
+			return end
+		}
+		res = m.Advance(at, res[:0])
+		end = at
+	}
+}

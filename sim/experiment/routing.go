@@ -1,0 +1,235 @@
+package experiment
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"github.com/ilbproject/ilb/sim/replica"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// arrive routes request i at its source.
+func (r *runner) arrive(i int) {
+	q := &r.reqs[i]
+	si, mi := r.sources[q.Source], r.models[q.Model]
+	prio, _ := weights.ParsePriority(q.Priority)
+	m := r.cfg.Models[mi]
+	cost := float64(q.Prompt)*m.PromptTokenCost + float64(q.Output)*m.OutputTokenCost
+	k := weights.DemandKey{Source: q.Source, Model: q.Model, Priority: prio}
+	rate := r.meter[k]
+	rate.RequestsPerSecond++
+	rate.CostPerSecond += cost
+	r.meter[k] = rate
+
+	var cluster int
+	if r.opts.Policy.LeastLoaded {
+		if cluster = r.leastLoaded(si, mi); cluster < 0 {
+			r.rec.finish(i, -1, noCapacity, 0, 0)
+			return
+		}
+	} else {
+		var draw uint64
+		if q.Session != "" {
+			draw = sessionDraw(q.Session)
+		} else {
+			draw = r.rng.Uint64()
+		}
+		var out outcome
+		cluster, out = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.opts.Policy.FastLoop)
+		if out != routed {
+			r.rec.finish(i, -1, out, 0, 0)
+			return
+		}
+	}
+	rep := r.pickHost(cluster, -1)
+	if rep < 0 { // Envoy: no healthy upstream
+		r.rec.finish(i, cluster, failed, 0, 0)
+		return
+	}
+	r.send(i, rep, cost, false, r.clock.now+r.rtt[si][r.replicas[rep].cluster]/2)
+}
+
+// send puts request i on its way to replica rep, where it arrives at
+// deliverAt.
+func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Duration) {
+	si := r.sources[r.reqs[i].Source]
+	cl := r.replicas[rep].cluster
+	rtt := r.rtt[si][cl]
+	var pi int
+	if n := len(r.free); n > 0 {
+		pi, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		pi = len(r.inflight)
+		r.inflight = append(r.inflight, pending{})
+	}
+	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried}
+	r.replicas[rep].active++
+	r.clusters[cl].outstanding += cost
+	r.clock.at(deliverAt, evDeliver, pi)
+}
+
+// deliver hands a request to its replica, or retries it when the replica
+// crashed (Envoy's connect-failure retry to another host).
+func (r *runner) deliver(pi int) {
+	p := r.inflight[pi]
+	rep := r.replicas[p.replica]
+	if rep.state == lcFailed || rep.state == lcStarting {
+		r.retryOrFail(pi)
+		return
+	}
+	q := &r.reqs[p.req]
+	rep.m.Submit(r.clock.now, replica.Request{ID: uint64(pi), Prompt: q.Prompt, Output: q.Output, Prefix: q.Prefix})
+	r.schedule(p.replica)
+}
+
+// retryOrFail: a request whose replica failed before its first token is
+// retried once on another host of the cluster (previous_hosts): the
+// failure travels back to Envoy (half a round trip), Envoy backs off
+// (25 ms, its base interval) and sends again (half a round trip).
+// Otherwise it fails.
+func (r *runner) retryOrFail(pi int) {
+	p := r.inflight[pi]
+	cost := r.release(pi)
+	if !p.retried {
+		if other := r.pickHost(r.replicas[p.replica].cluster, p.replica); other >= 0 {
+			r.send(p.req, other, cost, true, r.clock.now+p.rtt+25*time.Millisecond)
+			return
+		}
+	}
+	r.rec.finish(p.req, r.replicas[p.replica].cluster, failed, 0, 0)
+}
+
+// release frees a pending slot and returns the request's cost.
+func (r *runner) release(pi int) float64 {
+	p := r.inflight[pi]
+	q := &r.reqs[p.req]
+	m := r.cfg.Models[r.models[q.Model]]
+	cost := float64(q.Prompt)*m.PromptTokenCost + float64(q.Output)*m.OutputTokenCost
+	rep := r.replicas[p.replica]
+	rep.active--
+	r.clusters[rep.cluster].outstanding -= cost
+	r.free = append(r.free, pi)
+	return cost
+}
+
+// schedule makes sure the replica's next step end is in the queue.
+func (r *runner) schedule(ri int) {
+	rep := r.replicas[ri]
+	at, busy := rep.m.Next()
+	if !busy || (rep.scheduled >= 0 && rep.scheduled <= at) {
+		return
+	}
+	rep.scheduled = at
+	r.clock.at(at, evStep, ri)
+}
+
+// step runs the replica's steps that end now and records what finished.
+func (r *runner) step(ri int) {
+	rep := r.replicas[ri]
+	if rep.scheduled != r.clock.now {
+		return // stale: rescheduled since
+	}
+	rep.scheduled = -1
+	r.results = rep.m.Advance(r.clock.now, r.results[:0])
+	r.complete(r.results)
+	r.schedule(ri)
+}
+
+func (r *runner) complete(results []replica.Result) {
+	for _, res := range results {
+		pi := int(res.ID)
+		p := r.inflight[pi]
+		if res.Failed {
+			if res.FirstToken == 0 {
+				r.retryOrFail(pi)
+				continue
+			}
+			r.release(pi)
+			r.rec.finish(p.req, r.replicas[p.replica].cluster, failed, 0, 0)
+			continue
+		}
+		r.release(pi)
+		q := &r.reqs[p.req]
+		ttft := res.FirstToken + p.rtt/2 - q.At
+		var tpot time.Duration
+		if res.Output > 1 {
+			tpot = (res.Done - res.FirstToken) / time.Duration(res.Output-1)
+		}
+		r.rec.finish(p.req, r.replicas[p.replica].cluster, routed, ttft, tpot)
+	}
+}
+
+// pickHost is Envoy's LEAST_REQUEST with two choices over the hosts it
+// sends to; -1 when there is none.
+func (r *runner) pickHost(cluster, exclude int) int {
+	c := r.clusters[cluster]
+	up := 0
+	for _, ri := range c.replicas {
+		if ri != exclude && r.replicas[ri].envoyUp {
+			up++
+		}
+	}
+	if up == 0 {
+		return -1
+	}
+	nth := func(n int) int {
+		for _, ri := range c.replicas {
+			if ri != exclude && r.replicas[ri].envoyUp {
+				if n == 0 {
+					return ri
+				}
+				n--
+			}
+		}
+		return -1
+	}
+	a := nth(r.rng.IntN(up))
+	if up == 1 {
+		return a
+	}
+	b := nth(r.rng.IntN(up))
+	if r.replicas[b].active < r.replicas[a].active {
+		return b
+	}
+	return a
+}
+
+// leastLoaded is the greedy reference: the eligible cluster with the
+// least round trip plus outstanding work over its serving capacity.
+func (r *runner) leastLoaded(si, mi int) int {
+	best, bestScore := -1, math.Inf(1)
+	for ci, c := range r.clusters {
+		if !c.models[mi] || !r.allowed[si][ci] {
+			continue
+		}
+		up := 0
+		for _, ri := range c.replicas {
+			if r.replicas[ri].envoyUp {
+				up++
+			}
+		}
+		if up == 0 {
+			continue
+		}
+		score := r.rtt[si][ci].Seconds() + c.outstanding/(c.capacity*float64(up))
+		if score < bestScore {
+			best, bestScore = ci, score
+		}
+	}
+	return best
+}
+
+// sessionDraw is extproc's: a session key's FNV-64a hash, mixed
+// (splitmix64) so that similar keys spread over the whole range.
+func sessionDraw(key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	var b [8]byte
+	z := binary.BigEndian.Uint64(h.Sum(b[:0]))
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}

@@ -1,0 +1,318 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/replica"
+	"github.com/ilbproject/ilb/sim/workload"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Timing of the world around the replicas.
+const (
+	// signalsInterval is how often ILB's view of the replicas (the fast
+	// loop's exclusions and saturation, the controller's cluster states)
+	// is refreshed: one scrape interval.
+	signalsInterval = time.Second
+	// detectDelay is how long Envoy keeps sending to a crashed replica
+	// before its health checks (or ILB's EDS) take it out; requests sent
+	// meanwhile are retried once on another host of the cluster.
+	detectDelay = 2 * time.Second
+	// startupTime and warmupTime: a recovered replica loads its weights,
+	// then ramps up (the controller counts it in proportion).
+	startupTime = 60 * time.Second
+	warmupTime  = 60 * time.Second
+	// bytesPerToken estimates the bytes a token costs on the wire, each
+	// way, for egress.
+	bytesPerToken = 4
+)
+
+// epoch is the wall time of virtual time 0 for the controller.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Options of one run.
+type Options struct {
+	Scenario Scenario
+	Policy   Policy
+	Seed     uint64
+	// Requests is the workload; nil: Scenario.Workload(Seed).
+	Requests []workload.Request
+	// Capacity per replica profile in token-cost units per second; nil:
+	// Calibrate.
+	Capacity map[string]float64
+	// Window is the width of the time series' buckets; 0: Duration/60.
+	Window time.Duration
+}
+
+// lifecycle is a simulated replica's state as the world sees it.
+type lifecycle uint8
+
+const (
+	lcReady lifecycle = iota
+	lcStarting
+	lcWarming
+	lcDraining
+	lcFailed
+)
+
+type simReplica struct {
+	m       *replica.Replica
+	cluster int
+	state   lifecycle
+	since   time.Duration
+	// envoyUp: Envoy sends to it (health checks pass, not draining in
+	// EDS). A crashed replica stays up for Envoy until detectDelay.
+	envoyUp   bool
+	scheduled time.Duration // the step event pending, -1 when none
+	active    int           // requests Envoy has in flight on it
+}
+
+type simCluster struct {
+	idx, region int
+	replicas    []int
+	capacity    float64 // per replica
+	models      []bool
+	outstanding float64 // token-cost of requests in flight (least_loaded)
+}
+
+// pending is a request on its way to a replica, or in it.
+type pending struct {
+	req     int // index in requests
+	replica int
+	rtt     time.Duration
+	retried bool
+}
+
+type runner struct {
+	opts     Options
+	cfg      *config.Config
+	clock    clock
+	reqs     []workload.Request
+	replicas []*simReplica
+	clusters []*simCluster
+	sources  map[string]int
+	models   map[string]int
+	cnames   map[string]int
+	rtt      [][]time.Duration // source region × cluster region
+	egress   [][]float64       // USD per GB
+	allowed  [][]bool          // source × cluster
+	live     []liveCluster
+	table    *table
+	ctl      *weights.Controller
+	meter    map[weights.DemandKey]weights.Rate
+	meterAt  time.Duration
+	rng      *rand.Rand
+	inflight []pending
+	free     []int
+	rec      *recorder
+	results  []replica.Result
+}
+
+// Run runs one policy on one scenario.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	s := o.Scenario
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Requests == nil {
+		var err error
+		if o.Requests, err = s.Workload(o.Seed); err != nil {
+			return nil, fmt.Errorf("scenario %s: workload: %w", s.Name, err)
+		}
+	}
+	if o.Capacity == nil {
+		var err error
+		if o.Capacity, err = Calibrate(s.Fleet, o.Requests, s.SLO); err != nil {
+			return nil, err
+		}
+	}
+	if o.Window <= 0 {
+		o.Window = s.Duration / 60
+	}
+	r, err := newRunner(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.run(ctx); err != nil {
+		return nil, err
+	}
+	return r.rec.result(r), nil
+}
+
+func newRunner(o Options) (*runner, error) {
+	s := o.Scenario
+	f := s.Fleet
+	pol := o.Policy.Weights
+	if pol == "" {
+		pol = config.PolicyProportional // unused by least_loaded, but the config needs one
+	}
+	cfg, err := f.Config(ControllerSettings{Policy: pol, CapacityPerReplica: o.Capacity})
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{
+		opts: o, cfg: cfg, reqs: o.Requests,
+		sources: index(len(f.Sources), func(i int) string { return f.Sources[i].Name }),
+		models:  index(len(f.Models), func(i int) string { return f.Models[i] }),
+		cnames:  index(len(f.Clusters), func(i int) string { return f.Clusters[i].Name }),
+		rng:     rand.New(rand.NewPCG(o.Seed, 0x1b)),
+		meter:   map[weights.DemandKey]weights.Rate{},
+	}
+	regions := index(len(f.Regions), func(i int) string { return f.Regions[i] })
+	for ci, c := range f.Clusters {
+		p, ok := replica.LookupProfile(c.Profile)
+		if !ok {
+			return nil, fmt.Errorf("cluster %s: unknown replica profile %q", c.Name, c.Profile)
+		}
+		sc := &simCluster{idx: ci, region: regions[c.Region], capacity: o.Capacity[c.Profile], models: make([]bool, len(f.Models))}
+		for _, m := range c.Models {
+			sc.models[r.models[m]] = true
+		}
+		for i := range c.Replicas {
+			m, err := replica.New(replica.Options{Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i)})
+			if err != nil {
+				return nil, err
+			}
+			sc.replicas = append(sc.replicas, len(r.replicas))
+			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1})
+		}
+		r.clusters = append(r.clusters, sc)
+	}
+	r.rtt = make([][]time.Duration, len(f.Sources))
+	r.egress = make([][]float64, len(f.Sources))
+	r.allowed = make([][]bool, len(f.Sources))
+	for si, src := range f.Sources {
+		cs, _ := cfg.Source(src.Name)
+		for _, c := range f.Clusters {
+			l := f.link(src.Region, c.Region)
+			r.rtt[si] = append(r.rtt[si], time.Duration(l.RTTMs*float64(time.Millisecond)))
+			r.egress[si] = append(r.egress[si], l.EgressUSDPerGB)
+			r.allowed[si] = append(r.allowed[si], cs.Allows(c.Region))
+		}
+	}
+	for i, q := range o.Requests {
+		if _, ok := r.sources[q.Source]; !ok {
+			return nil, fmt.Errorf("requests[%d]: unknown source %q", i, q.Source)
+		}
+		if _, ok := r.models[q.Model]; !ok {
+			return nil, fmt.Errorf("requests[%d]: unknown model %q", i, q.Model)
+		}
+		if _, err := weights.ParsePriority(q.Priority); err != nil {
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+	}
+	r.live = make([]liveCluster, len(r.clusters))
+	r.rec = newRecorder(r, o.Window)
+	if !o.Policy.LeastLoaded {
+		now := func() time.Time { return epoch.Add(r.clock.now) }
+		r.ctl, err = weights.NewController(weights.ControllerOptions{
+			Config: cfg, Policy: mustPolicy(o.Policy.Weights), Now: now,
+			State:  func() (map[string]weights.ClusterState, time.Time) { return r.clusterStates(), now() },
+			Demand: func() (weights.Demand, time.Time) { return r.takeDemand(), now() },
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func mustPolicy(p config.Policy) weights.Policy {
+	pol, err := weights.NewPolicy(p)
+	if err != nil {
+		panic(fmt.Sprintf("experiment: policy %q: %v", p, err)) // Policies() names only known ones
+	}
+	return pol
+}
+
+func index(n int, name func(int) string) map[string]int {
+	m := make(map[string]int, n)
+	for i := range n {
+		m[name(i)] = i
+	}
+	return m
+}
+
+// run processes events until the scenario's end, then lets the requests
+// in flight finish (they count; new arrivals stop).
+func (r *runner) run(ctx context.Context) error {
+	s := r.opts.Scenario
+	r.refreshSignals()
+	if r.ctl != nil {
+		if err := r.tick(ctx); err != nil {
+			return err
+		}
+		r.clock.at(r.cfg.Controller.Tick.Std(), evTick, 0)
+	}
+	r.clock.at(signalsInterval, evSignals, 0)
+	for i, c := range s.Changes {
+		r.clock.at(c.At, evScenario, i)
+	}
+	if len(r.reqs) > 0 {
+		r.clock.at(r.reqs[0].At, evArrival, 0)
+	}
+	r.clock.at(r.opts.Window, evWindow, 0)
+	for n := 0; ; n++ {
+		if n%65536 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e, ok := r.clock.next()
+		if !ok {
+			break
+		}
+		ended := e.at >= s.Duration
+		switch e.kind {
+		case evArrival:
+			r.arrive(e.i)
+			if next := e.i + 1; next < len(r.reqs) && r.reqs[next].At < s.Duration {
+				r.clock.at(r.reqs[next].At, evArrival, next)
+			}
+		case evDeliver:
+			r.deliver(e.i)
+		case evStep:
+			r.step(e.i)
+		case evSignals:
+			r.refreshSignals()
+			if !ended {
+				r.clock.at(e.at+signalsInterval, evSignals, 0)
+			}
+		case evTick:
+			if err := r.tick(ctx); err != nil {
+				return err
+			}
+			if !ended {
+				r.clock.at(e.at+r.cfg.Controller.Tick.Std(), evTick, 0)
+			}
+		case evScenario:
+			r.change(e.i)
+		case evLifecycle:
+			r.lifecycle(e.i)
+		case evWindow:
+			r.rec.closeWindow(e.at)
+			if !ended {
+				r.clock.at(e.at+r.opts.Window, evWindow, 0)
+			}
+		}
+	}
+	return nil
+}
+
+// tick runs the controller and indexes its weights for routing. A
+// controller that fails keeps its last weights (fail-static), as ILB does.
+func (r *runner) tick(ctx context.Context) error {
+	_ = r.ctl.Tick(ctx)
+	w := r.ctl.Current()
+	if w == nil {
+		return errors.New("experiment: the controller published no weights")
+	}
+	if r.table == nil || r.rec.version != w.Version() {
+		r.table = newTable(w, r.sources, r.models, r.cnames)
+		r.rec.weights(r.clock.now, w)
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package experiment
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/workload"
+)
+
+// Scenario is one experiment: a fleet, its workload and what happens to
+// its replicas over time.
+type Scenario struct {
+	Name, Summary string
+	Fleet         Fleet
+	Duration      time.Duration
+	// Workload generates the requests for a seed; every policy of a run
+	// gets the same requests.
+	Workload func(seed uint64) ([]workload.Request, error)
+	Changes  []Change
+	// SLO: a request is good when its time to first token is at most
+	// TTFT. Goodput counts good requests.
+	SLO time.Duration
+}
+
+// Action is what a Change does to replicas.
+type Action uint8
+
+// Actions.
+const (
+	// Fail crashes replicas: every request in them fails; Envoy notices
+	// after the health-check delay, ILB's signals after a scrape.
+	Fail Action = iota
+	// Recover restarts failed replicas: starting, then warming, then ready.
+	Recover
+	// Drain stops sending new requests to replicas; they finish theirs.
+	Drain
+	// Restore makes drained replicas ready again.
+	Restore
+)
+
+func (a Action) String() string {
+	switch a {
+	case Fail:
+		return "fail"
+	case Recover:
+		return "recover"
+	case Drain:
+		return "drain"
+	case Restore:
+		return "restore"
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// Change is a scheduled change to the replicas of some clusters: those of
+// Cluster, or every cluster of Region, Fraction of their replicas (the
+// first ones; 0 means all).
+type Change struct {
+	At       time.Duration
+	Action   Action
+	Cluster  string
+	Region   string
+	Fraction float64
+}
+
+// Policy is a routing policy under test.
+type Policy struct {
+	Name string
+	// Weights is the weights policy the controller runs; "" for
+	// LeastLoaded.
+	Weights config.Policy
+	// FastLoop turns on ext_proc's request-path signals: clusters with no
+	// serving replica are excluded at once, sheddable requests are shed
+	// when every remaining cluster is saturated.
+	FastLoop bool
+	// LeastLoaded is the greedy reference: per request, the eligible
+	// cluster with the least predicted time to first token (round trip
+	// plus its outstanding work over its capacity), from exact
+	// instantaneous state. It never sheds.
+	LeastLoaded bool
+}
+
+// Policies are the policies every scenario compares: the three baselines
+// the controller offers, ILB's optimizer with its fast loop, and the
+// greedy per-request reference.
+func Policies() []Policy {
+	return []Policy{
+		{Name: "round_robin", Weights: config.PolicyRoundRobin},
+		{Name: "proportional", Weights: config.PolicyProportional},
+		{Name: "waterfall", Weights: config.PolicyWaterfall},
+		{Name: "ilb", Weights: config.PolicyOptimizer, FastLoop: true},
+		{Name: "least_loaded", LeastLoaded: true},
+	}
+}
+
+// LookupPolicy finds a policy of Policies by name; "ilb-slow" is the
+// optimizer without the fast loop.
+func LookupPolicy(name string) (Policy, bool) {
+	if name == "ilb-slow" {
+		return Policy{Name: name, Weights: config.PolicyOptimizer}, true
+	}
+	for _, p := range Policies() {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Policy{}, false
+}
+
+// Validate reports every problem of s.
+func (s Scenario) Validate() error {
+	var errs []error
+	if s.Name == "" {
+		errs = append(errs, errors.New("scenario: name is empty"))
+	}
+	if s.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("scenario %s: duration %s, want > 0", s.Name, s.Duration))
+	}
+	if s.SLO <= 0 {
+		errs = append(errs, fmt.Errorf("scenario %s: SLO %s, want > 0", s.Name, s.SLO))
+	}
+	if s.Workload == nil {
+		errs = append(errs, fmt.Errorf("scenario %s: no workload", s.Name))
+	}
+	if err := s.Fleet.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("scenario %s: %w", s.Name, err))
+	}
+	for i, c := range s.Changes {
+		if c.Cluster == "" && c.Region == "" {
+			errs = append(errs, fmt.Errorf("scenario %s: changes[%d]: name a cluster or a region", s.Name, i))
+		}
+		if c.Fraction < 0 || c.Fraction > 1 {
+			errs = append(errs, fmt.Errorf("scenario %s: changes[%d].fraction %v, want [0, 1]", s.Name, i, c.Fraction))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,130 @@
+package experiment
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/replica"
+	"github.com/ilbproject/ilb/sim/workload"
+)
+
+// The standard world: three regions a Envoy fleet each, ten engine
+// clusters of Llama-3-8B on H100s and A100s, 26 replicas. Round trips are
+// typical public-cloud figures between US East, Western Europe and
+// Singapore; egress is the common inter-region price.
+const model = "llama-3.1-8b-instruct"
+
+func world() Fleet {
+	link := func(a, b string, rtt, usd float64) []config.Link {
+		return []config.Link{{From: a, To: b, RTTMs: rtt, EgressUSDPerGB: usd}, {From: b, To: a, RTTMs: rtt, EgressUSDPerGB: usd}}
+	}
+	var links []config.Link
+	links = append(links, link("us-east", "eu-west", 80, 0.02)...)
+	links = append(links, link("us-east", "ap-southeast", 220, 0.08)...)
+	links = append(links, link("eu-west", "ap-southeast", 160, 0.08)...)
+	h100, a100 := replica.ProfileLlama3x8BH100, replica.ProfileLlama3x8BA100
+	c := func(name, region string, n int, p string) Cluster {
+		return Cluster{Name: name, Region: region, Models: []string{model}, Replicas: n, Profile: p}
+	}
+	return Fleet{
+		Regions: []string{"us-east", "eu-west", "ap-southeast"},
+		Links:   links,
+		Sources: []Source{{Name: "edge-us", Region: "us-east"}, {Name: "edge-eu", Region: "eu-west"}, {Name: "edge-ap", Region: "ap-southeast"}},
+		Models:  []string{model},
+		Clusters: []Cluster{
+			c("us-east-a", "us-east", 3, h100), c("us-east-b", "us-east", 3, h100), c("us-east-c", "us-east", 3, a100), c("us-east-d", "us-east", 2, h100),
+			c("eu-west-a", "eu-west", 3, h100), c("eu-west-b", "eu-west", 3, h100), c("eu-west-c", "eu-west", 2, a100),
+			c("ap-southeast-a", "ap-southeast", 3, h100), c("ap-southeast-b", "ap-southeast", 2, h100), c("ap-southeast-c", "ap-southeast", 2, a100),
+		},
+	}
+}
+
+// conversation lengths approximate the Azure LLM 2023 conversation trace
+// (input mean 1155, p99 4142; output mean 211); code lengths its code
+// trace (input mean 2048, output mean 28). Source: Azure Public Dataset,
+// Patel et al., "Splitwise", ISCA 2024, CC-BY 4.0.
+var (
+	conversation = workload.Lengths{InputMean: 1155, InputP99: 4142, OutputMean: 211, OutputP99: 900}
+	code         = workload.Lengths{InputMean: 2048, InputP99: 7400, OutputMean: 28, OutputP99: 210}
+	priorities   = []workload.Share{{Name: "critical", Weight: 0.2}, {Name: "standard", Weight: 0.5}, {Name: "sheddable", Weight: 0.3}}
+)
+
+// source builds a workload source with the standard mix.
+func source(name string, utcOffset, rate, amplitude float64, lengths workload.Lengths) workload.SourceSpec {
+	return workload.SourceSpec{
+		Name: name, UTCOffsetHours: utcOffset, MeanRate: rate, DiurnalAmplitude: amplitude,
+		Models: []workload.Share{{Name: model, Weight: 1}}, Priorities: priorities, Lengths: lengths,
+		SessionShare: 0.3, SessionTurns: 3, SharedPrefixTokens: 256,
+	}
+}
+
+func generate(d time.Duration, period time.Duration, sources ...workload.SourceSpec) func(uint64) ([]workload.Request, error) {
+	return func(seed uint64) ([]workload.Request, error) {
+		return workload.Generate(workload.Spec{Duration: d, Seed: seed, Period: period, Sources: sources})
+	}
+}
+
+// ScenarioNames lists the scenarios in report order.
+func ScenarioNames() []string {
+	return []string{"diurnal", "outage", "burst", "residency", "drain"}
+}
+
+// LookupScenario builds the named scenario lasting d (0: one hour).
+// Events and the daily cycle scale with d.
+func LookupScenario(name string, d time.Duration) (Scenario, error) {
+	if d <= 0 {
+		d = time.Hour
+	}
+	at := func(f float64) time.Duration { return time.Duration(f * float64(d)) }
+	f := world()
+	s := Scenario{Name: name, Fleet: f, Duration: d, SLO: 2 * time.Second}
+	switch name {
+	case "diurnal":
+		s.Summary = "a compressed day: each region's demand follows its working day (peak 14:00 local, ±80%; on average ~60% of the fleet), so the regions peak hours apart and each region's peak exceeds its own capacity"
+		s.Workload = generate(d, d,
+			source("edge-us", -5, 59, 0.8, conversation),
+			source("edge-eu", 1, 43, 0.8, conversation),
+			source("edge-ap", 8, 37, 0.8, conversation))
+	case "outage":
+		s.Summary = "steady load at ~60% of the fleet; every replica of us-east (42% of the capacity) fails at 25% of the run, leaving less than the demand, and comes back at 55% (startup, then warm-up)"
+		s.Workload = generate(d, d,
+			source("edge-us", -5, 60, 0, conversation),
+			source("edge-eu", 1, 43, 0, conversation),
+			source("edge-ap", 8, 33, 0, conversation))
+		s.Changes = []Change{{At: at(0.25), Action: Fail, Region: "us-east"}, {At: at(0.55), Action: Recover, Region: "us-east"}}
+	case "burst":
+		burst := source("edge-us", -5, 30, 0, code)
+		burst.GammaShape = 0.2 // code completion arrivals: CV ≈ 2.2
+		burst.Bursts = []workload.Burst{{At: at(0.3), Duration: at(0.1), Factor: 4}, {At: at(0.7), Duration: at(0.05), Factor: 6}}
+		s.Summary = "code-completion traffic at edge-us: long prompts, short answers, Gamma(0.2) arrivals and two bursts (×4 for 10% of the run, ×6 for 5%) over steady conversation load elsewhere"
+		s.Workload = generate(d, d, burst,
+			source("edge-eu", 1, 45, 0, conversation),
+			source("edge-ap", 8, 35, 0, conversation))
+	case "residency":
+		s.Summary = "edge-eu may only be served in eu-west (data residency) and peaks above eu-west's capacity; the other regions have room"
+		for i := range s.Fleet.Sources {
+			if s.Fleet.Sources[i].Name == "edge-eu" {
+				s.Fleet.Sources[i].Allowed = []string{"eu-west"}
+			}
+		}
+		s.Workload = generate(d, d,
+			source("edge-us", -5, 45, 0.5, conversation),
+			source("edge-eu", 1, 50, 0.6, conversation),
+			source("edge-ap", 8, 28, 0.5, conversation))
+	case "drain":
+		s.Summary = "half the replicas of every us-east cluster drain at 30% of the run (a rolling upgrade) and come back at 60%"
+		s.Workload = generate(d, d,
+			source("edge-us", -5, 70, 0, conversation),
+			source("edge-eu", 1, 40, 0, conversation),
+			source("edge-ap", 8, 30, 0, conversation))
+		s.Changes = []Change{{At: at(0.3), Action: Drain, Region: "us-east", Fraction: 0.5}, {At: at(0.6), Action: Restore, Region: "us-east", Fraction: 0.5}}
+	default:
+		return Scenario{}, fmt.Errorf("unknown scenario %q: want one of %v", name, ScenarioNames())
+	}
+	if !slices.Contains(ScenarioNames(), name) {
+		return Scenario{}, fmt.Errorf("scenario %q is not listed", name)
+	}
+	return s, nil
+}

@@ -1,0 +1,144 @@
+package experiment
+
+import (
+	"math"
+
+	"github.com/ilbproject/ilb/sim/replica"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// change applies scenario change i.
+func (r *runner) change(i int) {
+	c := r.opts.Scenario.Changes[i]
+	for ci, cl := range r.opts.Scenario.Fleet.Clusters {
+		if cl.Name != c.Cluster && cl.Region != c.Region {
+			continue
+		}
+		reps := r.clusters[ci].replicas
+		n := len(reps)
+		if c.Fraction > 0 {
+			n = int(math.Ceil(c.Fraction * float64(len(reps))))
+		}
+		for _, ri := range reps[:n] {
+			r.apply(ri, c.Action)
+		}
+	}
+	r.rec.change(r.clock.now, c)
+}
+
+func (r *runner) apply(ri int, a Action) {
+	rep := r.replicas[ri]
+	now := r.clock.now
+	switch a {
+	case Fail:
+		if rep.state == lcFailed {
+			return
+		}
+		rep.state, rep.since = lcFailed, now
+		rep.scheduled = -1
+		r.complete(rep.m.SetState(now, replica.Failed))
+		r.clock.at(now+detectDelay, evLifecycle, ri)
+	case Recover:
+		if rep.state != lcFailed {
+			return
+		}
+		rep.state, rep.since, rep.envoyUp = lcStarting, now, false
+		rep.m.SetState(now, replica.Starting)
+		r.clock.at(now+startupTime, evLifecycle, ri)
+	case Drain:
+		if rep.state == lcFailed || rep.state == lcDraining {
+			return
+		}
+		rep.state, rep.since, rep.envoyUp = lcDraining, now, false
+		rep.m.SetState(now, replica.Draining)
+	case Restore:
+		if rep.state != lcDraining {
+			return
+		}
+		rep.state, rep.since, rep.envoyUp = lcReady, now, true
+		rep.m.SetState(now, replica.Ready)
+		r.schedule(ri)
+	}
+}
+
+// lifecycle moves a replica along: Envoy notices a crash; a started
+// replica warms up; a warm one is ready.
+func (r *runner) lifecycle(ri int) {
+	rep := r.replicas[ri]
+	now := r.clock.now
+	switch {
+	case rep.state == lcFailed && now-rep.since >= detectDelay:
+		rep.envoyUp = false
+	case rep.state == lcStarting && now-rep.since >= startupTime:
+		rep.state, rep.since, rep.envoyUp = lcWarming, now, true
+		rep.m.SetState(now, replica.Warming)
+		r.clock.at(now+warmupTime, evLifecycle, ri)
+	case rep.state == lcWarming && now-rep.since >= warmupTime:
+		rep.state, rep.since = lcReady, now
+		rep.m.SetState(now, replica.Ready)
+	}
+}
+
+// refreshSignals is one round of ILB's engine signals: a cluster with no
+// serving replica is excluded by the fast loop; one whose serving
+// replicas are all saturated (waiting >= 2 × max(running, 1), or KV cache
+// >= 95%, the signals defaults) is saturated.
+func (r *runner) refreshSignals() {
+	for ci, c := range r.clusters {
+		serving, saturated := 0, 0
+		for _, ri := range c.replicas {
+			rep := r.replicas[ri]
+			if rep.state != lcReady && rep.state != lcWarming {
+				continue
+			}
+			serving++
+			l := rep.m.Load()
+			if float64(l.Waiting) >= 2*math.Max(float64(l.Running), 1) || l.KVUsage >= 0.95 {
+				saturated++
+			}
+		}
+		r.live[ci] = liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving}
+		r.rec.sample(ci, c, r)
+	}
+}
+
+// clusterStates is what ILB's signals tell the controller.
+func (r *runner) clusterStates() map[string]weights.ClusterState {
+	out := make(map[string]weights.ClusterState, len(r.clusters))
+	now := r.clock.now
+	for ci, c := range r.clusters {
+		ready, draining, unhealthy := 0, 0, 0
+		var warming []float64
+		for _, ri := range c.replicas {
+			rep := r.replicas[ri]
+			switch rep.state {
+			case lcReady:
+				ready++
+			case lcWarming:
+				warming = append(warming, math.Min(1, float64(now-rep.since)/float64(warmupTime)))
+			case lcDraining:
+				draining++
+			default:
+				unhealthy++
+			}
+		}
+		out[r.opts.Scenario.Fleet.Clusters[ci].Name] = weights.NewClusterState(c.capacity, ready, warming, draining, unhealthy)
+	}
+	return out
+}
+
+// takeDemand returns the demand metered since the last call as rates,
+// as ext_proc reports it over LRS.
+func (r *runner) takeDemand() weights.Demand {
+	d := weights.Demand{}
+	secs := (r.clock.now - r.meterAt).Seconds()
+	if secs <= 0 {
+		return d
+	}
+	for k, v := range r.meter {
+		d[k] = weights.Rate{RequestsPerSecond: v.RequestsPerSecond / secs, CostPerSecond: v.CostPerSecond / secs}
+	}
+	clear(r.meter)
+	r.meterAt = r.clock.now
+	return d
+}
