@@ -91,11 +91,12 @@ type CostBand struct {
 // steepest utilization band plus the longest round trip and its egress,
 // plus twice the movement cost), so that ILB sheds them only when it
 // cannot serve them; the sheddable price must exceed the dearest way of
-// serving below the top band. Its default (2000) is below the default top
-// band (3000), which is thus kept for standard and critical demand: ILB
-// sheds sheddable demand rather than run a cluster in its last 10% of
-// capacity, where queues build up (docs/benchmarks.md, outage). Lower
-// priorities are cheaper, so that they are shed first. Costs are bounded above:
+// serving up to the target utilization. Its default (2000) lies between
+// the default bands of 85-90% (1500) and 90-95% (3000): ILB sheds
+// sheddable demand rather than run a cluster past 90% of its capacity,
+// where queues build up (docs/benchmarks.md, outage), and keeps the rest
+// for standard and critical demand. Lower priorities are cheaper, so that
+// they are shed first. Costs are bounded above:
 // sheddable and standard below OverflowCost (1e6, what serving critical
 // demand above a cluster's capacity costs, so shedding them is always
 // preferred to overloading), critical at most MaxShedCost (1e6), which
@@ -133,16 +134,21 @@ func DefaultController() Controller {
 // DefaultUtilizationCost is the curve used when the file gives none, for
 // target utilization t: free up to t/2, then 1, 2, 4, 8 per unit in four
 // bands up to t (gentle: load spreads over clusters of one region before
-// it leaves it), then 1000 up to halfway to 1 and 3000 up to 1 (steep:
-// past the target an engine is on the knee of its TTFT curve, so any
-// cluster up to a second away is preferred; see docs/benchmarks.md).
+// it leaves it), then 1000, 1500, 3000 and 6000 in four bands up to 1
+// (steep: past the target an engine is on the knee of its TTFT curve, so
+// any cluster up to a second away is preferred, and the rising steps
+// spread the load evenly rather than fill the nearest clusters first; see
+// docs/benchmarks.md).
 func DefaultUtilizationCost(t float64) []CostBand {
 	b := []CostBand{{UpTo: t / 2, Cost: 0}}
 	for i, c := range []float64{1, 2, 4, 8} {
 		b = append(b, CostBand{UpTo: t/2 + t/2*float64(i+1)/4, Cost: c})
 	}
 	if t < 1 {
-		b = append(b, CostBand{UpTo: t + (1-t)/2, Cost: 1000}, CostBand{UpTo: 1, Cost: 3000})
+		for i, c := range []float64{1000, 1500, 3000, 6000} {
+			b = append(b, CostBand{UpTo: t + (1-t)*float64(i+1)/4, Cost: c})
+		}
+		b[len(b)-1].UpTo = 1 // exactly, whatever the rounding
 	}
 	return b
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // TestValidateShedding: shed costs sit between the dearest way of serving
-// (here 3000 top band + 2 × 5 movement + 80 ms + 0.05 $/GB × 100 = 3095;
-// for sheddable demand, below the top band: 1000 + 85 + 10 = 1095) and
+// (here 6000 top band + 2 × 5 movement + 80 ms + 0.05 $/GB × 100 = 6095;
+// for sheddable demand, up to the target utilization: 8 + 85 + 10 = 103) and
 // the overflow cost (serving critical demand above a cluster's
 // capacity), so ILB sheds standard and sheddable demand rather than
 // overload a cluster; and every cost stays small enough for the solver's
@@ -31,18 +31,18 @@ func TestValidateShedding(t *testing.T) {
 		{"shed costs above the overflow cost", func(sh *config.Shedding) {
 			sh.SheddableCost, sh.StandardCost = 2e6, 3e6
 		}, []string{
-			"controller.shedding.sheddable_cost: 2e+06 is too high: want a cost in (1095, 1e+06): shedding it must cost less than serving critical demand above a cluster's capacity (1e+06)",
-			"controller.shedding.standard_cost: 3e+06 is too high: want a cost in (3095, 1e+06)",
+			"controller.shedding.sheddable_cost: 2e+06 is too high: want a cost in (103, 1e+06): shedding it must cost less than serving critical demand above a cluster's capacity (1e+06)",
+			"controller.shedding.standard_cost: 3e+06 is too high: want a cost in (6095, 1e+06)",
 		}},
 		{"standard at the overflow cost", func(sh *config.Shedding) {
 			sh.StandardCost = config.OverflowCost
-		}, []string{"controller.shedding.standard_cost: 1e+06 is too high: want a cost in (3095, 1e+06): shedding it must cost less"}},
+		}, []string{"controller.shedding.standard_cost: 1e+06 is too high: want a cost in (6095, 1e+06): shedding it must cost less"}},
 		{"critical cost past the cap", func(sh *config.Shedding) {
 			sh.ShedCritical, sh.CriticalCost = true, 1e12
 		}, []string{"controller.shedding.critical_cost: 1e+12 is too high: want a cost in (100000, 1e+06]: larger costs overflow the solver's int64 arithmetic"}},
 		{"too low, as before", func(sh *config.Shedding) {
 			sh.SheddableCost = 5
-		}, []string{"controller.shedding.sheddable_cost: 5 is too low: want more than 1095 (the dearest way of serving below the top utilization band"}},
+		}, []string{"controller.shedding.sheddable_cost: 5 is too low: want more than 103 (the dearest way of serving up to the target utilization"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -39,7 +39,10 @@ type Signals struct {
 	// 10% to 100% over it; default 30s, 0 to disable.
 	Warmup Duration `yaml:"warmup" json:"warmup"`
 	// SaturationQueue: a replica with at least this many waiting requests
-	// per running one (or per 1 when none runs) is saturated; default 2.
+	// per running one (or per 1 when none runs) is saturated; default 0.5:
+	// a queue of half the batch is seconds of waiting on a vLLM-class
+	// engine, and ext_proc steers requests away from saturated clusters
+	// (docs/benchmarks.md: 2 reacted too late to a code burst).
 	SaturationQueue float64 `yaml:"saturation_queue" json:"saturation_queue"`
 	// SaturationKV: a replica whose KV cache usage is at least this is
 	// saturated; default 0.95.
@@ -110,7 +113,7 @@ func DefaultSignals() Signals {
 		Interval: Duration(time.Second), Timeout: Duration(500 * time.Millisecond),
 		Concurrency: 64, MaxBodyBytes: 4 << 20, RetryDelay: Duration(200 * time.Millisecond),
 		UnhealthyAfter: 2, HealthyAfter: 2, StaleAfter: 5, Warmup: Duration(30 * time.Second),
-		SaturationQueue: 2, SaturationKV: 0.95,
+		SaturationQueue: 0.5, SaturationKV: 0.95,
 	}
 }
 

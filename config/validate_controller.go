@@ -50,8 +50,8 @@ func (c *Config) validateController(p *problems) {
 		// Demand is dated by the tick after each reporter's last report.
 		p.addf("controller.stale_after", "%s is shorter than the tick %s plus extproc.report_interval %s: demand would look stale between two reports", ct.StaleAfter, ct.Tick, ri)
 	}
-	top, belowTop := c.validateCurve(p, ct.UtilizationCost)
-	c.validateShedding(p, top, belowTop)
+	top, atTarget := c.validateCurve(p, ct.UtilizationCost)
+	c.validateShedding(p, top, atTarget)
 	for i, m := range c.Models {
 		path := fmt.Sprintf("models[%d]", i)
 		if !finite(m.PromptTokenCost) {
@@ -67,13 +67,18 @@ func (c *Config) validateController(p *problems) {
 }
 
 // validateCurve checks a utilization cost curve and returns its top cost.
-func (c *Config) validateCurve(p *problems, bands []CostBand) (top, belowTop float64) {
+// validateCurve checks the utilization cost curve and returns the cost of
+// its top band and of the band that reaches the target utilization.
+func (c *Config) validateCurve(p *problems, bands []CostBand) (top, atTarget float64) {
 	if len(bands) == 0 {
 		bands = c.Controller.CostCurve()
 	}
 	prevUp, prevCost := 0.0, 0.0
+	target := c.Controller.TargetUtilization
 	for i, b := range bands {
-		belowTop = prevCost
+		if prevUp < target {
+			atTarget = b.Cost
+		}
 		path := fmt.Sprintf("controller.utilization_cost[%d]", i)
 		if !finite(b.UpTo) || b.UpTo <= prevUp || b.UpTo > 1 {
 			p.addf(path+".up_to", "%v is out of order: want a utilization in (%v, 1], above the previous band's", b.UpTo, prevUp)
@@ -86,7 +91,7 @@ func (c *Config) validateCurve(p *problems, bands []CostBand) (top, belowTop flo
 	if prevUp != 1 {
 		p.addf("controller.utilization_cost", "the last band ends at %v: want 1 (full capacity)", prevUp)
 	}
-	return prevCost, belowTop
+	return prevCost, atTarget
 }
 
 // Cost limits of the optimizer, in ms-equivalent per token-cost unit.
@@ -104,12 +109,12 @@ const (
 )
 
 // validateShedding checks that shedding sheddable demand is dearer than
-// any way of serving it below the top utilization band, and shedding
+// any way of serving it up to the target utilization, and shedding
 // standard and critical demand dearer than any way of serving at all; that
 // lower priorities are cheaper to shed; that standard and sheddable demand
 // is cheaper to shed than to run a cluster over capacity (the overflow
 // cost); and that no cost is too large for the solver.
-func (c *Config) validateShedding(p *problems, topBand, belowTop float64) {
+func (c *Config) validateShedding(p *problems, topBand, atTarget float64) {
 	sh := c.Controller.Shedding
 	dearestWith := func(band float64) float64 {
 		d := band + 2*c.Controller.MovementCost
@@ -118,7 +123,7 @@ func (c *Config) validateShedding(p *problems, topBand, belowTop float64) {
 		}
 		return d
 	}
-	dearest, dearestBelowTop := dearestWith(topBand), dearestWith(belowTop)
+	dearest, dearestAtTarget := dearestWith(topBand), dearestWith(atTarget)
 	// check wants v in (floor, ceiling), or (floor, ceiling] when closed.
 	check := func(path string, v, floor float64, what string, ceiling float64, closed bool, why string) {
 		switch {
@@ -140,8 +145,8 @@ func (c *Config) validateShedding(p *problems, topBand, belowTop float64) {
 		return 0
 	}
 	overflow := fmt.Sprintf("shedding it must cost less than serving critical demand above a cluster's capacity (%v), or ILB overloads a cluster instead of shedding", float64(OverflowCost))
-	check("controller.shedding.sheddable_cost", sh.SheddableCost, dearestBelowTop,
-		"the dearest way of serving below the top utilization band: ILB must shed sheddable demand only when no cluster has room below its top band", OverflowCost, false, overflow)
+	check("controller.shedding.sheddable_cost", sh.SheddableCost, dearestAtTarget,
+		"the dearest way of serving up to the target utilization: ILB must not shed sheddable demand while a cluster it may use is below its target", OverflowCost, false, overflow)
 	check("controller.shedding.standard_cost", sh.StandardCost, math.Max(dearest, below(sh.SheddableCost, OverflowCost)),
 		"sheddable_cost: lower priorities are shed first", OverflowCost, false, overflow)
 	if sh.ShedCritical {

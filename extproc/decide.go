@@ -22,6 +22,7 @@ const (
 	reasonWeighted = "weighted" // random draw over the weights
 	reasonSession  = "session"  // draw from the session key: sticky
 	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
+	reasonSteered  = "steered"  // the drawn cluster is saturated now: drawn again among the unsaturated
 )
 
 // decide resolves the model, applies the fast loop (live exclusions —
@@ -101,19 +102,45 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		setRaw(header.RouteModel, model),
 		setRaw(header.RouteDraw, strconv.FormatUint(draw, 10)),
 	}}
-	switch {
-	case len(remaining) < len(c.targets) && !contains(remaining, cluster):
+	named := false
+	if len(remaining) < len(c.targets) && !contains(remaining, cluster) {
 		// Envoy would take an excluded cluster: draw again, with the same
 		// value (sessions stay sticky), among the rest, and name it.
 		again, slot2 := pickAmong(remaining, draw)
 		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", cluster, live.Clusters[cluster].Excluded, len(remaining), slot2)
-		rec.Chosen, rec.Reason = again, reasonRedrawn
-		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, again))
-	case src.nameCluster:
-		// The source's routes are not ILB's (Istio): name the cluster.
-		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, cluster))
+		rec.Chosen, rec.Reason, named = again, reasonRedrawn, true
+	}
+	if live != nil && live.Clusters[rec.Chosen].Saturated {
+		// Steering: the cluster this request would go to has a queue now
+		// while others of the cell do not. The weights are planned on
+		// smoothed demand every tick; between ticks, fluctuations build
+		// queues on some clusters while others have room. Draw again, with
+		// the same value, among the unsaturated remaining clusters, by
+		// their weights (so the load spreads as the weights say, not onto
+		// one cluster). When every one is saturated, the weights stand.
+		if cool := unsaturated(remaining, live); len(cool) > 0 {
+			again, slot2 := pickAmong(cool, draw)
+			rec.Redrawn = fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", rec.Chosen, len(cool), slot2)
+			rec.Chosen, rec.Reason, named = again, reasonSteered, true
+		}
+	}
+	if named || src.nameCluster {
+		// Name the cluster when it is not the one Envoy would draw, or
+		// when the source's routes are not ILB's (Istio).
+		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, rec.Chosen))
 	}
 	return mut, nil
+}
+
+// unsaturated lists the targets with weight that are not saturated.
+func unsaturated(ts []weightedTarget, live *Live) []weightedTarget {
+	var out []weightedTarget
+	for _, t := range ts {
+		if t.weight > 0 && !live.Clusters[t.cluster].Saturated {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt

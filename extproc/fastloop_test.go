@@ -60,28 +60,39 @@ func TestFastLoop(t *testing.T) {
 		status int    // 0: routed
 		code   string // rejection code, or the record's reason when routed
 		to     string // x-ilb-route-cluster, "" when Envoy's draw stands
+		why    string // in the record's Redrawn when to is set
 	}{
-		{"no live state: the draw stands", weights.ShedFractions{}, nil, "", 0, "weighted", ""},
+		{"no live state: the draw stands", weights.ShedFractions{}, nil, "", 0, "weighted", "", ""},
 		{"drawn cluster excluded: drawn again among the rest", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"eu-west-vllm": {Excluded: "no ready replica (2 unhealthy)"},
-		}}, "", 0, "redrawn", "eu-west-tgi"}, // among us-east [0, 4000) and tgi [4000, 6000): 4242 % 6000 falls in tgi
+		}}, "", 0, "redrawn", "eu-west-tgi", "eu-west-vllm is excluded"}, // among us-east [0, 4000) and tgi [4000, 6000): 4242 % 6000 falls in tgi
 		{"stale live state is ignored", weights.ShedFractions{}, &extproc.Live{At: now.Add(-time.Minute), Clusters: map[string]extproc.ClusterLive{
 			"eu-west-vllm": {Excluded: "no ready replica"},
-		}}, "", 0, "weighted", ""},
+		}}, "", 0, "weighted", "", ""},
 		{"every cluster excluded: 503", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"us-east-vllm": {Excluded: "unhealthy"}, "eu-west-vllm": {Excluded: "unhealthy"}, "eu-west-tgi": {Excluded: "draining"},
-		}}, "", 503, "no_capacity", ""},
-		{"planned shedding of sheddable", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 429, "shed", ""},
-		{"planned shedding spares other priorities", weights.ShedFractions{weights.Sheddable: 1}, nil, "standard", 0, "weighted", ""},
+		}}, "", 503, "no_capacity", "", ""},
+		{"planned shedding of sheddable", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 429, "shed", "", ""},
+		{"planned shedding spares other priorities", weights.ShedFractions{weights.Sheddable: 1}, nil, "standard", 0, "weighted", "", ""},
 		{"all saturated: sheddable refused", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
-		}}, "sheddable", 429, "overloaded", ""},
+		}}, "sheddable", 429, "overloaded", "", ""},
 		{"all saturated: critical still served", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
-		}}, "critical", 0, "weighted", ""},
-		{"one cluster not saturated: sheddable served", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		}}, "critical", 0, "weighted", "", ""},
+		{"one cluster not saturated: sheddable served there", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true},
-		}}, "sheddable", 0, "weighted", ""},
+		}}, "sheddable", 0, "steered", "eu-west-tgi", "eu-west-vllm is saturated: drawn again among 1 unsaturated clusters"},
+		// The draw (4242) falls in eu-west-vllm [4000, 8000).
+		{"drawn cluster saturated: steered by weight among the others", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"eu-west-vllm": {Saturated: true},
+		}}, "", 0, "steered", "eu-west-tgi", "eu-west-vllm is saturated: drawn again among 2 unsaturated clusters, slot 4242"}, // us-east [0, 4000), tgi [4000, 6000)
+		{"another cluster saturated: the draw stands", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": {Saturated: true},
+		}}, "", 0, "weighted", "", ""},
+		{"redrawn onto a saturated cluster: steered", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"eu-west-vllm": {Excluded: "no ready replica"}, "eu-west-tgi": {Saturated: true},
+		}}, "", 0, "steered", "us-east-vllm", "eu-west-tgi is saturated: drawn again among 1 unsaturated clusters"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,7 +129,7 @@ func TestFastLoop(t *testing.T) {
 			if set[header.RouteCluster] != tt.to {
 				t.Errorf("%s = %q; want %q", header.RouteCluster, set[header.RouteCluster], tt.to)
 			}
-			if rec.Reason != tt.code || (tt.to != "" && (rec.Chosen != tt.to || !strings.Contains(rec.Redrawn, "eu-west-vllm is excluded"))) {
+			if rec.Reason != tt.code || (tt.to != "" && (rec.Chosen != tt.to || !strings.Contains(rec.Redrawn, tt.why))) {
 				t.Errorf("record reason %s chosen %s redrawn %q", rec.Reason, rec.Chosen, rec.Redrawn)
 			}
 			// 400/4 prompt... ~ 100 prompt tokens × 1 + 100 output × 4.

@@ -40,7 +40,7 @@ type Record struct {
 	Chosen         string      `json:"chosen,omitempty"`
 	// Redrawn says why the first draw's cluster was passed over.
 	Redrawn string `json:"redrawn,omitempty"`
-	// Reason is a short code: weighted, session, redrawn, or the code of
+	// Reason is a short code: weighted, session, redrawn, steered, or the code of
 	// a rejection (model_not_found, invalid_json, shed, overloaded,
 	// no_capacity, ...).
 	Reason string `json:"reason"`

@@ -216,7 +216,7 @@ func TestBeatsBaselines(t *testing.T) {
 				continue // infeasible: the baseline overloads a cluster
 			}
 			compared[p.Name()]++
-			if tol := 2e-4 * in.Demand.Total() * (3000 + 160 + 10); opt.Total > base.Total+tol+1e-6 {
+			if tol := 2e-4 * in.Demand.Total() * (6000 + 160 + 10); opt.Total > base.Total+tol+1e-6 {
 				t.Fatalf("world %d: optimizer costs %+v, more than %s %+v", i, opt, p.Name(), base)
 			}
 		}

@@ -43,15 +43,24 @@ func checkInvariants(t *testing.T, wd *world, w *weights.Weights) {
 			t.Fatalf("%s/%s sheds critical before all standard", cell.Source, cell.Model)
 		}
 		// Standard or critical shed only when every cluster the cell may
-		// use is full; sheddable (default price 2000, below the top band's
-		// 3000) once every one is in its top band.
+		// use is full; sheddable only when every one is past the bands
+		// where serving costs less than shedding it, whatever the link.
 		shedding, full := false, 1.0
 		for _, p := range weights.Priorities {
 			shedding = shedding || cell.Shed[p] > 1e-6
 		}
 		if cell.Shed[weights.Standard] <= 1e-6 && cell.Shed[weights.Critical] <= 1e-6 {
-			curve := wd.cfg.Controller.CostCurve()
-			full = curve[len(curve)-2].UpTo
+			ct := wd.cfg.Controller
+			worstLink := 0.0
+			for _, l := range wd.cfg.Network {
+				worstLink = math.Max(worstLink, l.RTTMs+l.EgressUSDPerGB*ct.EgressMsPerUSDPerGB)
+			}
+			full = 0
+			for _, b := range ct.CostCurve() {
+				if b.Cost+2*ct.MovementCost+worstLink < ct.Shedding.SheddableCost {
+					full = b.UpTo
+				}
+			}
 		}
 		for _, term := range cell.Explanation.Terms {
 			if math.IsNaN(term.Utilization) || math.IsNaN(term.MarginalCost) || math.IsNaN(term.Share) {

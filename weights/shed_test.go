@@ -80,7 +80,7 @@ func TestDearestCostsDoNotOverflow(t *testing.T) {
 		sh.ShedCritical = shedCritical
 		sh.SheddableCost, sh.StandardCost, sh.CriticalCost = config.OverflowCost-2, config.OverflowCost-1, config.MaxShedCost
 		for i := range c.Network {
-			c.Network[i].RTTMs = config.OverflowCost - 3100 // dearer than the top band, cheaper than shedding
+			c.Network[i].RTTMs = config.OverflowCost - 6100 // dearer than the top band, cheaper than shedding
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)

@@ -153,12 +153,15 @@ func TestADSRefusesUnknownSource(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds; the deadline is generous because
+// `go test -race ./...` runs CPU-heavy packages (sim/experiment) alongside
+// on 2 cores.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+			t.Fatal("condition not met within 20s")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

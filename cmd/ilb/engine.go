@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/ilbproject/ilb/sim/engine"
+	"github.com/ilbproject/ilb/sim/fleet"
+	"github.com/ilbproject/ilb/sim/replica"
 )
 
 // runEngine serves one simulated engine replica (OpenAI API, vLLM-style
@@ -21,8 +23,9 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cluster := fs.String("cluster", "", "engine cluster this replica belongs to (metrics label, response header)")
 	name := fs.String("name", "", "replica name (default CLUSTER/LISTEN)")
 	models := fs.String("models", "", "served model names, comma-separated (canonical names and aliases)")
-	slots := fs.Int("max-running", engine.DefaultMaxRunning, "requests generating at once; more wait in a FIFO queue")
-	itl := fs.Duration("inter-token-latency", engine.DefaultInterTokenLatency, "time between two tokens of one request")
+	profile := fs.String("profile", fleet.DefaultProfile, "timing model: a replica profile ("+profileNames()+"), or \"fixed\" for fixed timing")
+	slots := fs.Int("max-running", engine.DefaultMaxRunning, "with --profile fixed: requests generating at once; more wait in a FIFO queue")
+	itl := fs.Duration("inter-token-latency", engine.DefaultInterTokenLatency, "with --profile fixed: time between two tokens of one request")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -46,6 +49,10 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *itl < 0 {
 		problems = append(problems, fmt.Errorf("--inter-token-latency %s: want a duration >= 0", *itl))
 	}
+	p, known := replica.LookupProfile(*profile)
+	if !known && *profile != "fixed" {
+		problems = append(problems, fmt.Errorf("--profile %q: want one of %s, or fixed", *profile, profileNames()))
+	}
 	if err := errors.Join(problems...); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
@@ -56,11 +63,22 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	timing := engine.DefaultFixedTiming()
-	timing.MaxRunning, timing.InterTokenLatency = *slots, *itl
+	var backend engine.Backend
+	if known {
+		b, err := replica.NewBackend(replica.Options{Profile: p, Name: *name}, replica.RealClock())
+		if err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+		defer b.Close()
+		backend = b
+	} else {
+		timing := engine.DefaultFixedTiming()
+		timing.MaxRunning, timing.InterTokenLatency = *slots, *itl
+		backend = engine.NewFixedBackend(timing)
+	}
 	srv, err := engine.New(engine.Options{
 		Name: *name, Cluster: *cluster, Models: served,
-		Backend: engine.NewFixedBackend(timing), Logger: log,
+		Backend: backend, Logger: log,
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
@@ -70,6 +88,15 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	fmt.Fprintf(stdout, "engine %s (cluster %s) serving %s on http://%s\n", *name, *cluster, strings.Join(served, ", "), ln.Addr())
+	fmt.Fprintf(stdout, "engine %s (cluster %s, timing %s) serving %s on http://%s\n", *name, *cluster, *profile, strings.Join(served, ", "), ln.Addr())
 	return srv.Serve(ctx, ln)
+}
+
+// profileNames lists the replica profiles, comma-separated.
+func profileNames() string {
+	var names []string
+	for _, p := range replica.Profiles() {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -256,11 +256,33 @@ func (l *lockedBuffer) String() string {
 // TestEngineCommand serves a simulated engine and asks it for a chat
 // completion and its metrics over real HTTP.
 func TestEngineCommand(t *testing.T) {
+	for _, tc := range []struct{ name, profile, timing string }{
+		{"default: the replica model", "", "timing llama-3-8b/h100"},
+		{"A100 model", "llama-3-8b/a100-80gb", "timing llama-3-8b/a100-80gb"},
+		{"fixed timing", "fixed", "timing fixed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"engine", "--listen", "127.0.0.1:0", "--cluster", "c1", "--models", "m1, alias-1"}
+			if tc.profile != "" {
+				args = append(args, "--profile", tc.profile)
+			}
+			out := engineRoundTrip(t, args)
+			if !strings.Contains(out, tc.timing) {
+				t.Errorf("banner %q lacks %q", out, tc.timing)
+			}
+		})
+	}
+}
+
+// engineRoundTrip runs ilb engine with args, checks a chat completion and
+// the metrics, stops it and returns its stdout.
+func engineRoundTrip(t *testing.T, args []string) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"engine", "--listen", "127.0.0.1:0", "--cluster", "c1", "--models", "m1, alias-1"}, &out, io.Discard)
+		done <- run(ctx, args, &out, io.Discard)
 	}()
 	var addr string
 	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -294,6 +316,10 @@ func TestEngineCommand(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("engine stopped with %v", err)
 	}
+	return out.String()
+}
+
+func TestEngineCommandErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -302,6 +328,7 @@ func TestEngineCommand(t *testing.T) {
 		{"no cluster", []string{"engine", "--models", "m"}, "--cluster is required"},
 		{"no models", []string{"engine", "--cluster", "c", "--models", " , "}, `--models " , ": want at least one model name`},
 		{"bad slots", []string{"engine", "--cluster", "c", "--models", "m", "--max-running", "0"}, "--max-running 0: want at least 1"},
+		{"bad profile", []string{"engine", "--cluster", "c", "--models", "m", "--profile", "gpt-5/tpu"}, `--profile "gpt-5/tpu": want one of llama-3-8b/h100,`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := runCmd(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -71,8 +71,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		all = append(all, results)
 		if !*asJSON {
+			summary := s.Summary
+			if note := traceNote(*trace, *traceScale); note != "" {
+				summary = note
+			}
 			fmt.Fprintf(stdout, "scenario %s (%s simulated, seed %d, %d requests, ran in %s): %s\n\n", s.Name, s.Duration, *seed,
-				results[0].Totals.Requests, time.Since(start).Round(100*time.Millisecond), s.Summary)
+				results[0].Totals.Requests, time.Since(start).Round(100*time.Millisecond), summary)
 			if err := experiment.WriteTable(stdout, results); err != nil {
 				return err
 			}
@@ -96,7 +100,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	if *report != "" {
-		if err := writeReport(*report, *plots, *format, *duration, *seed, all); err != nil {
+		if err := writeReport(*report, *plots, *format, *duration, *seed, traceNote(*trace, *traceScale), all); err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
 	}
@@ -147,13 +151,22 @@ func replayAtEverySource(s experiment.Scenario, rows []workload.Row, scale float
 	return workload.Merge(streams...), nil
 }
 
+// traceNote describes a trace replay that replaces the scenarios'
+// workloads; "" without a trace.
+func traceNote(trace string, scale float64) string {
+	if trace == "" {
+		return ""
+	}
+	return fmt.Sprintf("the fleet and events of this scenario; its workload replaced by %s replayed at ×%g at every source", trace, scale)
+}
+
 // reportMarker separates the hand-written part of a report file, kept when
 // the file is regenerated, from the generated results.
 const reportMarker = "<!-- ilb sim: generated results below; edit above this line -->"
 
 // writeReport writes the Markdown report of every scenario into path,
 // keeping what the file holds up to reportMarker.
-func writeReport(path, plots, format string, d time.Duration, seed uint64, all [][]*experiment.Result) error {
+func writeReport(path, plots, format string, d time.Duration, seed uint64, note string, all [][]*experiment.Result) error {
 	var head string
 	switch old, err := os.ReadFile(path); {
 	case err == nil:
@@ -167,13 +180,21 @@ func writeReport(path, plots, format string, d time.Duration, seed uint64, all [
 	b.WriteString(head)
 	b.WriteString(reportMarker + "\n\n")
 	fmt.Fprintf(&b, "## Results (%s simulated per scenario, seed %d)\n\n", d, seed)
+	b.WriteString("ILB's ratios to each baseline (goodput: higher is better; p99 TTFT: lower is better):\n\n")
+	if err := experiment.WriteSummary(&b, all); err != nil {
+		return err
+	}
 	for _, results := range all {
 		name := results[0].Scenario
 		s, err := experiment.LookupScenario(name, d)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "### %s\n\n%s. %d requests; SLO: time to first token within %s.\n\n", name, s.Summary, results[0].Totals.Requests, s.SLO)
+		summary := s.Summary
+		if note != "" {
+			summary = note
+		}
+		fmt.Fprintf(&b, "### %s\n\n%s. %d requests; SLO: time to first token within %s.\n\n", name, summary, results[0].Totals.Requests, s.SLO)
 		if err := experiment.WriteMarkdown(&b, results); err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@ func TestSimCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(b)
-	for _, want := range []string{"Hand-written analysis.", "### outage", "| ilb |", "![outage ttft](plots/outage-ttft.svg)"} {
+	for _, want := range []string{"Hand-written analysis.", "| scenario | vs round_robin: goodput, p99 TTFT |", "| outage | ", "### outage", "| ilb |", "![outage ttft](plots/outage-ttft.svg)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}

@@ -9,12 +9,19 @@
 // controller tick from the demand the run measures and the replica states,
 // a request draws from them as Envoy's weighted_clusters would, and the
 // ext_proc fast loop — exclusions of clusters with no serving replica,
-// planned and saturation shedding — can be on or off); the request crosses
+// steering away from saturated clusters, planned and saturation shedding —
+// can be on or off); the request crosses
 // half the round trip, Envoy's least-request picks a replica inside the
 // cluster (two random choices), the replica's iteration-level model runs
 // it, and its first token crosses back. Scenario events fail, drain and
 // restore replicas on a schedule.
 //
+// The capacity per replica the controller plans with is calibrated from
+// the engine model on the scenario's request mix, as an operator would
+// with a serving benchmark ([Calibrate]).
+//
 // Every run is deterministic per seed: the same scenario, policy and seed
 // give the same figures. Runs of different policies share the workload.
+// A Run is single-threaded and owns its state; [Compare] runs policies in
+// parallel.
 package experiment

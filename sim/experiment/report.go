@@ -3,6 +3,7 @@ package experiment
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -101,12 +102,69 @@ func ratios(results []*Result) []string {
 		}
 		g, t := "n/a", "n/a"
 		if r.Totals.Goodput > 0 {
-			g = fmt.Sprintf("%.2f×", ilb.Totals.Goodput/r.Totals.Goodput)
+			g = ratio(ilb.Totals.Goodput / r.Totals.Goodput)
 		}
 		if r.Totals.TTFTp99 > 0 {
-			t = fmt.Sprintf("%.2f×", ilb.Totals.TTFTp99/r.Totals.TTFTp99)
+			t = ratio(ilb.Totals.TTFTp99 / r.Totals.TTFTp99)
 		}
 		out = append(out, fmt.Sprintf("ILB vs %s: goodput %s, TTFT p99 %s", r.Policy, g, t))
 	}
 	return out
+}
+
+// ratio prints x with two decimals, or two significant digits below 0.1.
+func ratio(x float64) string {
+	if x < 0.1 {
+		return fmt.Sprintf("%.2g×", x)
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+// WriteSummary prints one Markdown row per scenario of all (the results of
+// each scenario, ILB's among them): ILB's goodput and p99 TTFT against
+// each baseline, what ILB shed by priority, and the residency violations
+// of every policy together.
+func WriteSummary(w io.Writer, all [][]*Result) error {
+	var others []string
+	for _, results := range all {
+		for _, r := range results {
+			if r.Policy != "ilb" && !slices.Contains(others, r.Policy) {
+				others = append(others, r.Policy)
+			}
+		}
+	}
+	head := []string{"scenario"}
+	for _, o := range others {
+		head = append(head, "vs "+o+": goodput, p99 TTFT")
+	}
+	head = append(head, "ILB shed crit / std / sheddable", "residency violations (all)")
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for _, results := range all {
+		var ilb *Result
+		viol := 0
+		for _, r := range results {
+			viol += r.Totals.ResidencyViolations
+			if r.Policy == "ilb" {
+				ilb = r
+			}
+		}
+		if ilb == nil || len(results) == 0 {
+			continue
+		}
+		row := []string{results[0].Scenario}
+		for _, o := range others {
+			cell := "–"
+			for _, r := range results {
+				if r.Policy == o && r.Totals.Goodput > 0 && r.Totals.TTFTp99 > 0 {
+					cell = ratio(ilb.Totals.Goodput/r.Totals.Goodput) + ", " + ratio(ilb.Totals.TTFTp99/r.Totals.TTFTp99)
+				}
+			}
+			row = append(row, cell)
+		}
+		s := ilb.Totals.Shed
+		row = append(row, pct(s[0])+" / "+pct(s[1])+" / "+pct(s[2]), fmt.Sprint(viol))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+	_, err := fmt.Fprintln(w)
+	return err
 }

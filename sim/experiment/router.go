@@ -59,9 +59,10 @@ type liveCluster struct {
 // fast loop, a sheddable request is shed when every remaining cluster is
 // saturated; then the weighted draw, as Envoy's weighted_clusters takes
 // it (draw modulo the total, cumulative weights in order), drawn again
-// among the remaining clusters when the fast loop excludes the one drawn.
-// Without the fast loop nothing is excluded: Envoy routes to the drawn
-// cluster whatever its state.
+// among the remaining clusters when the fast loop excludes the one drawn,
+// and again among the unsaturated ones when that one is saturated
+// (steering). Without the fast loop nothing is excluded: Envoy routes to
+// the drawn cluster whatever its state.
 func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, live []liveCluster, fast bool) (int, outcome) {
 	c := t.cells[k]
 	if c == nil || len(c.clusters) == 0 {
@@ -89,7 +90,19 @@ func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, 
 	}
 	drawn := pick(c.clusters, c.weights, draw)
 	if fast && !slices.Contains(remaining, drawn) {
-		return pick(remaining, rweights, draw), routed
+		drawn = pick(remaining, rweights, draw)
+	}
+	if fast && live[drawn].saturated {
+		var cool []int
+		var cw []uint64
+		for i, cl := range remaining {
+			if !live[cl].saturated && rweights[i] > 0 {
+				cool, cw = append(cool, cl), append(cw, rweights[i])
+			}
+		}
+		if len(cool) > 0 {
+			return pick(cool, cw, draw), routed
+		}
 	}
 	return drawn, routed
 }

@@ -68,7 +68,7 @@ func generate(d time.Duration, period time.Duration, sources ...workload.SourceS
 
 // ScenarioNames lists the scenarios in report order.
 func ScenarioNames() []string {
-	return []string{"diurnal", "outage", "burst", "residency", "drain"}
+	return []string{"diurnal", "diurnal-peak", "outage", "burst", "residency", "drain"}
 }
 
 // LookupScenario builds the named scenario lasting d (0: one hour).
@@ -87,6 +87,12 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 			source("edge-us", -5, 59, 0.8, conversation),
 			source("edge-eu", 1, 43, 0.8, conversation),
 			source("edge-ap", 8, 37, 0.8, conversation))
+	case "diurnal-peak":
+		s.Summary = "the compressed day of diurnal at 25% more demand (on average ~75% of the fleet): where the regions' days overlap the fleet runs at 90-100%"
+		s.Workload = generate(d, d,
+			source("edge-us", -5, 74, 0.8, conversation),
+			source("edge-eu", 1, 54, 0.8, conversation),
+			source("edge-ap", 8, 46, 0.8, conversation))
 	case "outage":
 		s.Summary = "steady load at ~60% of the fleet; every replica of us-east (42% of the capacity) fails at 25% of the run, leaving less than the demand, and comes back at 55% (startup, then warm-up)"
 		s.Workload = generate(d, d,

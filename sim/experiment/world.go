@@ -81,9 +81,11 @@ func (r *runner) lifecycle(ri int) {
 
 // refreshSignals is one round of ILB's engine signals: a cluster with no
 // serving replica is excluded by the fast loop; one whose serving
-// replicas are all saturated (waiting >= 2 × max(running, 1), or KV cache
-// >= 95%, the signals defaults) is saturated.
+// replicas are all saturated (waiting >= signals.saturation_queue ×
+// max(running, 1), or KV cache >= signals.saturation_kv, as in package
+// signals) is saturated.
 func (r *runner) refreshSignals() {
+	sig := r.cfg.Signals
 	for ci, c := range r.clusters {
 		serving, saturated := 0, 0
 		for _, ri := range c.replicas {
@@ -93,7 +95,7 @@ func (r *runner) refreshSignals() {
 			}
 			serving++
 			l := rep.m.Load()
-			if float64(l.Waiting) >= 2*math.Max(float64(l.Running), 1) || l.KVUsage >= 0.95 {
+			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
 				saturated++
 			}
 		}
