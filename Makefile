@@ -41,9 +41,9 @@ bench:
 bench-routing:
 	$(GO) run ./cmd/ilb sim --scenario all --seed 1 --plots docs/benchmarks --plot-format svg --report docs/benchmarks.md
 
-## golden: regenerate golden files (testdata/, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
+## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:
-	$(GO) test ./xds/ ./envoy/ ./istio/ -update
+	$(GO) test ./xds/ ./envoy/ ./istio/ ./signals/ ./weights/ ./demand/ -update
 
 clean:
 	rm -rf bin

@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -25,10 +26,19 @@ type Weights interface {
 	Current() *weights.Weights
 }
 
-// Decisions looks up decision records.
+// Decisions looks up and follows decision records.
 type Decisions interface {
 	Get(requestID string) (extproc.Record, bool)
-	Recent(n int) []extproc.Record
+	// Find returns up to n most recent records matching f, newest first.
+	Find(f extproc.Filter, n int) []extproc.Record
+	// Subscribe follows the records matching f as they complete, until
+	// ctx is done.
+	Subscribe(ctx context.Context, f extproc.Filter, size int) *extproc.Subscription
+}
+
+// History reports the last published weights versions, newest first.
+type History interface {
+	Versions(n int) []weights.VersionSummary
 }
 
 // Nodes reports the Envoys connected to the xDS server.
@@ -59,6 +69,7 @@ var (
 	_ Rollouts  = (*xds.Server)(nil)
 	_ Signals   = (*signals.Monitor)(nil)
 	_ Demand    = (*demand.Aggregator)(nil)
+	_ History   = (*weights.History)(nil)
 )
 
 // Options are the parts the admin API shows. Nil parts answer 404.
@@ -71,7 +82,10 @@ type Options struct {
 	Rollouts  Rollouts
 	Signals   Signals
 	Demand    Demand
-	Logger    *slog.Logger
+	History   History
+	// UI is the dashboard (package dashboard), mounted at /ui/; nil: none.
+	UI     http.Handler
+	Logger *slog.Logger
 }
 
 // Handler serves:
@@ -81,12 +95,24 @@ type Options struct {
 //	GET /debug/weights              the weights in force (JSON)
 //	GET /debug/weights?explain=1[&source=S][&model=M]
 //	                                with the controller's explanation of each cell
+//	GET /debug/weights/history?limit=N[&source=S][&model=M]
+//	                                the N most recent published versions (default 10,
+//	                                at most 1000), newest first, each with what changed
+//	                                since the version before it, cut to the cells of S/M
 //	GET /debug/decisions?limit=N    the N most recent decision records (default 50)
+//	GET /debug/decisions?follow=1   newline-delimited JSON (application/x-ndjson): each
+//	                                record once, when it completes (response headers, or
+//	                                ILB's own answer), flushed per line, until the client
+//	                                goes away; a reader that falls behind loses records:
+//	                                a line {"dropped":N} says N were lost at that point
+//	     both forms filter with source=, model=, cluster= (chosen or served), reason=;
+//	     an unknown value matches nothing; a bad limit or follow is a 400
 //	GET /debug/decisions/{id}       the decision record of a request id
 //	GET /debug/config               the configuration in force
 //	GET /debug/xds                  xDS nodes: ACKed versions, last NACK
 //	GET /debug/rollout              per source: stable/canary versions, soak, rejected versions
 //	GET /debug/signals              replica and cluster state with reasons and ages, and measured demand
+//	GET /ui/                        the dashboard (when Options.UI is set); GET / redirects there
 //
 // Errors are JSON {"error":{"message":...}} with a 4xx status.
 func Handler(o Options) http.Handler {
@@ -123,20 +149,10 @@ func Handler(o Options) http.Handler {
 		}))
 	})
 	mux.HandleFunc("GET /debug/decisions", func(w http.ResponseWriter, r *http.Request) {
-		if o.Decisions == nil {
-			writeError(w, http.StatusNotFound, "this process keeps no decision log")
-			return
-		}
-		n := 50
-		if s := r.URL.Query().Get("limit"); s != "" {
-			v, err := strconv.Atoi(s)
-			if err != nil || v < 1 || v > 10000 {
-				writeError(w, http.StatusBadRequest, "limit "+strconv.Quote(s)+" is not a number in 1..10000")
-				return
-			}
-			n = v
-		}
-		writeJSON(w, o.Decisions.Recent(n))
+		serveDecisions(w, r, o.Decisions, o.Logger)
+	})
+	mux.HandleFunc("GET /debug/weights/history", func(w http.ResponseWriter, r *http.Request) {
+		serveHistory(w, r, o.History)
 	})
 	mux.HandleFunc("GET /debug/decisions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
@@ -183,6 +199,10 @@ func Handler(o Options) http.Handler {
 		}
 		writeJSON(w, o.Rollouts.Rollouts())
 	})
+	if o.UI != nil {
+		mux.Handle("/ui/", o.UI)
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	}
 	return mux
 }
 

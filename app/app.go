@@ -22,11 +22,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/dashboard"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/internal/serve"
@@ -42,6 +44,10 @@ type Options struct {
 	// Rand is ext_proc's random draw (tests make it deterministic); nil:
 	// math/rand/v2.
 	Rand func() uint64
+	// TracerProvider traces controller ticks, xDS publications and
+	// NACKs, and ext_proc's routing decisions (see package telemetry);
+	// nil: no-op. The caller shuts it down after Wait.
+	TracerProvider trace.TracerProvider
 }
 
 // App is a running ILB. Its servers stop when the context given to Start
@@ -57,6 +63,10 @@ type App struct {
 	// Demand aggregates the demand ext_proc measures (in memory) and any
 	// reporter sends over LRS on the xDS port.
 	Demand *demand.Aggregator
+	// History keeps the last published weights versions (/debug/weights/history, ilb why).
+	History *weights.History
+	// Dashboard is the web page at the admin server's /ui/.
+	Dashboard *dashboard.Dashboard
 
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
@@ -85,13 +95,16 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	now := time.Now
-	xs, err := xds.New(ctx, xds.Options{Config: c, Logger: o.Logger.With("component", "xds"), Registry: reg})
+	xs, err := xds.New(ctx, xds.Options{Config: c, Logger: o.Logger.With("component", "xds"), Registry: reg, TracerProvider: o.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
 	agg := demand.NewAggregator(c, o.Logger.With("component", "demand"), now())
 	meter := demand.NewMeter(now())
-	ep, err := extproc.New(extproc.Options{Config: c, Logger: o.Logger.With("component", "extproc"), Registry: reg, Rand: o.Rand, Meter: meter})
+	ep, err := extproc.New(extproc.Options{
+		Config: c, Logger: o.Logger.With("component", "extproc"), Registry: reg, Rand: o.Rand, Meter: meter,
+		TracerProvider: o.TracerProvider,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -99,10 +112,21 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Config: c, Registry: reg, XDS: xs, ExtProc: ep, Demand: agg, log: o.Logger}
+	// The weights' own gauges and the version history follow every
+	// published version like the servers do; the demand metrics read the
+	// aggregator at each scrape.
+	wmetrics, err := weights.NewMetricsSink(reg)
+	if err != nil {
+		return nil, err
+	}
+	history := weights.NewHistory(0, nil)
+	if err := reg.Register(demand.NewCollector(agg, now)); err != nil {
+		return nil, fmt.Errorf("app: demand metrics: %w", err)
+	}
+	a := &App{Config: c, Registry: reg, XDS: xs, ExtProc: ep, Demand: agg, History: history, log: o.Logger}
 	copts := weights.ControllerOptions{
-		Config: c, Policy: policy, Sinks: []weights.Sink{xs, ep},
-		Logger: o.Logger.With("component", "controller"), Registry: reg,
+		Config: c, Policy: policy, Sinks: []weights.Sink{xs, ep, wmetrics, history},
+		Logger: o.Logger.With("component", "controller"), Registry: reg, TracerProvider: o.TracerProvider,
 		Demand: func() (weights.Demand, time.Time) { return agg.Rates(now()) },
 	}
 	if !c.Signals.Disabled {
@@ -132,14 +156,23 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	if err := a.listen(ctx); err != nil {
 		return nil, err
 	}
+	a.Dashboard = dashboard.New(dashboard.Options{
+		Config: c, Weights: ctl, Decisions: ep.Decisions(), Signals: a.Signals,
+		Logger: o.Logger.With("component", "dashboard"),
+	})
 	aopts := admin.Options{
 		Config: c, Registry: reg, Weights: ctl, Decisions: ep.Decisions(), Nodes: xs, Rollouts: xs, Demand: agg,
-		Logger: o.Logger.With("component", "admin"),
+		History: history, UI: a.Dashboard.Handler(), Logger: o.Logger.With("component", "admin"),
 	}
 	if a.Signals != nil {
 		aopts.Signals = a.Signals
 	}
-	adminSrv := &http.Server{Handler: admin.Handler(aopts), ReadHeaderTimeout: 10 * time.Second}
+	adminSrv := &http.Server{
+		Handler: admin.Handler(aopts), ReadHeaderTimeout: 10 * time.Second,
+		// Streams (/debug/decisions?follow=1) end with the process, not
+		// after the shutdown grace period.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
 	xdsGRPC := grpc.NewServer()
 	xs.Register(xdsGRPC)
 	demand.NewServer(agg, c.ExtProc.ReportInterval.Std(), o.Logger.With("component", "lrs")).Register(xdsGRPC)
@@ -154,6 +187,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	g.Go(func() error { return serve.HTTP(gctx, adminSrv, a.adminLn) })
 	g.Go(func() error { return ctl.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
+	g.Go(func() error { return a.Dashboard.Run(gctx) })
 	if a.Signals != nil {
 		g.Go(func() error { return a.Signals.Run(gctx) })
 		g.Go(func() error { return a.followRamps(gctx) })

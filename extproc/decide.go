@@ -71,19 +71,19 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	remaining, why := c.remaining(live)
 	if len(remaining) == 0 {
 		return nil, &RequestError{
-			Status: 503, Type: "service_unavailable", Code: "no_capacity",
+			Status: 503, Type: "service_unavailable", Code: codeNoCapacity,
 			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, why),
 		}
 	}
 	if f := c.shed[x.prio]; f > 0 && s.uniform() < f {
 		return nil, &RequestError{
-			Status: 429, Type: "rate_limit_error", Code: "shed", RetryAfter: s.opts.Config.ExtProc.RetryAfter,
+			Status: 429, Type: "rate_limit_error", Code: codeShed, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
 			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*f, x.prio, model, src.name),
 		}
 	}
 	if x.prio == weights.Sheddable && live != nil && allSaturated(remaining, live) {
 		return nil, &RequestError{
-			Status: 429, Type: "rate_limit_error", Code: "overloaded", RetryAfter: s.opts.Config.ExtProc.RetryAfter,
+			Status: 429, Type: "rate_limit_error", Code: codeOverloaded, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
 			Msg: fmt.Sprintf("every cluster serving %q from %q is saturated and this request is sheddable; retry later", model, src.name),
 		}
 	}

@@ -19,6 +19,17 @@
 // the bounded [Log], and strips those internal headers unless the source
 // allows debug and the client asked for it.
 //
+// With a tracer provider (Options.TracerProvider), every request is one
+// span "ilb.route", child of the W3C trace context of its headers
+// (traceparent, tracestate), with the GenAI request attributes and ILB's
+// decision (ilb.source, ilb.cluster, ilb.reason, ilb.weights_version,
+// ilb.draw, ilb.priority; error.type when ILB answered itself). The
+// decision's header mutation carries the span's own traceparent upstream,
+// so the engine's spans join the trace under it; the span ends when the
+// response headers come back (server.address and server.port from the
+// upstream host) or with the stream. Without one, nothing is traced or
+// added.
+//
 // Requests are decided on an immutable [State] built from each published
 // weights version and swapped atomically; a request keeps the version it
 // started with.

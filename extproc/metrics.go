@@ -5,6 +5,9 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/weights"
 )
 
 // metrics of the ext_proc service. Label values are bounded: sources and
@@ -16,6 +19,7 @@ type metrics struct {
 	latency    prometheus.Histogram
 	mismatches *prometheus.CounterVec
 	streams    prometheus.Gauge
+	shed       *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -41,9 +45,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "ilb_extproc_streams",
 			Help: "Open ext_proc streams (one per in-flight request).",
 		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_shed_total",
+			Help: "Requests refused for capacity, by source, model, priority and reason (shed: the controller's planned shedding; overloaded: every cluster saturated; no_capacity: no cluster can serve).",
+		}, []string{"source", "model", "priority", "reason"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams, m.shed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}
@@ -54,4 +62,24 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 
 func (m *metrics) rejected(source string, re *RequestError) {
 	m.rejections.WithLabelValues(source, strconv.Itoa(re.Status), re.Reason()).Inc()
+}
+
+// Reason codes of requests refused for capacity.
+const (
+	codeShed       = "shed"
+	codeOverloaded = "overloaded"
+	codeNoCapacity = "no_capacity"
+)
+
+// shedding counts a request refused for capacity (shed, overloaded,
+// no_capacity); other rejections are not counted here.
+func (m *metrics) shedding(source string, key demand.Key, prio weights.Priority, re *RequestError) {
+	switch re.Code {
+	case codeShed, codeOverloaded, codeNoCapacity:
+		model := key.Model
+		if model == "" {
+			model = "unknown"
+		}
+		m.shed.WithLabelValues(source, model, prio.String(), re.Code).Inc()
+	}
 }

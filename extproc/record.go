@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -30,6 +31,11 @@ type Record struct {
 	// JSON), "header" (x-ilb-model: ILB decided without the body) or
 	// "default" (the request names none: the source's default model).
 	ModelFrom string `json:"model_from,omitempty"`
+
+	// TraceID and SpanID identify the decision's OpenTelemetry span (hex,
+	// W3C trace-context form); empty when tracing is off.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 
 	WeightsVersion string      `json:"weights_version,omitempty"`
 	Candidates     []Candidate `json:"candidates,omitempty"`
@@ -75,21 +81,27 @@ type Candidate struct {
 
 // Log keeps the last N decision records, indexed by request id. Safe for
 // concurrent use. A record is stored when ILB decides and completed when
-// the response headers come back; readers get copies.
+// the response headers come back; readers get copies. Subscribers get
+// each record once, when it completes (see Subscribe).
 type Log struct {
 	mu   sync.Mutex
 	ring []*Record
 	next int
 	byID map[string]*Record
+	subs map[*Subscription]struct{}
 }
 
 // NewLog returns a log of size records (>= 1).
 func NewLog(size int) *Log {
-	return &Log{ring: make([]*Record, max(size, 1)), byID: make(map[string]*Record, size)}
+	return &Log{
+		ring: make([]*Record, max(size, 1)), byID: make(map[string]*Record, size),
+		subs: map[*Subscription]struct{}{},
+	}
 }
 
 // add stores r, evicting the oldest record when full. A record with the
-// id of a kept one replaces it in the index.
+// id of a kept one replaces it in the index. A record added complete (ILB
+// answered it itself) goes to the subscribers now.
 func (l *Log) add(r *Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -99,14 +111,22 @@ func (l *Log) add(r *Record) {
 	l.ring[l.next] = r
 	l.next = (l.next + 1) % len(l.ring)
 	l.byID[r.RequestID] = r
+	if r.Complete {
+		l.publish(r)
+	}
 }
 
 // update applies f to the kept record r under the log's lock; records
-// already evicted are updated harmlessly.
+// already evicted are updated harmlessly. When f completes r, it goes to
+// the subscribers.
 func (l *Log) update(r *Record, f func(*Record)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	was := r.Complete
 	f(r)
+	if r.Complete && !was {
+		l.publish(r)
+	}
 }
 
 // Get returns a copy of the record of a request id.
@@ -121,7 +141,11 @@ func (l *Log) Get(id string) (Record, bool) {
 }
 
 // Recent returns copies of up to n most recent records, newest first.
-func (l *Log) Recent(n int) []Record {
+func (l *Log) Recent(n int) []Record { return l.Find(Filter{}, n) }
+
+// Find returns copies of up to n most recent records that match f, newest
+// first, complete or not.
+func (l *Log) Find(f Filter, n int) []Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []Record
@@ -130,9 +154,96 @@ func (l *Log) Recent(n int) []Record {
 		if r == nil {
 			break
 		}
-		out = append(out, r.copy())
+		if f.Match(r) {
+			out = append(out, r.copy())
+		}
 	}
 	return out
+}
+
+// Filter selects decision records; an empty field matches every record.
+type Filter struct {
+	Source string
+	Model  string // the canonical model
+	// Cluster matches the chosen or the served cluster.
+	Cluster string
+	Reason  string
+}
+
+// Match reports whether r passes every set field of f.
+func (f Filter) Match(r *Record) bool {
+	return (f.Source == "" || r.Source == f.Source) &&
+		(f.Model == "" || r.Model == f.Model) &&
+		(f.Cluster == "" || r.Chosen == f.Cluster || r.ServedCluster == f.Cluster) &&
+		(f.Reason == "" || r.Reason == f.Reason)
+}
+
+// DefaultSubscriptionBuffer is the buffer of a subscription when
+// Subscribe is given size < 1.
+const DefaultSubscriptionBuffer = 256
+
+// Subscription receives copies of the records that complete after
+// Subscribe and match its filter, in completion order. Its buffer is
+// bounded: when the reader falls behind, new records are dropped (never
+// the request path blocked) and counted.
+type Subscription struct {
+	f       Filter
+	c       chan Record
+	dropped uint64 // guarded by the log's lock
+	log     *Log
+}
+
+// Subscribe returns a subscription to the records that complete from now
+// on and match f, with a buffer of size records (< 1: the default). A
+// record completes when Envoy's response headers come back, or at once
+// when ILB answers the request itself (a rejection); a record whose
+// response never comes (the client went away first) is kept by Find but
+// never sent. When ctx is done the subscription ends: Records is closed
+// and the log forgets it. No goroutine is started.
+func (l *Log) Subscribe(ctx context.Context, f Filter, size int) *Subscription {
+	if size < 1 {
+		size = DefaultSubscriptionBuffer
+	}
+	s := &Subscription{f: f, c: make(chan Record, size), log: l}
+	l.mu.Lock()
+	l.subs[s] = struct{}{}
+	l.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.subs, s)
+		close(s.c)
+	})
+	return s
+}
+
+// Records delivers the records; it is closed when the subscription's
+// context is done.
+func (s *Subscription) Records() <-chan Record { return s.c }
+
+// Dropped returns how many records were dropped because the buffer was
+// full since the last call, and resets the count.
+func (s *Subscription) Dropped() uint64 {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	n := s.dropped
+	s.dropped = 0
+	return n
+}
+
+// publish sends a copy of r to every matching subscriber without
+// blocking. l.mu is held, so a subscription cannot be closed meanwhile.
+func (l *Log) publish(r *Record) {
+	for s := range l.subs {
+		if !s.f.Match(r) {
+			continue
+		}
+		select {
+		case s.c <- r.copy():
+		default:
+			s.dropped++
+		}
+	}
 }
 
 func (r *Record) copy() Record {

@@ -13,6 +13,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -42,6 +43,11 @@ type Options struct {
 	// Meter counts the demand of every decided or shed request (nil: not
 	// counted).
 	Meter *demand.Meter
+	// TracerProvider traces every routing decision: one span "ilb.route"
+	// per request, child of the request's W3C trace context, whose
+	// context is forwarded upstream in traceparent/tracestate. nil or the
+	// no-op provider: no span, no header.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the ext_proc service (DESIGN §2): one gRPC stream per HTTP
@@ -56,6 +62,8 @@ type Server struct {
 	liveState atomic.Pointer[Live]
 	log       *Log
 	metrics   *metrics
+	tracer    trace.Tracer      // nil: tracing off
+	engines   map[string]string // cluster -> engine kind, for spans
 }
 
 var (
@@ -89,7 +97,14 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: o, log: NewLog(o.Config.ExtProc.DecisionLogSize), metrics: m}, nil
+	engines := make(map[string]string, len(o.Config.Clusters))
+	for _, c := range o.Config.Clusters {
+		engines[c.Name] = string(c.Engine)
+	}
+	return &Server{
+		opts: o, log: NewLog(o.Config.ExtProc.DecisionLogSize), metrics: m,
+		tracer: newTracer(o.TracerProvider), engines: engines,
+	}, nil
 }
 
 // Publish prepares and commits w (see Prepare).

@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -42,6 +42,12 @@ const fixedDraw = 4242
 
 func start(t *testing.T, publish bool) *harness {
 	t.Helper()
+	return startWith(t, publish, nil)
+}
+
+// startWith is start with the options adjusted by opt (nil: none).
+func startWith(t *testing.T, publish bool, opt func(*extproc.Options)) *harness {
+	t.Helper()
 	c, err := config.Load("../examples/demo/ilb.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -49,12 +55,16 @@ func start(t *testing.T, publish bool) *harness {
 	reg := prometheus.NewRegistry()
 	ids := 0
 	meter := demand.NewMeter(time.Unix(1700000000, 0))
-	srv, err := extproc.New(extproc.Options{
+	o := extproc.Options{
 		Config: c, Registry: reg, Meter: meter,
 		Rand:  func() uint64 { return fixedDraw },
 		Now:   func() time.Time { return time.Unix(1700000000, 0) },
 		NewID: func() string { ids++; return "gen-" + strconv.Itoa(ids) },
-	})
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	srv, err := extproc.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,33 +102,7 @@ func start(t *testing.T, publish bool) *harness {
 // answer after each; it stops after an ImmediateResponse, as Envoy does.
 func (h *harness) run(t *testing.T, source string, msgs ...*extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if source != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, header.Source, source)
-	}
-	stream, err := h.client.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*extprocv3.ProcessingResponse
-	for _, m := range msgs {
-		if err := stream.Send(m); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, resp)
-		if resp.GetImmediateResponse() != nil {
-			break
-		}
-	}
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return extproctest.Send(t, h.client, source, msgs...)
 }
 
 func reqHeaders(eos bool, kv ...string) *extprocv3.ProcessingRequest {

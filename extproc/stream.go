@@ -1,16 +1,16 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -44,6 +44,9 @@ type exchange struct {
 	prio   weights.Priority
 	key    demand.Key // set once the model is known
 	cost   float64    // estimated token cost
+	// span is the decision's span while it is open; nil when tracing is
+	// off or once it ended.
+	span trace.Span
 	// streamed is true when Envoy sends the request body in chunks. In
 	// BUFFERED mode (what ILB configures) the one body message is the
 	// whole body, whether or not end_of_stream is set (it is not when
@@ -58,7 +61,9 @@ type exchange struct {
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
+	ctx := stream.Context()
 	x := &exchange{source: sourceOf(stream, s.opts.DefaultSource)}
+	defer s.endSpan(x)
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -67,7 +72,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if err != nil {
 			return fmt.Errorf("extproc: receive: %w", err)
 		}
-		resp := s.handle(x, req)
+		resp := s.handle(ctx, x, req)
 		if err := stream.Send(resp); err != nil {
 			return fmt.Errorf("extproc: send: %w", err)
 		}
@@ -83,7 +88,7 @@ func sourceOf(stream extprocv3.ExternalProcessor_ProcessServer, def string) stri
 }
 
 // handle answers one message.
-func (s *Server) handle(x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	if pc := req.GetProtocolConfig(); pc != nil {
 		switch pc.GetRequestBodyMode() {
 		case extprocfilterv3.ProcessingMode_STREAMED, extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
@@ -92,9 +97,9 @@ func (s *Server) handle(x *exchange, req *extprocv3.ProcessingRequest) *extprocv
 	}
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return s.onRequestHeaders(x, r.RequestHeaders)
+		return s.onRequestHeaders(ctx, x, r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return s.onRequestBody(x, r.RequestBody)
+		return s.onRequestBody(ctx, x, r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return s.onResponseHeaders(x, r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -109,7 +114,7 @@ func (s *Server) handle(x *exchange, req *extprocv3.ProcessingRequest) *extprocv
 	return headersResponse(nil, false)
 }
 
-func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	x.start = s.opts.Now()
 	began := time.Now()
 	hs := headerMap(m.GetHeaders())
@@ -126,6 +131,7 @@ func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpro
 		RequestID: x.h.requestID, Start: x.start, Source: x.source,
 		Method: x.h.method, Path: x.h.path, Priority: weights.Standard.String(),
 	}
+	s.startSpan(ctx, x, hs)
 	if err := s.admit(x); err != nil {
 		return s.reject(x, err, began)
 	}
@@ -137,6 +143,7 @@ func (s *Server) onRequestHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpro
 		if err != nil {
 			return s.reject(x, err, began)
 		}
+		s.spanDecided(ctx, x, mut)
 		s.decided(x, began)
 		resp := headersResponse(mut, true)
 		if !m.GetEndOfStream() {
@@ -191,7 +198,7 @@ func (s *Server) admit(x *exchange) error {
 	return nil
 }
 
-func (s *Server) onRequestBody(x *exchange, m *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	began := time.Now()
 	if x.done || x.st == nil || x.rec.Chosen != "" {
 		return bodyResponse(nil)
@@ -220,6 +227,7 @@ func (s *Server) onRequestBody(x *exchange, m *extprocv3.HttpBody) *extprocv3.Pr
 	if err != nil {
 		return s.reject(x, err, began)
 	}
+	s.spanDecided(ctx, x, mut)
 	s.decided(x, began)
 	return bodyResponse(mut)
 }
@@ -250,6 +258,8 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	}
 	s.metrics.latency.Observe(d.Seconds())
 	s.metrics.rejected(source, re)
+	s.metrics.shedding(source, x.key, x.prio, re)
+	s.spanRejected(x, re)
 	s.log.add(x.rec)
 	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 {
 		// Refused for want of capacity: still demand (the controller must
@@ -273,6 +283,7 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 		if x.rec.Mismatch {
 			s.metrics.mismatches.WithLabelValues(x.source).Inc()
 		}
+		s.spanServed(x)
 	}
 	mut := &extprocv3.HeaderMutation{}
 	if x.debug && x.rec != nil {
@@ -283,58 +294,4 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},
 	}}
-}
-
-// decisionHeader is the compact x-ilb-decision value (debug only).
-func decisionHeader(r *Record) string {
-	return fmt.Sprintf("request_id=%s; model=%s; cluster=%s; reason=%s; draw=%d; slot=%d/%d; version=%s",
-		r.RequestID, r.Model, r.Chosen, r.Reason, r.Draw, r.Slot, r.TotalWeight, r.WeightsVersion)
-}
-
-// headerMap flattens Envoy's header map; Envoy sends values in raw_value
-// (value on older versions). Repeated headers are joined with ",".
-func headerMap(m *corev3.HeaderMap) map[string]string {
-	out := make(map[string]string, len(m.GetHeaders()))
-	for _, h := range m.GetHeaders() {
-		v := string(h.GetRawValue())
-		if v == "" {
-			v = h.GetValue()
-		}
-		k := strings.ToLower(h.GetKey())
-		if prev, ok := out[k]; ok {
-			v = prev + "," + v
-		}
-		out[k] = v
-	}
-	return out
-}
-
-// headersResponse continues the request, applying mut. rematch asks Envoy to
-// re-match the route, which Envoy does only because mut is present.
-func headersResponse(mut *extprocv3.HeaderMutation, rematch bool) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: rematch && mut != nil}},
-	}}
-}
-
-// bodyResponse answers a request body, applying mut and re-matching the
-// route when mut is set.
-func bodyResponse(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: mut != nil}},
-	}}
-}
-
-// skipBody is the mode override of the header-only fast path: Envoy sends
-// no request body; response headers still come. Every field is explicit,
-// as older Envoys replace the whole mode.
-func skipBody() *extprocfilterv3.ProcessingMode {
-	return &extprocfilterv3.ProcessingMode{
-		RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
-		ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
-		RequestBodyMode:     extprocfilterv3.ProcessingMode_NONE,
-		ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
-		RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
-		ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
-	}
 }

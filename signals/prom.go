@@ -21,6 +21,11 @@ type promMetrics struct {
 	duration  *prometheus.HistogramVec
 	replicas  *prometheus.GaugeVec
 	saturated *prometheus.GaugeVec
+	capacity  *prometheus.GaugeVec
+	waiting   *prometheus.GaugeVec
+	running   *prometheus.GaugeVec
+	kv        *prometheus.GaugeVec
+	age       *prometheus.GaugeVec
 }
 
 // newPromMetrics creates the metrics and registers them on reg unless it
@@ -44,6 +49,26 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 			Name: "ilb_signals_cluster_saturated",
 			Help: "1 when every serving replica of the cluster is saturated (queue or KV cache), else 0.",
 		}, []string{"cluster"}),
+		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_cluster_capacity",
+			Help: "Capacity the controller plans with (token-cost units per second at 100% utilization): ready, stale and not-yet-probed replicas in full, warming ones by their ramp, times the profile's capacity_per_replica.",
+		}, []string{"cluster"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_cluster_waiting",
+			Help: "Requests waiting in the engines' queues, summed over the cluster's serving replicas with known metrics.",
+		}, []string{"cluster"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_cluster_running",
+			Help: "Requests running in the engines' batches, summed over the cluster's serving replicas with known metrics.",
+		}, []string{"cluster"}),
+		kv: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_cluster_kv_usage",
+			Help: "Mean KV cache usage (0-1) of the cluster's serving replicas that report it; absent when none does (TGI).",
+		}, []string{"cluster"}),
+		age: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_cluster_age_seconds",
+			Help: "Age of the oldest good scrape among the cluster's serving replicas when the snapshot was built (freshness of the cluster's signals); absent when one has never been scraped successfully.",
+		}, []string{"cluster"}),
 	}
 	for _, c := range clusters {
 		for _, r := range []string{resultOK, resultProbeFailed, resultMetricsError} {
@@ -57,7 +82,7 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 	if reg == nil {
 		return p, nil
 	}
-	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated} {
+	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("signals metrics: %w", err)
 		}
@@ -65,8 +90,9 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 	return p, nil
 }
 
-// observe updates the gauges from a snapshot.
-func (p *promMetrics) observe(s *Snapshot) {
+// observe updates the gauges from a snapshot; capacity is the
+// controller's view of it (Snapshot.ClusterStates), per cluster.
+func (p *promMetrics) observe(s *Snapshot, capacity map[string]float64) {
 	for name, c := range s.Clusters {
 		for _, st := range states {
 			p.replicas.WithLabelValues(name, string(st)).Set(float64(c.count(st)))
@@ -76,6 +102,19 @@ func (p *promMetrics) observe(s *Snapshot) {
 			v = 1
 		}
 		p.saturated.WithLabelValues(name).Set(v)
+		p.capacity.WithLabelValues(name).Set(capacity[name])
+		p.waiting.WithLabelValues(name).Set(c.Waiting)
+		p.running.WithLabelValues(name).Set(c.Running)
+		if c.KVKnown {
+			p.kv.WithLabelValues(name).Set(c.KVUsage)
+		} else {
+			p.kv.DeleteLabelValues(name)
+		}
+		if c.OldestScrape.IsZero() {
+			p.age.DeleteLabelValues(name)
+		} else {
+			p.age.WithLabelValues(name).Set(s.At.Sub(c.OldestScrape).Seconds())
+		}
 	}
 }
 

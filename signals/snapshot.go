@@ -11,7 +11,11 @@ import (
 func (m *Monitor) publish(now time.Time, notify bool) {
 	s := m.build(now)
 	m.snap.Store(s)
-	m.prom.observe(s)
+	capacity := map[string]float64{}
+	for name, st := range s.ClusterStates(m.cfg) {
+		capacity[name] = st.Capacity
+	}
+	m.prom.observe(s, capacity)
 	m.lastPublish, m.dirty = now, false
 	if !m.changed {
 		return

@@ -80,7 +80,13 @@ func do(t *testing.T, method, url, body string, hdr map[string]string) (reply, [
 // 15,000 per cluster, and the seeds make the run reproducible), and that
 // every request was served by exactly the cluster ext_proc predicted.
 func TestSplitMatchesWeights(t *testing.T) {
-	s := startStack(t, nil)
+	// Steering (a saturated cluster's requests drawn again among the
+	// others) would bend the split away from the weights by design: this
+	// test checks the draw itself, so no cluster may look saturated.
+	s := startWorld(t, nil, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyProportional
+		c.Signals.SaturationQueue, c.Signals.SaturationKV = 1e9, 1
+	})
 	var targets []loadgen.Target
 	for _, e := range s.Envoys {
 		targets = append(targets, loadgen.Target{Source: e.Source, URL: e.URL})
@@ -354,6 +360,10 @@ func TestAdminAPI(t *testing.T) {
 		// at the versions ILB serves.
 		{"/debug/xds", 200, []string{`"cluster": "edge-us"`, `"cluster": "edge-eu"`, `"listener": "`, `"route": "`, `"endpoint": "`}},
 		{"/metrics", 200, []string{"ilb_xds_acks_total{type=\"route\"}", "ilb_controller_ticks_total{result=\"published\"} 1", "go_goroutines"}},
+		// The dashboard is mounted on the admin server.
+		{"/ui/", 200, []string{"<title>ILB dashboard</title>"}},
+		{"/ui/api/weights", 200, []string{version}},
+		{"/debug/weights/history?limit=1", 200, []string{version}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {

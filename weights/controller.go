@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ilbproject/ilb/config"
 )
@@ -54,6 +58,9 @@ type ControllerOptions struct {
 	Registry *prometheus.Registry // nil: metrics are not exported
 	// MinResolveGap: 0 means DefaultMinResolveGap.
 	MinResolveGap time.Duration
+	// TracerProvider traces every tick as a span "ilb.controller.tick"
+	// (the sinks' Prepare runs in its context); nil: no-op.
+	TracerProvider trace.TracerProvider
 }
 
 // Controller runs the policy every tick and publishes new versions. Its
@@ -66,6 +73,7 @@ type Controller struct {
 	current atomic.Pointer[Weights]
 	metrics *controllerMetrics
 	trigger chan struct{}
+	tracer  trace.Tracer
 }
 
 // DefaultMinResolveGap is the least time between two ticks that Trigger
@@ -105,12 +113,15 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = noop.NewTracerProvider()
+	}
 	m, err := newControllerMetrics(o.Registry)
 	if err != nil {
 		return nil, err
 	}
 	return &Controller{
-		opts: o, metrics: m, trigger: make(chan struct{}, 1),
+		opts: o, metrics: m, trigger: make(chan struct{}, 1), tracer: o.TracerProvider.Tracer(tracerName),
 		smooth: NewSmoother(o.Config.Controller.DemandHalfLife.Std()),
 		guard:  guard{cfg: o.Config.Controller},
 	}, nil
@@ -125,11 +136,19 @@ func (c *Controller) Current() *Weights { return c.current.Load() }
 // policy fails or a sink rejects the version, the last good weights stay
 // (fail-static): Tick returns the reason, which Current's Status and the
 // ilb_controller_fail_static metric show too.
+//
+// Every tick is a span "ilb.controller.tick" with the policy, the solve
+// time, the previous and new weights versions and the outcome
+// (ilb.outcome: published, unchanged or fail-static, with
+// ilb.fail_static_reason and an error status).
 func (c *Controller) Tick(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	ctx, span := c.tracer.Start(ctx, "ilb.controller.tick", trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
 	now := c.opts.Now()
 	prev := c.current.Load()
+	span.SetAttributes(attribute.String("ilb.policy", c.opts.Policy.Name()), attribute.String("ilb.previous_version", versionOf(prev)))
 	states, stateAt := c.opts.State()
 	raw, demandAt := c.opts.Demand()
 
@@ -149,7 +168,9 @@ func (c *Controller) Tick(ctx context.Context) error {
 
 	start := time.Now()
 	w, err := c.opts.Policy.Compute(in)
-	c.metrics.solve.Observe(time.Since(start).Seconds())
+	solve := time.Since(start).Seconds()
+	c.metrics.solve.Observe(solve)
+	span.SetAttributes(attribute.Float64("ilb.solve_seconds", solve))
 	if err != nil {
 		reason := reasonSolver
 		if errors.Is(err, ErrBadInput) {
@@ -169,6 +190,7 @@ func (c *Controller) Tick(ctx context.Context) error {
 		// Same routing (a deadband held, or nothing changed): no rollout,
 		// but keep the fresh explanation.
 		c.current.Store(w)
+		span.SetAttributes(attribute.String("ilb.outcome", "unchanged"), attribute.String("ilb.weights_version", w.Version()))
 		c.metrics.ticks.WithLabelValues("unchanged").Inc()
 		c.metrics.failStatic("")
 		return nil
@@ -185,6 +207,7 @@ func (c *Controller) Tick(ctx context.Context) error {
 		commit()
 	}
 	c.current.Store(w)
+	span.SetAttributes(attribute.String("ilb.outcome", "published"), attribute.String("ilb.weights_version", w.Version()))
 	c.metrics.ticks.WithLabelValues("published").Inc()
 	c.metrics.failStatic("")
 	c.opts.Logger.InfoContext(ctx, "weights published", "version", w.Version(), "policy", w.Policy(), "previous", versionOf(prev))
@@ -192,8 +215,12 @@ func (c *Controller) Tick(ctx context.Context) error {
 }
 
 // failStatic keeps the last good weights, marks them with the reason and
-// returns the error.
+// returns the error; the tick's span (in ctx) says so.
 func (c *Controller) failStatic(ctx context.Context, reason string, err error) error {
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("ilb.outcome", "fail-static"), attribute.String("ilb.fail_static_reason", reason),
+		attribute.String("ilb.weights_version", versionOf(c.current.Load())))
+	span.SetStatus(codes.Error, reason+": "+err.Error())
 	c.metrics.ticks.WithLabelValues("failed").Inc()
 	c.metrics.failStatic(reason)
 	msg := fmt.Sprintf("fail-static (%s): kept the last good weights: %v", reason, err)
@@ -203,6 +230,9 @@ func (c *Controller) failStatic(ctx context.Context, reason string, err error) e
 	c.opts.Logger.WarnContext(ctx, "controller fail-static", "reason", reason, "err", err, "version", versionOf(c.current.Load()))
 	return fmt.Errorf("%s: %w", reason, err)
 }
+
+// tracerName is the instrumentation scope of the controller's spans.
+const tracerName = "github.com/ilbproject/ilb/weights"
 
 func versionOf(w *Weights) string {
 	if w == nil {

@@ -3,13 +3,15 @@ package xds
 import (
 	"context"
 	"hash/fnv"
-	"slices"
 	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // canarySuffix marks the snapshot key of a source's canary Envoys.
@@ -91,7 +93,14 @@ func (r *rollout) scrub(snap, fallback *cache.Snapshot) *cache.Snapshot {
 
 // offer hands a newly built snapshot of source to the rollout: straight to
 // every Envoy of the source, or to its canaries first. Called under mu.
+//
+// Each offer is a span "ilb.xds.push" with the source, the snapshot's
+// versions and what became of it (ilb.xds.action: all, canary, unchanged
+// or withheld).
 func (s *Server) offer(ctx context.Context, source string, snap *cache.Snapshot, now time.Time) {
+	ctx, span := s.tracer.Start(ctx, "ilb.xds.push", trace.WithAttributes(attribute.String("ilb.source", source)))
+	defer span.End()
+	span.SetAttributes(versionAttrs(snap)...)
 	r := s.rollouts[source]
 	if r == nil {
 		r = newRollout()
@@ -99,13 +108,17 @@ func (s *Server) offer(ctx context.Context, source string, snap *cache.Snapshot,
 	}
 	snap = r.scrub(snap, r.stable)
 	if snap == nil {
+		span.SetAttributes(attribute.String("ilb.xds.action", "withheld"))
+		span.SetStatus(codes.Error, "holds a version Envoy rejected, nothing to fall back on")
 		s.log.WarnContext(ctx, "xds: new snapshot holds a version Envoy rejected and there is nothing to fall back on; not sent", "source", source)
 		return
 	}
 	if r.stable != nil && sameVersions(snap, r.stable) && !r.pending {
+		span.SetAttributes(attribute.String("ilb.xds.action", "unchanged"))
 		return
 	}
 	if s.cfg.Envoy.Rollout.CanaryPercent == 0 || r.stable == nil {
+		span.SetAttributes(attribute.String("ilb.xds.action", "all"))
 		r.stable, r.canary, r.pending = snap, snap, false
 		s.setKey(ctx, source, snap)
 		s.setKey(ctx, source+canarySuffix, snap)
@@ -119,6 +132,7 @@ func (s *Server) offer(ctx context.Context, source string, snap *cache.Snapshot,
 		r.since = now
 	}
 	r.canary, r.pending = snap, true
+	span.SetAttributes(attribute.String("ilb.xds.action", "canary"))
 	s.setKey(ctx, source+canarySuffix, snap)
 	s.tracker.mCanary.WithLabelValues(source).Set(1)
 	s.log.InfoContext(ctx, "xds: canary rollout started", "source", source, "routes", snap.GetVersion(resource.RouteType))
@@ -197,13 +211,17 @@ func (s *Server) handle(ctx context.Context, e event) {
 		}
 		return
 	}
+	ctx, span := s.nackSpan(ctx, source, key, e)
+	defer span.End()
 	r.rejected[typeVersion(e.typ, e.version)] = *e.nack
 	s.tracker.mRejected.WithLabelValues(source).Set(float64(len(r.rejected)))
 	if current == nil || current.GetVersion(e.typ) != e.version {
+		span.AddEvent("older version: nothing to undo")
 		return // an older version: nothing in force to undo
 	}
 	s.tracker.mRollbacks.WithLabelValues(source).Inc()
 	if strings.HasSuffix(key, canarySuffix) && r.pending {
+		span.AddEvent("canary rollout held; canaries rolled back to stable", trace.WithAttributes(versionAttrs(r.stable)...))
 		// The canary failed: hold the rollout, canaries back to stable.
 		r.canary, r.pending = r.stable, false
 		s.tracker.mCanary.WithLabelValues(source).Set(0)
@@ -214,11 +232,13 @@ func (s *Server) handle(ctx context.Context, e event) {
 	}
 	good := r.lastGood[key]
 	if good == nil || good == current {
+		span.AddEvent("kept: no earlier acknowledged version")
 		s.log.ErrorContext(ctx, "xds: a node rejected the version in force and no earlier version of its key was acknowledged; kept",
 			"source", source, "node", e.node.GetId(), "type", shortType(e.typ), "version", e.version, "error", e.nack.Message)
 		return
 	}
 	r.stable, r.canary, r.pending = good, good, false
+	span.AddEvent("rolled back to the last acknowledged snapshot", trace.WithAttributes(versionAttrs(good)...))
 	s.setKey(ctx, source, good)
 	s.setKey(ctx, source+canarySuffix, good)
 	s.log.WarnContext(ctx, "xds: a node rejected a version; source rolled back to its last acknowledged snapshot",
@@ -249,6 +269,9 @@ func (s *Server) promote(ctx context.Context, now time.Time) {
 			continue // a canary has not taken it yet: keep waiting
 		}
 		r.stable, r.pending = r.canary, false
+		_, span := s.tracer.Start(ctx, "ilb.xds.promote", trace.WithAttributes(attribute.String("ilb.source", source), attribute.Int("ilb.xds.canaries", canaries)))
+		span.SetAttributes(versionAttrs(r.stable)...)
+		span.End()
 		s.setKey(ctx, source, r.stable)
 		s.tracker.mCanary.WithLabelValues(source).Set(0)
 		s.tracker.mPromotions.WithLabelValues(source).Inc()
@@ -260,68 +283,3 @@ func (s *Server) promote(ctx context.Context, now time.Time) {
 // source's canaries at the given share: a stable hash of the id, so the
 // same Envoys are canaries across restarts.
 func CanaryNode(nodeID string, percent int) bool { return isCanary(nodeID, percent) }
-
-// RolloutStatus is where one source's rollout stands.
-type RolloutStatus struct {
-	Source string `json:"source"`
-	// Stable and Canary are the versions, per type, that the source's
-	// Envoys and its canaries are sent; they differ while Pending.
-	Stable  map[string]string `json:"stable"`
-	Canary  map[string]string `json:"canary,omitempty"`
-	Pending bool              `json:"pending"`
-	// LastGood are the last versions an Envoy of the source (not a
-	// canary) acknowledged for every type: where a NACK rolls back to.
-	LastGood map[string]string `json:"last_good,omitempty"`
-	Since    time.Time         `json:"since,omitzero"`
-	// Rejected are the versions Envoys refused, never sent again.
-	Rejected []RejectedVersion `json:"rejected,omitempty"`
-	Nodes    []NodeStatus      `json:"nodes"`
-}
-
-// RejectedVersion is a version an Envoy refused, with its error.
-type RejectedVersion struct {
-	NACK
-}
-
-// Rollouts reports every source's rollout, sources in configuration
-// order, with their connected nodes.
-func (s *Server) Rollouts() []RolloutStatus {
-	nodes := s.tracker.nodes()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []RolloutStatus
-	for _, src := range s.cfg.Sources {
-		st := RolloutStatus{Source: src.Name}
-		if r := s.rollouts[src.Name]; r != nil {
-			st.Stable = versions(r.stable)
-			if g := r.lastGood[src.Name]; g != nil {
-				st.LastGood = versions(g)
-			}
-			if r.pending {
-				st.Pending, st.Since, st.Canary = true, r.since, versions(r.canary)
-			}
-			for _, n := range r.rejected {
-				st.Rejected = append(st.Rejected, RejectedVersion{n})
-			}
-			slices.SortFunc(st.Rejected, func(a, b RejectedVersion) int { return a.At.Compare(b.At) })
-		}
-		for _, n := range nodes {
-			if n.Cluster == src.Name {
-				st.Nodes = append(st.Nodes, n)
-			}
-		}
-		out = append(out, st)
-	}
-	return out
-}
-
-func versions(snap *cache.Snapshot) map[string]string {
-	if snap == nil {
-		return nil
-	}
-	out := make(map[string]string, len(allTypes))
-	for _, typ := range allTypes {
-		out[shortType(typ)] = snap.GetVersion(typ)
-	}
-	return out
-}

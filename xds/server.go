@@ -18,6 +18,10 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -31,6 +35,10 @@ type Options struct {
 	Config   *config.Config       // validated; required
 	Logger   *slog.Logger         // nil: discard
 	Registry *prometheus.Registry // nil: metrics are not exported
+	// TracerProvider traces publications ("ilb.xds.publish", with one
+	// "ilb.xds.push" per source), promotions and NACKs ("ilb.xds.nack",
+	// error status with Envoy's message); nil: no-op.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is ILB's xDS control plane: a go-control-plane ADS server (state
@@ -43,6 +51,7 @@ type Server struct {
 	cache   cache.SnapshotCache
 	xds     serverv3.Server
 	tracker *tracker
+	tracer  trace.Tracer
 
 	mu        sync.Mutex // serialises commits; guards the fields below
 	weights   *weights.Weights
@@ -63,6 +72,9 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = noop.NewTracerProvider()
+	}
 	events := make(chan event, 1024)
 	t, err := newTracker(o.Config, o.Logger, o.Registry, events)
 	if err != nil {
@@ -75,6 +87,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		cache:    c,
 		xds:      serverv3.NewServer(ctx, c, t.callbacks()),
 		tracker:  t,
+		tracer:   o.TracerProvider.Tracer(tracerName),
 		rollouts: map[string]*rollout{},
 		events:   events,
 	}, nil
@@ -98,10 +111,14 @@ func (s *Server) Prepare(ctx context.Context, w *weights.Weights) (func(), error
 	s.mu.Lock()
 	eps, gen := s.endpoints, s.epsGen
 	s.mu.Unlock()
+	_, span := s.tracer.Start(ctx, "ilb.xds.prepare", trace.WithAttributes(attribute.String("ilb.weights_version", w.Version())))
 	snaps, err := s.build(w, eps)
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
 		return nil, err
 	}
+	span.End()
 	return func() { s.commit(ctx, w, snaps, gen) }, nil
 }
 
@@ -126,6 +143,8 @@ func (s *Server) build(w *weights.Weights, eps Endpoints) (map[string]*cache.Sna
 // answers open watches, so an error there (a stream that went away) does
 // not lose the version: it is logged.
 func (s *Server) commit(ctx context.Context, w *weights.Weights, snaps map[string]*cache.Snapshot, gen uint64) {
+	ctx, span := s.tracer.Start(ctx, "ilb.xds.publish", trace.WithAttributes(attribute.String("ilb.weights_version", w.Version())))
+	defer span.End()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if gen != s.epsGen {
@@ -160,8 +179,12 @@ func (s *Server) SetEndpoints(ctx context.Context, eps Endpoints) error {
 		return nil
 	}
 	if s.weights != nil {
+		ctx, span := s.tracer.Start(ctx, "ilb.xds.publish", trace.WithAttributes(
+			attribute.String("ilb.weights_version", s.weights.Version()), attribute.Bool("ilb.xds.endpoints", true)))
+		defer span.End()
 		snaps, err := s.build(s.weights, eps)
 		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
 			return fmt.Errorf("xds: endpoints: %w", err)
 		}
 		s.set(ctx, snaps)
@@ -211,6 +234,36 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
+
+// versionAttrs are a snapshot's versions per type (ilb.xds.version.route,
+// ...), none for nil.
+func versionAttrs(snap *cache.Snapshot) []attribute.KeyValue {
+	if snap == nil {
+		return nil
+	}
+	out := make([]attribute.KeyValue, 0, len(allTypes))
+	for _, typ := range allTypes {
+		out = append(out, attribute.String("ilb.xds.version."+shortType(typ), snap.GetVersion(typ)))
+	}
+	return out
+}
+
+// nackSpan starts the span of a NACK: the node, the type and version it
+// rejected, and Envoy's message as the error status and an event.
+func (s *Server) nackSpan(ctx context.Context, source, key string, e event) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		attribute.String("ilb.source", source), attribute.String("ilb.xds.key", key),
+		attribute.String("ilb.xds.node", e.node.GetId()), attribute.String("ilb.xds.type", shortType(e.typ)),
+		attribute.String("ilb.xds.version", e.version),
+	}
+	ctx, span := s.tracer.Start(ctx, "ilb.xds.nack", trace.WithAttributes(attrs...))
+	span.AddEvent("envoy.nack", trace.WithAttributes(append(attrs, attribute.String("ilb.xds.error", e.nack.Message))...))
+	span.SetStatus(codes.Error, e.nack.Message)
+	return ctx, span
+}
+
+// tracerName is the instrumentation scope of the xDS server's spans.
+const tracerName = "github.com/ilbproject/ilb/xds"
 
 // cacheLogger adapts slog to go-control-plane's logger.
 type cacheLogger struct{ l *slog.Logger }

@@ -12,6 +12,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -240,5 +241,70 @@ func (t *tracker) nodes() []NodeStatus {
 		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b NodeStatus) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// RolloutStatus is where one source's rollout stands.
+type RolloutStatus struct {
+	Source string `json:"source"`
+	// Stable and Canary are the versions, per type, that the source's
+	// Envoys and its canaries are sent; they differ while Pending.
+	Stable  map[string]string `json:"stable"`
+	Canary  map[string]string `json:"canary,omitempty"`
+	Pending bool              `json:"pending"`
+	// LastGood are the last versions an Envoy of the source (not a
+	// canary) acknowledged for every type: where a NACK rolls back to.
+	LastGood map[string]string `json:"last_good,omitempty"`
+	Since    time.Time         `json:"since,omitzero"`
+	// Rejected are the versions Envoys refused, never sent again.
+	Rejected []RejectedVersion `json:"rejected,omitempty"`
+	Nodes    []NodeStatus      `json:"nodes"`
+}
+
+// RejectedVersion is a version an Envoy refused, with its error.
+type RejectedVersion struct {
+	NACK
+}
+
+// Rollouts reports every source's rollout, sources in configuration
+// order, with their connected nodes.
+func (s *Server) Rollouts() []RolloutStatus {
+	nodes := s.tracker.nodes()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []RolloutStatus
+	for _, src := range s.cfg.Sources {
+		st := RolloutStatus{Source: src.Name}
+		if r := s.rollouts[src.Name]; r != nil {
+			st.Stable = versions(r.stable)
+			if g := r.lastGood[src.Name]; g != nil {
+				st.LastGood = versions(g)
+			}
+			if r.pending {
+				st.Pending, st.Since, st.Canary = true, r.since, versions(r.canary)
+			}
+			for _, n := range r.rejected {
+				st.Rejected = append(st.Rejected, RejectedVersion{n})
+			}
+			slices.SortFunc(st.Rejected, func(a, b RejectedVersion) int { return a.At.Compare(b.At) })
+		}
+		for _, n := range nodes {
+			if n.Cluster == src.Name {
+				st.Nodes = append(st.Nodes, n)
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func versions(snap *cache.Snapshot) map[string]string {
+	if snap == nil {
+		return nil
+	}
+	out := make(map[string]string, len(allTypes))
+	for _, typ := range allTypes {
+		out[shortType(typ)] = snap.GetVersion(typ)
+	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +22,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
 	asJSON := fs.Bool("json", false, "print the decision record as JSON")
+	traceURL := fs.String("trace-url", os.Getenv("ILB_TRACE_URL"),
+		"link template of a trace, {trace_id} and {span_id} substituted (e.g. http://localhost:16686/trace/{trace_id}); default $ILB_TRACE_URL")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -35,7 +38,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := stdout.Write(raw)
 		return err
 	}
-	printRecord(stdout, rec)
+	printStory(stdout, rec, *traceURL)
 	return nil
 }
 
@@ -73,8 +76,21 @@ func fetchRecord(ctx context.Context, adminAddr, id string) (extproc.Record, []b
 	return rec, body, nil
 }
 
-// printRecord writes a decision record for people.
-func printRecord(w io.Writer, r extproc.Record) {
+// reasonMeaning says what each routing reason code means.
+var reasonMeaning = map[string]string{
+	"weighted": "a random draw over the weights",
+	"session":  "the draw is the session key's hash: the session sticks to one cluster",
+	"redrawn":  "the drawn cluster is excluded now: drawn again among the rest",
+	"steered":  "the drawn cluster is saturated now: drawn again among the unsaturated ones",
+}
+
+// printRecord writes a decision record for people, without a trace link.
+func printRecord(w io.Writer, r extproc.Record) { printStory(w, r, "") }
+
+// printStory writes a decision record for people: who asked for what, the
+// candidates and where the draw fell, what ILB chose and what Envoy
+// served, and the trace; traceURL is a link template ("" for none).
+func printStory(w io.Writer, r extproc.Record, traceURL string) {
 	p := func(k, f string, a ...any) { fmt.Fprintf(w, "%-11s %s\n", k, fmt.Sprintf(f, a...)) }
 	p("request", "%s  %s %s  at %s", r.RequestID, r.Method, r.Path, r.Start.UTC().Format(time.RFC3339Nano))
 	p("source", "%s  (priority %s)", r.Source, r.Priority)
@@ -92,32 +108,31 @@ func printRecord(w io.Writer, r extproc.Record) {
 	}
 	if r.SessionHash != "" {
 		p("session", "key from %s, hash %s: the draw is the hash, so the session sticks to one cluster", r.SessionFrom, r.SessionHash)
+	} else if r.Chosen != "" {
+		p("session", "none: a random draw")
 	}
-	p("weights", "version %s", r.WeightsVersion)
-	if len(r.Candidates) > 0 {
-		fmt.Fprintln(w, "candidates:")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  CLUSTER\tWEIGHT\tSHARE\tINTERVAL\tNOTE")
-		var begin uint64
-		for _, c := range r.Candidates {
-			interval, note := "-", c.Excluded
-			if c.Weight > 0 {
-				end := begin + uint64(c.Weight)
-				interval = fmt.Sprintf("[%d, %d)", begin, end)
-				if r.Chosen == c.Cluster && r.Slot >= begin && r.Slot < end {
-					note = fmt.Sprintf("<- slot %d falls here", r.Slot)
-				}
-				begin = end
-			} else if note != "" {
-				note = "excluded: " + note
-			}
-			fmt.Fprintf(tw, "  %s\t%d\t%.1f%%\t%s\t%s\n", c.Cluster, c.Weight, 100*c.Share, interval, note)
+	if r.TraceID != "" {
+		if r.SpanID != "" {
+			p("trace", "%s (span %s)", r.TraceID, r.SpanID)
+		} else {
+			p("trace", "%s", r.TraceID)
 		}
-		_ = tw.Flush()
+		if traceURL != "" {
+			p("", "%s", strings.NewReplacer("{trace_id}", r.TraceID, "{span_id}", r.SpanID).Replace(traceURL))
+		}
 	}
+	p("weights", "version %s", orDash(r.WeightsVersion))
+	printCandidates(w, r)
 	if r.Chosen != "" {
 		p("draw", "%d (%s) -> slot %d of %d", r.Draw, r.DrawFrom, r.Slot, r.TotalWeight)
-		p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
+		if r.Redrawn != "" {
+			p(r.Reason, "%s", r.Redrawn)
+		}
+		if why := reasonMeaning[r.Reason]; why != "" {
+			p("chosen", "%s (reason %s: %s)", r.Chosen, r.Reason, why)
+		} else {
+			p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
+		}
 	} else {
 		p("answered", "%d by ILB itself (reason %s)", r.Status, r.Reason)
 	}
@@ -133,6 +148,44 @@ func printRecord(w io.Writer, r extproc.Record) {
 		p("served", "status %d, no served-cluster report (a local reply from Envoy)", r.Status)
 	}
 	p("timing", "decision %dµs, request to response headers %.1f ms", r.DecisionMicros, r.TotalMillis)
+}
+
+// printCandidates writes the candidate table: each cluster's weight,
+// share and interval of slots, why it is excluded or saturated, and where
+// the draw's slot fell (the cluster Envoy's draw names, which a redraw or
+// steering then passed over).
+func printCandidates(w io.Writer, r extproc.Record) {
+	if len(r.Candidates) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "candidates:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CLUSTER\tWEIGHT\tSHARE\tINTERVAL\tNOTE")
+	var begin uint64
+	for _, c := range r.Candidates {
+		interval := "-"
+		var notes []string
+		if c.Excluded != "" {
+			notes = append(notes, "excluded: "+c.Excluded)
+		}
+		if c.Saturated {
+			notes = append(notes, "saturated")
+		}
+		if c.Weight > 0 {
+			end := begin + uint64(c.Weight)
+			interval = fmt.Sprintf("[%d, %d)", begin, end)
+			if r.Chosen != "" && r.Slot >= begin && r.Slot < end {
+				note := fmt.Sprintf("<- slot %d falls here", r.Slot)
+				if c.Cluster != r.Chosen {
+					note += ", passed over (" + r.Reason + ")"
+				}
+				notes = append(notes, note)
+			}
+			begin = end
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%.1f%%\t%s\t%s\n", c.Cluster, c.Weight, 100*c.Share, interval, strings.Join(notes, "; "))
+	}
+	_ = tw.Flush()
 }
 
 func orDash(s string) string {

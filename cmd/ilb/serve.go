@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"github.com/ilbproject/ilb/app"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/telemetry"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -29,7 +32,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	a, err := app.Start(ctx, app.Options{Config: c, Logger: log})
+	// Tracing is configured by the standard OTEL_* variables; unset, it
+	// is off and costs nothing.
+	tp, shutdown, err := telemetry.NewTracerProvider(ctx, telemetry.TracingOptions{Getenv: os.Getenv})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		// Flush the spans still buffered, with a deadline of its own: ctx
+		// is done by now.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.WarnContext(sctx, "tracing shutdown", "err", err)
+		}
+	}()
+	a, err := app.Start(ctx, app.Options{Config: c, Logger: log, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

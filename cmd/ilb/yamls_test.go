@@ -50,6 +50,10 @@ func TestEveryYAMLValidates(t *testing.T) {
 				checkCompose(t, f, data)
 			case top["demand"] != nil:
 				kinds["demand"]++
+			case top["groups"] != nil:
+				// Prometheus rules: test/observability_test.go checks them
+				// (strict structure, PromQL, documented metrics).
+				kinds["prometheus-rules"]++
 			case top["sources"] != nil:
 				kinds["ilb"]++
 				if out, _, err := runCmd(t, "validate", "--config", f); err != nil {

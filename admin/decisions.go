@@ -1,0 +1,87 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/ilbproject/ilb/extproc"
+)
+
+// serveDecisions answers GET /debug/decisions: the most recent records,
+// or with follow the records as they complete (see Handler).
+func serveDecisions(w http.ResponseWriter, r *http.Request, d Decisions, log *slog.Logger) {
+	if d == nil {
+		writeError(w, http.StatusNotFound, "this process keeps no decision log")
+		return
+	}
+	q := r.URL.Query()
+	n, err := intParam(q, "limit", 50, 10000)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	follow := false
+	if s := q.Get("follow"); s != "" {
+		if follow, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "follow "+strconv.Quote(s)+" is not 1, true, 0 or false")
+			return
+		}
+	}
+	f := extproc.Filter{Source: q.Get("source"), Model: q.Get("model"), Cluster: q.Get("cluster"), Reason: q.Get("reason")}
+	if !follow {
+		recs := d.Find(f, n)
+		if recs == nil {
+			recs = []extproc.Record{} // [] rather than null
+		}
+		writeJSON(w, recs)
+		return
+	}
+	// Subscribe before the headers go out: a client that has them misses
+	// no record that completes afterwards. The subscription ends with the
+	// request's context, which the server cancels when the client goes
+	// away or this handler returns.
+	sub := d.Subscribe(r.Context(), f, 0)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		log.WarnContext(r.Context(), "decision stream cannot flush", "err", err)
+		return
+	}
+	enc := json.NewEncoder(w) // one line per value
+	for rec := range sub.Records() {
+		if err := enc.Encode(rec); err != nil {
+			return // the client went away
+		}
+		// Records are dropped when the buffer is full, so after the ones
+		// it holds: say so after the record just taken from it.
+		if n := sub.Dropped(); n > 0 {
+			if err := enc.Encode(map[string]uint64{"dropped": n}); err != nil {
+				return
+			}
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// intParam reads the integer query parameter name in 1..most, def when
+// absent; the error names the parameter.
+func intParam(q url.Values, name string, def, most int) (int, error) {
+	s := q.Get(name)
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 || v > most {
+		return 0, fmt.Errorf("%s %q is not a number in 1..%d", name, s, most)
+	}
+	return v, nil
+}

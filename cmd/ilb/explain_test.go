@@ -1,0 +1,143 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/extproc"
+)
+
+// TestExplainStory plays requests through a real ext_proc server and asks
+// `ilb explain` about them through the real admin API.
+func TestExplainStory(t *testing.T) {
+	s := startStack(t)
+	const src, model = "edge-us", "qwen2.5-7b-instruct"
+	drawn := s.drawn(t, src, model)
+	s.request(t, "r-weighted", model, drawn)
+	s.request(t, "r-elsewhere", model, "eu-west-tgi")
+	s.srv.SetLive(&extproc.Live{At: time.Now(), Clusters: map[string]extproc.ClusterLive{drawn: {Saturated: true}}})
+	s.request(t, "r-steered", model, "")
+	s.srv.SetLive(nil)
+	s.request(t, "r-bad", "no-such-model", "")
+	rec, ok := s.srv.Decisions().Get("r-weighted")
+	if !ok || rec.TraceID == "" || rec.SpanID == "" {
+		t.Fatalf("r-weighted: %+v, %v; want a traced record", rec, ok)
+	}
+	steered, _ := s.srv.Decisions().Get("r-steered")
+
+	tests := []struct {
+		name string
+		args []string
+		env  string // ILB_TRACE_URL
+		want []string
+		not  []string
+	}{
+		{
+			"the whole story",
+			[]string{"r-weighted"},
+			"",
+			[]string{
+				"source      edge-us  (priority standard)",
+				"model       " + model + ", read from the body",
+				"session     none: a random draw",
+				"trace       " + rec.TraceID + " (span " + rec.SpanID + ")",
+				"weights     version " + s.w.Version(),
+				"candidates:", "CLUSTER", "WEIGHT", "SHARE", "INTERVAL",
+				"<- slot 4242 falls here",
+				"draw        4242 (random) -> slot 4242 of 10000",
+				"chosen      " + drawn + " (reason weighted: a random draw over the weights)",
+				"served      " + drawn + " at 10.0.0.7:8000, weights " + s.w.Version() + ", status 200",
+				"timing      decision ",
+			},
+			[]string{"WARNING", "http://"},
+		},
+		{
+			"served elsewhere: a warning",
+			[]string{"r-elsewhere"},
+			"",
+			[]string{"WARNING     Envoy served eu-west-tgi, not " + drawn},
+			nil,
+		},
+		{
+			"steered",
+			[]string{"r-steered"},
+			"",
+			[]string{
+				"steered     " + drawn + " is saturated: drawn again among",
+				"saturated; <- slot 4242 falls here, passed over (steered)",
+				"chosen      " + steered.Chosen + " (reason steered: the drawn cluster is saturated now",
+			},
+			nil,
+		},
+		{
+			"rejected by ILB",
+			[]string{"r-bad"},
+			"",
+			[]string{"answered    404 by ILB itself (reason model_not_found)"},
+			[]string{"candidates:"},
+		},
+		{
+			"trace link from --trace-url",
+			[]string{"--trace-url", "http://localhost:16686/trace/{trace_id}?span={span_id}", "r-weighted"},
+			"",
+			[]string{"            http://localhost:16686/trace/" + rec.TraceID + "?span=" + rec.SpanID},
+			nil,
+		},
+		{
+			"trace link from ILB_TRACE_URL",
+			[]string{"r-weighted"},
+			"http://jaeger:16686/trace/{trace_id}",
+			[]string{"            http://jaeger:16686/trace/" + rec.TraceID + "\n"},
+			nil,
+		},
+		{
+			"the flag wins over the environment",
+			[]string{"--trace-url", "http://a/{trace_id}", "r-weighted"},
+			"http://b/{trace_id}",
+			[]string{"http://a/" + rec.TraceID},
+			[]string{"http://b/"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("ILB_TRACE_URL", tt.env)
+			out, _, err := runCmd(t, append([]string{"explain", "--admin", s.admin}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestExplainErrors(t *testing.T) {
+	s := startStack(t)
+	dead := deadAddr(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown id", []string{"--admin", s.admin, "nope"}, `no decision record for request id "nope"`},
+		{"no id", []string{"--admin", s.admin}, "want exactly one REQUEST_ID"},
+		{"admin unreachable", []string{"--admin", dead, "x"}, "admin API at " + dead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCmd(t, append([]string{"explain"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err %v; want %q", err, tt.want)
+			}
+		})
+	}
+}

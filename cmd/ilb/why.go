@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ilbproject/ilb/weights"
+)
+
+// historyEntry is one version of /debug/weights/history.
+type historyEntry struct {
+	Version   string              `json:"version"`
+	Published time.Time           `json:"published"`
+	Policy    string              `json:"policy"`
+	Status    string              `json:"status"`
+	Previous  string              `json:"previous"`
+	Changes   []weights.CellDiff  `json:"changes"`
+	Cells     []weights.CellRoute `json:"cells"`
+}
+
+// runWhy prints why one cell's weights are what they are: the current
+// weights with the controller's explanation, then what changed in the
+// last versions.
+func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("why", flag.ContinueOnError)
+	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	source := fs.String("source", "", "the source (required)")
+	model := fs.String("model", "", "the canonical model (required)")
+	versions := fs.Int("versions", 5, "how many recent versions to show (1..1000)")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if *source == "" || *model == "" || fs.NArg() > 0 {
+		return errors.New("why: want --source S --model M and no arguments")
+	}
+	if *versions < 1 || *versions > 1000 {
+		return fmt.Errorf("why: --versions %d is not in 1..1000", *versions)
+	}
+	get := func(path string, q url.Values, v any) error {
+		err := getJSON(ctx, "http://"+*adminAddr+path+"?"+q.Encode(), v)
+		if _, ok := errors.AsType[*url.Error](err); ok {
+			return fmt.Errorf("admin API at %s is unreachable: %w", *adminAddr, err)
+		}
+		return err
+	}
+	var v weightsView
+	if err := get("/debug/weights", url.Values{"explain": {"1"}, "source": {*source}, "model": {*model}}, &v); err != nil {
+		return fmt.Errorf("why: %w", err)
+	}
+	i := slices.IndexFunc(v.Cells, func(c weights.Cell) bool { return c.Source == *source && c.Model == *model })
+	if i < 0 {
+		var all weightsView
+		if err := get("/debug/weights", nil, &all); err != nil {
+			return fmt.Errorf("why: %w", err)
+		}
+		return fmt.Errorf("why: %w", unknownCell(all.Cells, *source, *model))
+	}
+	fmt.Fprintf(stdout, "weights %s (policy %s, computed %s)\n", v.Version, v.Policy, v.Computed.UTC().Format(time.RFC3339))
+	if v.Status != "" {
+		fmt.Fprintf(stdout, "STATUS: %s\n", v.Status)
+	}
+	printCells(stdout, v.Cells[i:i+1], true)
+
+	var hist []historyEntry
+	q := url.Values{"limit": {fmt.Sprint(*versions)}, "source": {*source}, "model": {*model}}
+	if err := get("/debug/weights/history", q, &hist); err != nil {
+		return fmt.Errorf("why: weights history: %w", err)
+	}
+	printHistory(stdout, *source, *model, hist)
+	return nil
+}
+
+// unknownCell says which of source and model the weights do not know,
+// and lists the known ones.
+func unknownCell(cells []weights.Cell, source, model string) error {
+	var sources, models []string
+	for _, c := range cells {
+		sources = append(sources, c.Source)
+		if c.Source == source {
+			models = append(models, c.Model)
+		}
+	}
+	sources = slices.Compact(sources) // cells are sorted by source
+	if !slices.Contains(sources, source) {
+		return fmt.Errorf("unknown source %q; known sources: %s", source, listOrNone(sources))
+	}
+	return fmt.Errorf("source %q has no model %q; its models: %s", source, model, listOrNone(models))
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ", ")
+}
+
+// printHistory writes what changed in the cell in each version, newest
+// first.
+func printHistory(w io.Writer, source, model string, hist []historyEntry) {
+	fmt.Fprintf(w, "\nhistory of %s / %s, newest first (%d versions):\n", source, model, len(hist))
+	if len(hist) == 0 {
+		fmt.Fprintln(w, "  no version published yet")
+	}
+	for _, e := range hist {
+		fmt.Fprintf(w, "%s  version %s (policy %s)", e.Published.UTC().Format(time.RFC3339), e.Version, e.Policy)
+		if e.Previous != "" {
+			fmt.Fprintf(w, ", after %s", e.Previous)
+		}
+		fmt.Fprintln(w)
+		if e.Status != "" {
+			fmt.Fprintf(w, "    status: %s\n", e.Status)
+		}
+		i := slices.IndexFunc(e.Changes, func(d weights.CellDiff) bool { return d.Source == source && d.Model == model })
+		switch {
+		case e.Previous == "":
+			fmt.Fprintf(w, "    the oldest version kept: %s\n", targetsText(e.Cells, source, model))
+		case i < 0:
+			fmt.Fprintln(w, "    this cell did not change (another cell did)")
+		default:
+			printDiff(w, e.Changes[i])
+		}
+	}
+}
+
+// printDiff writes one cell's changes, one line each.
+func printDiff(w io.Writer, d weights.CellDiff) {
+	switch {
+	case d.Added:
+		fmt.Fprintln(w, "    the cell is new in this version")
+	case d.Removed:
+		fmt.Fprintln(w, "    the cell is gone in this version")
+	}
+	for _, c := range d.Clusters {
+		fmt.Fprintf(w, "    %-24s %6.2f%% -> %6.2f%%\n", c.Cluster, 100*float64(c.Before)/weights.Total, 100*float64(c.After)/weights.Total)
+	}
+	for _, s := range d.Shed {
+		fmt.Fprintf(w, "    shed %-19s %6.1f%% -> %6.1f%%\n", s.Priority, 100*s.Before, 100*s.After)
+	}
+}
+
+// targetsText is a cell's routing on one line.
+func targetsText(cells []weights.CellRoute, source, model string) string {
+	i := slices.IndexFunc(cells, func(c weights.CellRoute) bool { return c.Source == source && c.Model == model })
+	if i < 0 {
+		return "the cell does not exist"
+	}
+	if len(cells[i].Targets) == 0 {
+		return "no cluster (requests get 503)"
+	}
+	var parts []string
+	for _, t := range cells[i].Targets {
+		parts = append(parts, fmt.Sprintf("%s %.2f%%", t.Cluster, 100*float64(t.Weight)/weights.Total))
+	}
+	return strings.Join(parts, ", ")
+}

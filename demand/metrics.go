@@ -1,0 +1,85 @@
+package demand
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// StatusSource is what the collector reads: the aggregator's counts.
+type StatusSource interface {
+	Status() Status
+}
+
+var _ StatusSource = (*Aggregator)(nil)
+
+// Collector exports the measured demand as Prometheus metrics, read from
+// the aggregator at each scrape (no state of its own):
+//
+//	ilb_demand_requests_total{source,model,priority}    requests metered (routed and shed)
+//	ilb_demand_shed_total{source,model,priority}        of which shed or refused
+//	ilb_demand_token_cost_total{source,model,priority}  their estimated token-cost units
+//	ilb_demand_reports_total                            demand reports received
+//	ilb_demand_dropped_total                            report entries refused (bad values)
+//	ilb_demand_reporters                                reporters known
+//	ilb_demand_oldest_report_age_seconds                age of the least recent reporter's last report
+//
+// Label values come from the configuration (sources, models) and the
+// three priorities. Safe for concurrent use.
+type Collector struct {
+	src StatusSource
+	now func() time.Time
+
+	requests, shed, cost, reports, dropped, reporters, age *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a collector over src; now is the clock of the
+// report ages (nil: time.Now).
+func NewCollector(src StatusSource, now func() time.Time) *Collector {
+	if now == nil {
+		now = time.Now
+	}
+	stream := []string{"source", "model", "priority"}
+	return &Collector{
+		src: src, now: now,
+		requests:  prometheus.NewDesc("ilb_demand_requests_total", "Requests ext_proc metered as demand (routed and shed), by source, model and priority, as reported to the controller.", stream, nil),
+		shed:      prometheus.NewDesc("ilb_demand_shed_total", "Of the metered requests, those shed or refused for capacity (429 shed/overloaded, 503 no_capacity).", stream, nil),
+		cost:      prometheus.NewDesc("ilb_demand_token_cost_total", "Estimated token-cost units of the metered requests (prompt tokens × prompt cost + max_tokens × output cost).", stream, nil),
+		reports:   prometheus.NewDesc("ilb_demand_reports_total", "Demand reports received from reporters (in process or over LRS).", nil, nil),
+		dropped:   prometheus.NewDesc("ilb_demand_dropped_total", "Report entries refused: without a priority, or with NaN, infinite or negative token costs.", nil, nil),
+		reporters: prometheus.NewDesc("ilb_demand_reporters", "Demand reporters known (ext_proc instances).", nil, nil),
+		age:       prometheus.NewDesc("ilb_demand_oldest_report_age_seconds", "Seconds since the least recent reporter's last report; the controller goes fail-static (stale_demand) when it grows past controller.stale_after. Absent before the first report.", nil, nil),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.requests, c.shed, c.cost, c.reports, c.dropped, c.reporters, c.age} {
+		ch <- d
+	}
+}
+
+// Collect reads the aggregator's status.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.src.Status()
+	for _, t := range st.Totals {
+		l := []string{t.Source, t.Model, t.Priority.String()}
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(t.Requests), l...)
+		ch <- prometheus.MustNewConstMetric(c.shed, prometheus.CounterValue, float64(t.Shed), l...)
+		ch <- prometheus.MustNewConstMetric(c.cost, prometheus.CounterValue, t.TokenCost, l...)
+	}
+	ch <- prometheus.MustNewConstMetric(c.reports, prometheus.CounterValue, float64(st.Reports))
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(c.reporters, prometheus.GaugeValue, float64(len(st.Reporters)))
+	var oldest time.Time
+	for _, r := range st.Reporters {
+		if !r.LastReport.IsZero() && (oldest.IsZero() || r.LastReport.Before(oldest)) {
+			oldest = r.LastReport
+		}
+	}
+	if !oldest.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, c.now().Sub(oldest).Seconds())
+	}
+}

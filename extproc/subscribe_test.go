@@ -1,0 +1,143 @@
+package extproc
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recv returns the records s delivers until none comes for a while.
+func recv(t *testing.T, s *Subscription) []string {
+	t.Helper()
+	var ids []string
+	for {
+		select {
+		case r, ok := <-s.Records():
+			if !ok {
+				return ids
+			}
+			ids = append(ids, r.RequestID)
+		case <-time.After(50 * time.Millisecond):
+			return ids
+		}
+	}
+}
+
+func TestLogSubscribeFilters(t *testing.T) {
+	tests := []struct {
+		name string
+		f    Filter
+		want []string
+	}{
+		{"no filter: every completed record once", Filter{}, []string{"rejected", "served", "other"}},
+		{"source", Filter{Source: "edge-eu"}, []string{"other"}},
+		{"model", Filter{Model: "m1"}, []string{"rejected", "served"}},
+		{"chosen cluster", Filter{Cluster: "a"}, []string{"served"}},
+		{"served cluster", Filter{Cluster: "b"}, []string{"served", "other"}},
+		{"reason", Filter{Reason: "shed"}, []string{"rejected"}},
+		{"unknown value matches nothing", Filter{Source: "edge-mars"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := NewLog(10)
+			l.add(&Record{RequestID: "before", Source: "edge-us", Complete: true})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := l.Subscribe(ctx, tt.f, 0)
+			l.add(&Record{RequestID: "rejected", Source: "edge-us", Model: "m1", Reason: "shed", Complete: true})
+			served := &Record{RequestID: "served", Source: "edge-us", Model: "m1", Reason: "weighted", Chosen: "a"}
+			l.add(served) // decided: not sent yet
+			other := &Record{RequestID: "other", Source: "edge-eu", Model: "m2", Reason: "steered", Chosen: "c"}
+			l.add(other)
+			l.add(&Record{RequestID: "never-completes", Source: "edge-us", Model: "m1", Chosen: "a"})
+			l.update(served, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
+			l.update(served, func(r *Record) { r.Status = 200 }) // already complete: not sent again
+			l.update(other, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
+			got := recv(t, s)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v; want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("got %v; want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLogFind(t *testing.T) {
+	l := NewLog(4)
+	for i := range 6 {
+		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"x", "y"}[i%2]})
+	}
+	got := l.Find(Filter{Source: "x"}, 10)
+	if len(got) != 2 || got[0].RequestID != "r4" || got[1].RequestID != "r2" {
+		t.Errorf("Find(source x) = %v; want r4, r2 (r0 was evicted)", got)
+	}
+	if got := l.Find(Filter{Source: "y"}, 1); len(got) != 1 || got[0].RequestID != "r5" {
+		t.Errorf("Find(source y, 1) = %v; want r5", got)
+	}
+}
+
+func TestLogSubscribeSlowReaderDrops(t *testing.T) {
+	l := NewLog(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := l.Subscribe(ctx, Filter{}, 2)
+	for i := range 5 {
+		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Complete: true}) // never blocks
+	}
+	if n := s.Dropped(); n != 3 {
+		t.Errorf("Dropped = %d; want 3", n)
+	}
+	if n := s.Dropped(); n != 0 {
+		t.Errorf("Dropped again = %d; want 0 (reset)", n)
+	}
+	if got := recv(t, s); len(got) != 2 || got[0] != "r0" || got[1] != "r1" {
+		t.Errorf("kept %v; want the first two", got)
+	}
+}
+
+// TestLogSubscribeCancel: a cancelled subscription is closed and
+// forgotten while writers keep writing; run with -race.
+func TestLogSubscribeCancel(t *testing.T) {
+	l := NewLog(100)
+	var writers sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		writers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := &Record{RequestID: strconv.Itoa(w) + "-" + strconv.Itoa(i)}
+				l.add(r)
+				l.update(r, func(r *Record) { r.Complete = true })
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := l.Subscribe(ctx, Filter{}, 4)
+		readers.Go(func() {
+			for range s.Records() { // ends when cancelled
+			}
+		})
+		time.Sleep(time.Millisecond)
+		cancel()
+	}
+	readers.Wait()
+	close(stop)
+	writers.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.subs) != 0 {
+		t.Errorf("%d subscriptions left after cancel", len(l.subs))
+	}
+}
