@@ -32,7 +32,7 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("why", flag.ContinueOnError)
 	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
 	source := fs.String("source", "", "the source (required)")
-	model := fs.String("model", "", "the canonical model (required)")
+	model := fs.String("model", "", "the model, by its canonical name or an alias (required)")
 	versions := fs.Int("versions", 5, "how many recent versions to show (1..1000)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -49,6 +49,23 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("admin API at %s is unreachable: %w", *adminAddr, err)
 		}
 		return err
+	}
+	// The model may be an alias (as clients name it): the weights know
+	// canonical names only.
+	var cfg struct {
+		Models []struct {
+			Name    string   `json:"name"`
+			Aliases []string `json:"aliases"`
+		} `json:"models"`
+	}
+	if err := get("/debug/config", nil, &cfg); err == nil {
+		for _, m := range cfg.Models {
+			if m.Name != *model && slices.Contains(m.Aliases, *model) {
+				fmt.Fprintf(stdout, "model %q is an alias of %s\n", *model, m.Name)
+				*model = m.Name
+				break
+			}
+		}
 	}
 	var v weightsView
 	if err := get("/debug/weights", url.Values{"explain": {"1"}, "source": {*source}, "model": {*model}}, &v); err != nil {

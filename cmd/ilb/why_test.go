@@ -74,6 +74,12 @@ func TestWhyCommand(t *testing.T) {
 			nil,
 		},
 		{
+			"a model named by its alias",
+			[]string{"--source", "edge-us", "--model", "qwen-7b", "--versions", "1"},
+			[]string{`model "qwen-7b" is an alias of qwen2.5-7b-instruct`, "edge-us / qwen2.5-7b-instruct"},
+			nil,
+		},
+		{
 			"fewer versions",
 			[]string{"--source", "edge-us", "--model", "qwen2.5-7b-instruct", "--versions", "1"},
 			[]string{"newest first (1 versions)", "version " + cur},
