@@ -40,13 +40,13 @@ type harness struct {
 // 4242 of 10000, which the demo weights put in a known cluster.
 const fixedDraw = 4242
 
-func start(t *testing.T, publish bool) *harness {
+func start(t testing.TB, publish bool) *harness {
 	t.Helper()
 	return startWith(t, publish, nil)
 }
 
 // startWith is start with the options adjusted by opt (nil: none).
-func startWith(t *testing.T, publish bool, opt func(*extproc.Options)) *harness {
+func startWith(t testing.TB, publish bool, opt func(*extproc.Options)) *harness {
 	t.Helper()
 	c, err := config.Load("../examples/demo/ilb.yaml")
 	if err != nil {
