@@ -55,14 +55,26 @@ func serveDecisions(w http.ResponseWriter, r *http.Request, d Decisions, log *sl
 		return
 	}
 	enc := json.NewEncoder(w) // one line per value
-	for rec := range sub.Records() {
-		if err := enc.Encode(rec); err != nil {
+	dropped := func(n uint64) error {
+		if n == 0 {
+			return nil
+		}
+		return enc.Encode(map[string]uint64{"dropped": n})
+	}
+	for d := range sub.Records() {
+		// Records are dropped when the buffer is full, so after the ones
+		// it holds: the first record delivered after them carries the
+		// count, and the line goes just before it.
+		if err := dropped(d.DroppedBefore); err != nil {
+			return
+		}
+		if err := enc.Encode(d.Record); err != nil {
 			return // the client went away
 		}
-		// Records are dropped when the buffer is full, so after the ones
-		// it holds: say so after the record just taken from it.
-		if n := sub.Dropped(); n > 0 {
-			if err := enc.Encode(map[string]uint64{"dropped": n}); err != nil {
+		// With the buffer empty, drops since this record are at this
+		// point: say so now rather than with the next record.
+		if len(sub.Records()) == 0 {
+			if err := dropped(sub.Dropped()); err != nil {
 				return
 			}
 		}

@@ -12,9 +12,13 @@
 // The history (cluster state and utilization, shedding, weights versions)
 // is kept in memory by [Dashboard.Run], a sampler that reads the
 // components every Options.Interval into a bounded ring: it is lost on a
-// restart and covers Options.Window. Without Run the page still shows the
-// weights in force, the current cluster state and the decisions; the
-// charts and the version history stay empty.
+// restart and covers Options.Window. The version history holds the
+// versions the sampler saw, one look per Interval: a version that was in
+// force for less than that may be missing (`ilb why` and
+// /debug/weights/history list every published version). Without Run the
+// page still shows the weights in force, the current cluster state and the
+// decisions; the charts stay empty and the history shows only the version
+// in force.
 //
 // The dashboard only reads: it goes through small interfaces declared
 // here ([Weights], [Decisions], [Signals]) and never changes a component.

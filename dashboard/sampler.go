@@ -61,8 +61,9 @@ type ShedSample struct {
 	Shed     int     `json:"shed"`
 	Rejected int     `json:"rejected"`
 	Rate     float64 `json:"rate"`
-	// Truncated: more records started in the interval than the sampler
-	// reads (it counted the newest only).
+	// Truncated: the counts are a lower bound: more records started in
+	// the interval than the sampler reads, or than the decision log keeps
+	// (it counted the newest only).
 	Truncated bool `json:"truncated,omitempty"`
 	// Planned is, per priority, the largest shed fraction of any cell in
 	// the weights in force.
@@ -152,9 +153,13 @@ func (d *Dashboard) countDecisions(s *ShedSample) {
 		return
 	}
 	i := slices.IndexFunc(recs, d.isLastSeen)
-	if i < 0 { // every record fetched is new; with a full fetch, maybe more
+	if i < 0 {
+		// Every record fetched is new. With a full fetch there may be
+		// more; and when the last record seen is gone from the log (more
+		// decisions than the log keeps came since), some were evicted
+		// uncounted. Either way the counts are a lower bound.
 		i = len(recs)
-		s.Truncated = len(recs) >= maxRecords
+		s.Truncated = len(recs) >= maxRecords || d.lastSeen.id != ""
 	}
 	for _, r := range recs[:i] {
 		s.Requests++

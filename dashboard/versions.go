@@ -42,13 +42,16 @@ type versionInfo struct {
 }
 
 // versionInfo returns the derived view of w, computing the explanations
-// only when w's version differs from the last one asked for. Nil for nil.
+// only when w is not the weights last asked for. Nil for nil.
 func (d *Dashboard) versionInfo(w *weights.Weights) *versionInfo {
 	if w == nil {
 		return nil
 	}
 	d.mu.Lock()
-	if vi := d.info; vi != nil && vi.w.Version() == w.Version() && vi.w.Status() == w.Status() {
+	// Keyed by the object, not the version: an unchanged tick publishes a
+	// new Weights with the same version and fresh demand, explanation and
+	// computed time.
+	if vi := d.info; vi != nil && vi.w == w {
 		d.mu.Unlock()
 		return vi
 	}
@@ -62,12 +65,10 @@ func (d *Dashboard) versionInfo(w *weights.Weights) *versionInfo {
 			continue
 		}
 		for _, t := range c.Explanation.Terms {
-			if t.Capacity > 0 {
-				vi.capacity[t.Cluster] = max(vi.capacity[t.Cluster], t.Capacity)
-			}
-			if t.Utilization > 0 {
-				vi.util[t.Cluster] = max(vi.util[t.Cluster], t.Utilization)
-			}
+			// Zero counts: a cluster that lost every replica shows 0,
+			// not "unknown".
+			vi.capacity[t.Cluster] = max(vi.capacity[t.Cluster], t.Capacity)
+			vi.util[t.Cluster] = max(vi.util[t.Cluster], t.Utilization)
 		}
 	}
 	d.mu.Lock()

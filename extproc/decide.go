@@ -120,7 +120,11 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		// one cluster). When every one is saturated, the weights stand.
 		if cool := unsaturated(remaining, live); len(cool) > 0 {
 			again, slot2 := pickAmong(cool, draw)
-			rec.Redrawn = fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", rec.Chosen, len(cool), slot2)
+			why := fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", rec.Chosen, len(cool), slot2)
+			if rec.Redrawn != "" { // redrawn first: keep why
+				why = rec.Redrawn + "; then " + why
+			}
+			rec.Redrawn = why
 			rec.Chosen, rec.Reason, named = again, reasonSteered, true
 		}
 	}

@@ -188,9 +188,16 @@ const DefaultSubscriptionBuffer = 256
 // the request path blocked) and counted.
 type Subscription struct {
 	f       Filter
-	c       chan Record
-	dropped uint64 // guarded by the log's lock
+	c       chan Delivery
+	dropped uint64 // dropped since the last delivery; guarded by the log's lock
 	log     *Log
+}
+
+// Delivery is one record of a subscription, and how many matching records
+// were dropped just before it because the buffer was full.
+type Delivery struct {
+	Record        Record
+	DroppedBefore uint64
 }
 
 // Subscribe returns a subscription to the records that complete from now
@@ -204,7 +211,7 @@ func (l *Log) Subscribe(ctx context.Context, f Filter, size int) *Subscription {
 	if size < 1 {
 		size = DefaultSubscriptionBuffer
 	}
-	s := &Subscription{f: f, c: make(chan Record, size), log: l}
+	s := &Subscription{f: f, c: make(chan Delivery, size), log: l}
 	l.mu.Lock()
 	l.subs[s] = struct{}{}
 	l.mu.Unlock()
@@ -219,10 +226,12 @@ func (l *Log) Subscribe(ctx context.Context, f Filter, size int) *Subscription {
 
 // Records delivers the records; it is closed when the subscription's
 // context is done.
-func (s *Subscription) Records() <-chan Record { return s.c }
+func (s *Subscription) Records() <-chan Delivery { return s.c }
 
-// Dropped returns how many records were dropped because the buffer was
-// full since the last call, and resets the count.
+// Dropped returns how many records were dropped, because the buffer was
+// full, after the last one delivered (the next delivery would carry them
+// as DroppedBefore), and resets the count. A reader that has emptied the
+// buffer can report them at once.
 func (s *Subscription) Dropped() uint64 {
 	s.log.mu.Lock()
 	defer s.log.mu.Unlock()
@@ -239,7 +248,8 @@ func (l *Log) publish(r *Record) {
 			continue
 		}
 		select {
-		case s.c <- r.copy():
+		case s.c <- Delivery{Record: r.copy(), DroppedBefore: s.dropped}:
+			s.dropped = 0
 		default:
 			s.dropped++
 		}

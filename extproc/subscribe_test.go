@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +15,11 @@ func recv(t *testing.T, s *Subscription) []string {
 	var ids []string
 	for {
 		select {
-		case r, ok := <-s.Records():
+		case d, ok := <-s.Records():
 			if !ok {
 				return ids
 			}
-			ids = append(ids, r.RequestID)
+			ids = append(ids, d.Record.RequestID)
 		case <-time.After(50 * time.Millisecond):
 			return ids
 		}
@@ -139,5 +140,27 @@ func TestLogSubscribeCancel(t *testing.T) {
 	defer l.mu.Unlock()
 	if len(l.subs) != 0 {
 		t.Errorf("%d subscriptions left after cancel", len(l.subs))
+	}
+}
+
+// TestLogSubscribeDropPlacement: records dropped while the buffer is full
+// come after the buffered ones; the next delivery carries their count,
+// so a reader can place the gap exactly.
+func TestLogSubscribeDropPlacement(t *testing.T) {
+	l := NewLog(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := l.Subscribe(ctx, Filter{}, 2)
+	for _, id := range []string{"r0", "r1", "r2", "r3"} { // r2, r3 dropped
+		l.add(&Record{RequestID: id, Complete: true})
+	}
+	first := <-s.Records()
+	l.add(&Record{RequestID: "r4", Complete: true}) // room again
+	var got []string
+	for _, d := range []Delivery{first, <-s.Records(), <-s.Records()} {
+		got = append(got, d.Record.RequestID+"+"+strconv.FormatUint(d.DroppedBefore, 10))
+	}
+	if want := "r0+0 r1+0 r4+2"; strings.Join(got, " ") != want {
+		t.Errorf("deliveries %v; want %s (the gap of 2 between r1 and r4)", got, want)
 	}
 }

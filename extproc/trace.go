@@ -89,7 +89,10 @@ func (s *Server) startSpan(ctx context.Context, x *exchange, hs map[string]strin
 	if op := operationOf(x.h.endpoint); op != "" {
 		x.span.SetAttributes(attrOperation.String(op))
 	}
-	if sc := x.span.SpanContext(); sc.IsValid() {
+	// Only a span that is recorded and sampled reaches a backend: the
+	// record links to it then, never to an unsampled one (or, with a
+	// non-recording provider, to the client's own span).
+	if sc := x.span.SpanContext(); sc.IsValid() && sc.IsSampled() && x.span.IsRecording() {
 		x.rec.TraceID, x.rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
 }
@@ -128,6 +131,10 @@ func (s *Server) spanDecided(ctx context.Context, x *exchange, mut *extprocv3.He
 	for _, k := range []string{headerTraceParent, headerTraceState} {
 		if v := out[k]; v != "" {
 			mut.SetHeaders = append(mut.SetHeaders, setRaw(k, v))
+		} else if k == headerTraceState && out[headerTraceParent] != "" {
+			// A new root context has no tracestate: the client's must not
+			// travel with a traceparent it does not belong to.
+			mut.RemoveHeaders = append(mut.RemoveHeaders, k)
 		}
 	}
 }

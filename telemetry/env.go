@@ -3,6 +3,8 @@ package telemetry
 import (
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -40,14 +42,25 @@ func parseEnv(getenv func(string) string) (config, error) {
 		return c, err
 	}
 	tracesEP, baseEP := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")), strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	// OTEL_TRACES_EXPORTER is a comma-separated list (the spec); ILB
+	// exports over OTLP only: otlp in the list turns it on, other
+	// exporters are refused unless otlp is there too (then they are
+	// ignored, as the SDK does with exporters it does not know).
 	switch v := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); v {
 	case "":
 		c.enabled = tracesEP != "" || baseEP != ""
-	case "otlp":
-		c.enabled = true
 	case "none":
 	default:
-		return c, fmt.Errorf("OTEL_TRACES_EXPORTER is %q: want otlp or none", v)
+		var names []string
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if !slices.Contains(names, "otlp") {
+			return c, fmt.Errorf("OTEL_TRACES_EXPORTER is %q: want otlp (alone or in a list) or none; ILB exports traces over OTLP only", v)
+		}
+		c.enabled = true
 	}
 	if !c.enabled {
 		return c, nil
@@ -62,7 +75,7 @@ func parseEnv(getenv func(string) string) (config, error) {
 			continue
 		}
 		if v != ProtocolGRPC && v != ProtocolHTTP {
-			return c, fmt.Errorf("%s is %q: want grpc or http/protobuf", name, v)
+			return c, fmt.Errorf("%s is %q: want grpc or http/protobuf (http/json is not supported)", name, v)
 		}
 		c.protocol = v
 		break
@@ -93,12 +106,16 @@ func (c *config) resolveEndpoint(tracesEP, baseEP string) error {
 	}
 	c.endpointVar = name
 	u, err := url.Parse(v)
+	if err == nil && u.Scheme == "unix" && c.protocol == ProtocolGRPC {
+		c.endpoint = v // a Unix socket: the gRPC exporter dials it as is
+		return nil
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		if c.protocol == ProtocolGRPC && !strings.Contains(v, "/") && strings.Contains(v, ":") {
 			c.endpoint = v // host:port: gRPC's own form, security from *_INSECURE
 			return nil
 		}
-		return fmt.Errorf("%s is %q: want a URL with scheme http or https (e.g. http://collector:4318), or host:port for grpc", name, v)
+		return fmt.Errorf("%s is %q: want a URL with scheme http or https (e.g. http://collector:4318), or host:port or unix:///path for grpc", name, v)
 	}
 	if c.protocol == ProtocolHTTP && name == "OTEL_EXPORTER_OTLP_ENDPOINT" {
 		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
@@ -114,6 +131,9 @@ func parseResource(getenv func(string) string) ([]attribute.KeyValue, error) {
 	service := DefaultServiceName
 	if raw := strings.TrimSpace(getenv("OTEL_RESOURCE_ATTRIBUTES")); raw != "" {
 		for pair := range strings.SplitSeq(raw, ",") {
+			if strings.TrimSpace(pair) == "" {
+				continue // a trailing or doubled comma
+			}
 			k, v, ok := strings.Cut(pair, "=")
 			k = strings.TrimSpace(k)
 			if !ok || k == "" {
@@ -146,15 +166,16 @@ func firstBool(getenv func(string) string, names ...string) (bool, error) {
 	return false, nil
 }
 
-// parseBool reads a boolean variable: true or false, any case; unset is
-// false.
+// parseBool reads a boolean variable as the Go OTLP exporters read theirs
+// (strconv.ParseBool: true, false, 1, 0, t, f, any case); unset is false.
 func parseBool(getenv func(string) string, name string) (bool, error) {
-	switch v := strings.TrimSpace(getenv(name)); strings.ToLower(v) {
-	case "", "false":
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
 		return false, nil
-	case "true":
-		return true, nil
-	default:
-		return false, fmt.Errorf("%s is %q: want true or false", name, v)
 	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s is %q: want true or false (or 1 or 0)", name, v)
+	}
+	return b, nil
 }

@@ -33,7 +33,10 @@ var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 // NewTracerProvider would return.
 func Enabled(getenv func(string) string) (bool, error) {
 	c, err := parseEnv(getenv)
-	return c.enabled, err
+	if err != nil {
+		return false, err
+	}
+	return c.enabled, nil
 }
 
 // NewTracerProvider builds the tracer provider the environment asks for

@@ -85,12 +85,13 @@ func TestEnvErrors(t *testing.T) {
 		want string
 	}{
 		{"bad OTEL_SDK_DISABLED", map[string]string{"OTEL_SDK_DISABLED": "yes"}, `OTEL_SDK_DISABLED is "yes": want true or false`},
-		{"unknown exporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER is "zipkin": want otlp or none`},
+		{"unknown exporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER is "zipkin": want otlp (alone or in a list) or none`},
 		{"unknown protocol", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL is "http/json": want grpc or http/protobuf`},
 		{"unknown traces protocol", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "udp"}, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL is "udp": want grpc or http/protobuf`},
 		{"endpoint without scheme for http", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, `OTEL_EXPORTER_OTLP_ENDPOINT is "collector:4318": want a URL with scheme http or https`},
 		{"endpoint with a bad scheme", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "ftp://collector"}, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is "ftp://collector": want a URL`},
-		{"bad insecure", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_INSECURE": "1"}, `OTEL_EXPORTER_OTLP_INSECURE is "1": want true or false`},
+		{"bad insecure", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_INSECURE": "yes"}, `OTEL_EXPORTER_OTLP_INSECURE is "yes": want true or false (or 1 or 0)`},
+		{"bad disabled", map[string]string{"OTEL_SDK_DISABLED": "nope"}, `OTEL_SDK_DISABLED is "nope": want true or false (or 1 or 0)`},
 		{"resource pair without =", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_RESOURCE_ATTRIBUTES": "a=1,b"}, `the pair "b" is not key=value`},
 		{"resource value badly encoded", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_RESOURCE_ATTRIBUTES": "a=%zz"}, `the value of a is not percent-encoded`},
 	}
@@ -112,6 +113,7 @@ func TestNoOpWhenUnconfigured(t *testing.T) {
 		{"nothing set", nil},
 		{"exporter none wins over an endpoint", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}},
 		{"SDK disabled wins over everything", map[string]string{"OTEL_SDK_DISABLED": "TRUE", "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}},
+		{"SDK disabled as 1", map[string]string{"OTEL_SDK_DISABLED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}},
 		{"only a service name", map[string]string{"OTEL_SERVICE_NAME": "x"}},
 	}
 	for _, tt := range tests {
@@ -133,6 +135,27 @@ func TestNoOpWhenUnconfigured(t *testing.T) {
 			}
 			if err := shutdown(context.Background()); err != nil {
 				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestEnvAccepts: forms the spec or the Go exporters allow turn tracing on
+// without an error.
+func TestEnvAccepts(t *testing.T) {
+	tests := []struct {
+		name string
+		vars map[string]string
+	}{
+		{"exporter list with otlp", map[string]string{"OTEL_TRACES_EXPORTER": "otlp,console"}},
+		{"insecure as 1", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_INSECURE": "1"}},
+		{"resource attributes with a trailing comma", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_RESOURCE_ATTRIBUTES": "a=b,"}},
+		{"grpc over a unix socket", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "unix:///run/otel.sock"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if on, err := telemetry.Enabled(env(tt.vars)); err != nil || !on {
+				t.Errorf("Enabled = %v, %v; want true, nil", on, err)
 			}
 		})
 	}

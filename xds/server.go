@@ -119,7 +119,10 @@ func (s *Server) Prepare(ctx context.Context, w *weights.Weights) (func(), error
 		return nil, err
 	}
 	span.End()
-	return func() { s.commit(ctx, w, snaps, gen) }, nil
+	// Commit cannot fail: a cancelled tick context must not stop the
+	// snapshot from reaching every watch (the span parent stays).
+	commitCtx := context.WithoutCancel(ctx)
+	return func() { s.commit(commitCtx, w, snaps, gen) }, nil
 }
 
 func (s *Server) build(w *weights.Weights, eps Endpoints) (map[string]*cache.Snapshot, error) {

@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -99,9 +100,18 @@ func newTracker(c *config.Config, l *slog.Logger, reg *prometheus.Registry, even
 			Name: "ilb_xds_canary_pending", Help: "1 while a source's canaries run a version its other Envoys do not have yet.",
 		}, []string{"source"}),
 	}
+	// Every series exists from the start at zero, so that increase() and
+	// rate() see the first NACK or rollback (a series born at 1 has no
+	// increase).
 	for _, s := range c.Sources {
 		t.mRejected.WithLabelValues(s.Name).Set(0)
 		t.mCanary.WithLabelValues(s.Name).Set(0)
+		t.mRollbacks.WithLabelValues(s.Name)
+		t.mPromotions.WithLabelValues(s.Name)
+	}
+	for _, typ := range []resource.Type{resource.ClusterType, resource.EndpointType, resource.RouteType, resource.ListenerType, ""} {
+		t.mAcks.WithLabelValues(shortType(typ))
+		t.mNacks.WithLabelValues(shortType(typ))
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{t.mStreams, t.mAcks, t.mNacks, t.mPublish, t.mRollbacks, t.mPromotions, t.mRejected, t.mCanary} {

@@ -146,6 +146,9 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 		}
 	case r.Chosen != "":
 		p("served", "status %d, no served-cluster report (a local reply from Envoy)", r.Status)
+		if r.Mismatch {
+			p("WARNING", "ILB chose %s, but the response names no served cluster: a route without ILB's headers matched, or Envoy answered locally", r.Chosen)
+		}
 	}
 	p("timing", "decision %dµs, request to response headers %.1f ms", r.DecisionMicros, r.TotalMillis)
 }

@@ -14,7 +14,7 @@ func TestServeRefusesBadTracingEnv(t *testing.T) {
 	tests := []struct {
 		name, key, value, want string
 	}{
-		{"unknown exporter", "OTEL_TRACES_EXPORTER", "jaeger", `OTEL_TRACES_EXPORTER is "jaeger": want otlp or none`},
+		{"unknown exporter", "OTEL_TRACES_EXPORTER", "jaeger", `OTEL_TRACES_EXPORTER is "jaeger": want otlp (alone or in a list) or none`},
 		{"unknown protocol", "OTEL_EXPORTER_OTLP_PROTOCOL", "thrift", `OTEL_EXPORTER_OTLP_PROTOCOL is "thrift": want grpc or http/protobuf`},
 	}
 	for _, tt := range tests {

@@ -275,8 +275,9 @@
     pairs.push(["timing", "decision " + r.decision_us + " µs, request to response headers " + (r.total_ms || 0).toFixed(1) + " ms"]);
     out.push(kv(pairs));
     if (r.mismatch) {
-      out.push(el("div", { class: "callout", id: "explain-warning" },
-        "⚠ Envoy served " + r.served_cluster + ", not " + r.chosen + ": it routed with weights " + (r.served_version || "–") + " while ILB decided on " + r.weights_version));
+      out.push(el("div", { class: "callout", id: "explain-warning" }, r.served_cluster
+        ? "⚠ Envoy served " + r.served_cluster + ", not " + r.chosen + ": it routed with weights " + (r.served_version || "–") + " while ILB decided on " + r.weights_version
+        : "⚠ ILB chose " + r.chosen + ", but the response names no served cluster: a route without ILB's headers matched, or Envoy answered locally"));
     }
     $("explain-body").replaceChildren(...out);
   }
