@@ -37,7 +37,8 @@
     return Math.round(sec / 3600) + "h ago";
   };
   async function get(path) {
-    const r = await fetch(api + path, { cache: "no-store" });
+    // A hung request must not stop the polling for good.
+    const r = await fetch(api + path, { cache: "no-store", signal: AbortSignal.timeout(10000) });
     const body = await r.json().catch(() => null);
     if (!r.ok) throw new Error((body && body.error && body.error.message) || (path + ": HTTP " + r.status));
     return body;
@@ -284,7 +285,9 @@
   async function route() {
     const m = location.hash.match(/^#decision\/(.+)$/);
     const panel = $("explain-panel");
-    selected = m ? decodeURIComponent(m[1]) : "";
+    let id = "";
+    try { id = m ? decodeURIComponent(m[1]) : ""; } catch (e) { id = ""; } // a malformed hash selects nothing
+    selected = id;
     for (const tr of $("decisions").querySelectorAll("tr[data-request-id]")) tr.classList.toggle("selected", tr.dataset.requestId === selected);
     if (!m) { panel.hidden = true; return; }
     panel.hidden = false;
