@@ -81,7 +81,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	c := cache.NewSnapshotCache(true, nodeKey{o.Config.Envoy.Rollout.CanaryPercent}, cacheLogger{o.Logger})
-	return &Server{
+	srv := &Server{
 		cfg:      o.Config,
 		log:      o.Logger,
 		cache:    c,
@@ -90,7 +90,11 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		tracer:   o.TracerProvider.Tracer(tracerName),
 		rollouts: map[string]*rollout{},
 		events:   events,
-	}, nil
+	}
+	// NACKs roll back on the stream's own goroutine, before its request is
+	// served (see tracker.answered); their spans start a trace of their own.
+	t.onNACK = func(e event) { srv.handle(context.Background(), e) }
+	return srv, nil
 }
 
 // Publish prepares and commits w (see Prepare).

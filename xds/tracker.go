@@ -63,6 +63,9 @@ type tracker struct {
 	mCanary     *prometheus.GaugeVec
 
 	events chan<- event
+	// onNACK, when set, handles NACKs synchronously (see answered); set
+	// once before the server serves.
+	onNACK func(event)
 }
 
 type streamState struct {
@@ -134,13 +137,13 @@ func (t *tracker) callbacks() serverv3.Callbacks {
 			t.closed(id)
 		},
 		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
-			return t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
+			return t.answered(t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
 			t.sent(id, r.GetNonce(), r.GetVersionInfo())
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-			return t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
+			return t.answered(t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
 			t.sent(id, r.GetNonce(), r.GetSystemVersionInfo())
@@ -170,10 +173,24 @@ func (t *tracker) sent(id int64, nonce, version string) {
 	}
 }
 
+// answered hands a NACK to onNACK, synchronously, once the tracker's lock
+// is released: the rollback then lands before go-control-plane handles
+// the NACK's request, which names the last version the node accepted, so
+// the rejected version is not answered again (with the asynchronous
+// rollout loop it could be, once per NACK, until the loop caught up).
+func (t *tracker) answered(nack *event, err error) error {
+	if nack != nil && t.onNACK != nil {
+		t.onNACK(*nack)
+	}
+	return err
+}
+
 // request records the node of a stream, refuses nodes of unknown sources
 // (the stream is closed with the error, which Envoy logs), and counts ACKs
 // and NACKs. ackVersion is the accepted version (state of the world only).
-func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersion, nackMsg string, nack bool) error {
+// A NACK is returned for onNACK (or queued for Run when none is set); an
+// ACK is queued for Run.
+func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersion, nackMsg string, nack bool) (*event, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st, ok := t.streams[id]
@@ -188,7 +205,7 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 				names[i] = s.Name
 			}
 			t.log.Warn("xds: node of an unknown source refused", "node", node.GetId(), "cluster", node.GetCluster())
-			return fmt.Errorf("node.cluster %q is not a source of this ILB (known sources: %s)", node.GetCluster(), strings.Join(names, ", "))
+			return nil, fmt.Errorf("node.cluster %q is not a source of this ILB (known sources: %s)", node.GetCluster(), strings.Join(names, ", "))
 		}
 		st.node = node
 		ns := t.byID[node.GetId()]
@@ -202,7 +219,7 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 		ns.Streams++
 	}
 	if nonce == "" || st.node == nil {
-		return nil // a subscription, not an answer to a response
+		return nil, nil // a subscription, not an answer to a response
 	}
 	typ := shortType(typeURL)
 	ns := t.byID[st.node.GetId()]
@@ -212,8 +229,12 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 		t.mNacks.WithLabelValues(typ).Inc()
 		ns.LastNACK = &NACK{Node: ns.ID, Type: typ, Version: sentVersion, Message: nackMsg, At: time.Now()}
 		t.log.Warn("xds: envoy rejected a version", "node", ns.ID, "source", ns.Cluster, "type", typ, "version", sentVersion, "error", nackMsg)
-		t.emit(event{node: st.node, typ: typeURL, version: sentVersion, nack: ns.LastNACK})
-		return nil
+		e := event{node: st.node, typ: typeURL, version: sentVersion, nack: ns.LastNACK}
+		if t.onNACK == nil {
+			t.emit(e)
+			return nil, nil
+		}
+		return &e, nil
 	}
 	t.mAcks.WithLabelValues(typ).Inc()
 	if ackVersion == "" {
@@ -221,7 +242,7 @@ func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersio
 	}
 	ns.Acked[typ] = ackVersion
 	t.emit(event{node: st.node, typ: typeURL, version: ackVersion})
-	return nil
+	return nil, nil
 }
 
 // emit hands an answer to the rollout loop without blocking the stream;
