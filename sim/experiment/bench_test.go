@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkSimulatedHour runs one simulated hour of the diurnal scenario
-// (3 regions, 10 engine clusters, 26 replicas, ~140 req/s, 500k requests)
+// (3 regions, 10 engine clusters, 26 replicas, ~120 req/s, 430k requests)
 // under one policy, the workload and calibration prepared outside the
 // timer. The goal is well under a minute per op on 2 cores.
 //

@@ -151,10 +151,10 @@ func TestCalibrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cost float64
-	for _, q := range reqs[:3000] {
+	for _, q := range reqs {
 		cost += float64(q.Prompt) + 4*float64(q.Output)
 	}
-	mean := cost / 3000
+	mean := cost / float64(len(reqs))
 	tests := []struct {
 		profile  string
 		min, max float64 // requests per second
@@ -163,11 +163,12 @@ func TestCalibrate(t *testing.T) {
 		// (multi-turn sessions carry their history): ~3000 token-cost per
 		// request against ~2000, so fewer than the 16-20 req/s anchor.
 		{replica.ProfileLlama3x8BH100, 8, 14},
-		{replica.ProfileLlama3x8BA100, 4, 8},
+		{replica.ProfileLlama3x8BA100, 3.5, 7}, // ~1.8× below the H100
 	}
 	for _, tt := range tests {
 		t.Run(tt.profile, func(t *testing.T) {
 			got := capacity[tt.profile] / mean
+			t.Logf("%.1f req/s", got)
 			if got < tt.min || got > tt.max {
 				t.Errorf("%.1f req/s; want [%v, %v]", got, tt.min, tt.max)
 			}

@@ -60,7 +60,9 @@ type Series struct {
 	// TTFTp99 per source, per window (seconds; 0 when nothing served).
 	TTFTp99 [][]float64 `json:"ttft_p99"`
 	// Utilization per cluster, per window: token-cost served over what
-	// its serving replicas can serve.
+	// its serving replicas could serve in the window (replica-seconds
+	// sampled at every signals refresh, draining replicas while they
+	// still had work).
 	Utilization [][]float64 `json:"utilization"`
 	// Local per source, per window: the share of its routed requests
 	// served in its own region.
@@ -95,6 +97,7 @@ type recorder struct {
 	// the window in progress
 	wTTFT   [][]float64
 	wCost   []float64
+	wCapSec []float64 // serving replica-seconds per cluster
 	wServed []int
 	wLocal  []int
 	wShed   int
@@ -107,6 +110,7 @@ func newRecorder(r *runner, window time.Duration) *recorder {
 	rec := &recorder{r: r, window: window, sources: make([]acc, len(f.Sources))}
 	rec.wTTFT = make([][]float64, len(f.Sources))
 	rec.wCost = make([]float64, len(f.Clusters))
+	rec.wCapSec = make([]float64, len(f.Clusters))
 	rec.wServed = make([]int, len(f.Sources))
 	rec.wLocal = make([]int, len(f.Sources))
 	s := &rec.series
@@ -143,9 +147,10 @@ func (rec *recorder) change(at time.Duration, c Change) {
 	rec.series.Changes = append(rec.series.Changes, at.Round(time.Second).String()+" "+c.Action.String()+" "+what)
 }
 
-// sample is called every signals refresh; utilization comes from the
-// cost served, so nothing is kept here yet.
-func (rec *recorder) sample(int, *simCluster, *runner) {}
+// sample adds, at every signals refresh, the replica-seconds cluster ci
+// had serving (ready, warming, or draining with work left) over the
+// interval it starts: the denominator of the window's utilization.
+func (rec *recorder) sample(ci int, replicaSeconds float64) { rec.wCapSec[ci] += replicaSeconds }
 
 // finish records request i's outcome: served by cluster (or -1).
 func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duration) {
@@ -219,18 +224,12 @@ func (rec *recorder) closeWindow(t time.Duration) {
 		}
 	}
 	for ci, c := range rec.r.clusters {
-		serving := 0 // the replicas whose capacity counts (not draining ones)
-		for _, ri := range c.replicas {
-			if st := rec.r.replicas[ri].state; st == lcReady || st == lcWarming {
-				serving++
-			}
-		}
 		u := 0.0
-		if serving > 0 {
-			u = rec.wCost[ci] / (rec.window.Seconds() * c.capacity * float64(serving))
+		if rec.wCapSec[ci] > 0 {
+			u = rec.wCost[ci] / (c.capacity * rec.wCapSec[ci])
 		}
 		s.Utilization[ci] = append(s.Utilization[ci], u)
-		rec.wCost[ci] = 0
+		rec.wCost[ci], rec.wCapSec[ci] = 0, 0
 	}
 	shed := 0.0
 	if rec.wAll > 0 {

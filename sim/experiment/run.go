@@ -19,6 +19,10 @@ const (
 	// loop's exclusions and saturation, the controller's cluster states)
 	// is refreshed: one scrape interval.
 	signalsInterval = time.Second
+	// probeRetry is how long after a crash ILB's signals see it: the
+	// failed probe's retry (signals.retry_delay, 200 ms) after the first
+	// scrape that finds it down.
+	probeRetry = 200 * time.Millisecond
 	// detectDelay is how long Envoy keeps sending to a crashed replica
 	// before its health checks (or ILB's EDS) take it out; requests sent
 	// meanwhile are retried once on another host of the cluster.
@@ -64,6 +68,7 @@ type simReplica struct {
 	m       *replica.Replica
 	cluster int
 	state   lifecycle
+	seen    lifecycle // the state as ILB's signals last saw it
 	since   time.Duration
 	// envoyUp: Envoy sends to it (health checks pass, not draining in
 	// EDS). A crashed replica stays up for Envoy until detectDelay.
@@ -111,6 +116,12 @@ type runner struct {
 	free     []int
 	rec      *recorder
 	results  []replica.Result
+	// The controller's schedule: ticks every controller.tick, and at once
+	// (at most one a second: weights.DefaultMinResolveGap) when a
+	// cluster's serving replicas change, as app's signals hook triggers
+	// it; a triggered tick resets the ticker.
+	nextTick, lastTick time.Duration
+	lastServing        []int
 }
 
 // Run runs one policy on one scenario.
@@ -174,7 +185,9 @@ func newRunner(o Options) (*runner, error) {
 			sc.models[r.models[m]] = true
 		}
 		for i := range c.Replicas {
-			m, err := replica.New(replica.Options{Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i)})
+			// A recovered engine warms up (CUDA graphs, caches): steps twice
+			// as slow at first, full speed after warmupTime.
+			m, err := replica.New(replica.Options{Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i), WarmupTime: warmupTime, WarmupSlowdown: 2})
 			if err != nil {
 				return nil, err
 			}
@@ -247,7 +260,8 @@ func (r *runner) run(ctx context.Context) error {
 		if err := r.tick(ctx); err != nil {
 			return err
 		}
-		r.clock.at(r.cfg.Controller.Tick.Std(), evTick, 0)
+		r.nextTick = r.cfg.Controller.Tick.Std()
+		r.clock.at(r.nextTick, evTick, 0)
 	}
 	r.clock.at(signalsInterval, evSignals, 0)
 	for i, c := range s.Changes {
@@ -282,11 +296,16 @@ func (r *runner) run(ctx context.Context) error {
 				r.clock.at(e.at+signalsInterval, evSignals, 0)
 			}
 		case evTick:
+			if e.at != r.nextTick {
+				continue // superseded by a triggered tick, which reset the ticker
+			}
 			if err := r.tick(ctx); err != nil {
 				return err
 			}
+			r.lastTick = e.at
 			if !ended {
-				r.clock.at(e.at+r.cfg.Controller.Tick.Std(), evTick, 0)
+				r.nextTick = e.at + r.cfg.Controller.Tick.Std()
+				r.clock.at(r.nextTick, evTick, 0)
 			}
 		case evScenario:
 			r.change(e.i)

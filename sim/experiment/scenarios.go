@@ -77,37 +77,40 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 	if d <= 0 {
 		d = time.Hour
 	}
-	at := func(f float64) time.Duration { return time.Duration(f * float64(d)) }
+	// Events fall between the 1 s scrapes and 5 s ticks (+0.7 s), as a
+	// real failure would: no policy sees one the instant it happens.
+	at := func(f float64) time.Duration { return time.Duration(f*float64(d)) + 700*time.Millisecond }
 	f := world()
 	s := Scenario{Name: name, Fleet: f, Duration: d, SLO: 2 * time.Second}
 	switch name {
 	case "diurnal":
 		s.Summary = "a compressed day: each region's demand follows its working day (peak 14:00 local, ±80%; on average ~60% of the fleet), so the regions peak hours apart and each region's peak exceeds its own capacity"
 		s.Workload = generate(d, d,
-			source("edge-us", -5, 59, 0.8, conversation),
-			source("edge-eu", 1, 43, 0.8, conversation),
-			source("edge-ap", 8, 37, 0.8, conversation))
+			source("edge-us", -5, 51, 0.8, conversation),
+			source("edge-eu", 1, 37, 0.8, conversation),
+			source("edge-ap", 8, 32, 0.8, conversation))
 	case "diurnal-peak":
 		s.Summary = "the compressed day of diurnal at 25% more demand (on average ~75% of the fleet): where the regions' days overlap the fleet runs at 90-100%"
 		s.Workload = generate(d, d,
-			source("edge-us", -5, 74, 0.8, conversation),
-			source("edge-eu", 1, 54, 0.8, conversation),
-			source("edge-ap", 8, 46, 0.8, conversation))
+			source("edge-us", -5, 64, 0.8, conversation),
+			source("edge-eu", 1, 47, 0.8, conversation),
+			source("edge-ap", 8, 40, 0.8, conversation))
 	case "outage":
 		s.Summary = "steady load at ~60% of the fleet; every replica of us-east (42% of the capacity) fails at 25% of the run, leaving less than the demand, and comes back at 55% (startup, then warm-up)"
 		s.Workload = generate(d, d,
-			source("edge-us", -5, 60, 0, conversation),
-			source("edge-eu", 1, 43, 0, conversation),
-			source("edge-ap", 8, 33, 0, conversation))
+			source("edge-us", -5, 52, 0, conversation),
+			source("edge-eu", 1, 37, 0, conversation),
+			source("edge-ap", 8, 28, 0, conversation))
 		s.Changes = []Change{{At: at(0.25), Action: Fail, Region: "us-east"}, {At: at(0.55), Action: Recover, Region: "us-east"}}
 	case "burst":
-		burst := source("edge-us", -5, 30, 0, code)
+		burst := source("edge-us", -5, 26, 0, code)
 		burst.GammaShape = 0.2 // code completion arrivals: CV ≈ 2.2
-		burst.Bursts = []workload.Burst{{At: at(0.3), Duration: at(0.1), Factor: 4}, {At: at(0.7), Duration: at(0.05), Factor: 6}}
+		span := func(f float64) time.Duration { return time.Duration(f * float64(d)) }
+		burst.Bursts = []workload.Burst{{At: at(0.3), Duration: span(0.1), Factor: 4}, {At: at(0.7), Duration: span(0.05), Factor: 6}}
 		s.Summary = "code-completion traffic at edge-us: long prompts, short answers, Gamma(0.2) arrivals and two bursts (×4 for 10% of the run, ×6 for 5%) over steady conversation load elsewhere"
 		s.Workload = generate(d, d, burst,
-			source("edge-eu", 1, 45, 0, conversation),
-			source("edge-ap", 8, 35, 0, conversation))
+			source("edge-eu", 1, 39, 0, conversation),
+			source("edge-ap", 8, 26, 0, conversation))
 	case "residency":
 		s.Summary = "edge-eu may only be served in eu-west (data residency) and peaks above eu-west's capacity; the other regions have room"
 		for i := range s.Fleet.Sources {
@@ -116,15 +119,15 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 			}
 		}
 		s.Workload = generate(d, d,
-			source("edge-us", -5, 45, 0.5, conversation),
-			source("edge-eu", 1, 50, 0.6, conversation),
-			source("edge-ap", 8, 28, 0.5, conversation))
+			source("edge-us", -5, 39, 0.5, conversation),
+			source("edge-eu", 1, 43, 0.6, conversation),
+			source("edge-ap", 8, 24, 0.5, conversation))
 	case "drain":
-		s.Summary = "half the replicas of every us-east cluster drain at 30% of the run (a rolling upgrade) and come back at 60%"
+		s.Summary = "half the replicas (rounded up: 2 of 3, 1 of 2) of every us-east cluster drain at 30% of the run (a rolling upgrade; 7 of us-east's 11 replicas) and come back at 60%"
 		s.Workload = generate(d, d,
-			source("edge-us", -5, 70, 0, conversation),
-			source("edge-eu", 1, 40, 0, conversation),
-			source("edge-ap", 8, 30, 0, conversation))
+			source("edge-us", -5, 60, 0, conversation),
+			source("edge-eu", 1, 35, 0, conversation),
+			source("edge-ap", 8, 26, 0, conversation))
 		s.Changes = []Change{{At: at(0.3), Action: Drain, Region: "us-east", Fraction: 0.5}, {At: at(0.6), Action: Restore, Region: "us-east", Fraction: 0.5}}
 	default:
 		return Scenario{}, fmt.Errorf("unknown scenario %q: want one of %v", name, ScenarioNames())

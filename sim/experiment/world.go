@@ -34,6 +34,8 @@ func (r *runner) apply(ri int, a Action) {
 		if rep.state == lcFailed {
 			return
 		}
+		// Steps that end at this very instant completed before the crash.
+		r.complete(rep.m.Advance(now, nil))
 		rep.state, rep.since = lcFailed, now
 		rep.scheduled = -1
 		r.complete(rep.m.SetState(now, replica.Failed))
@@ -79,28 +81,60 @@ func (r *runner) lifecycle(ri int) {
 	}
 }
 
-// refreshSignals is one round of ILB's engine signals: a cluster with no
-// serving replica is excluded by the fast loop; one whose serving
-// replicas are all saturated (waiting >= signals.saturation_queue ×
-// max(running, 1), or KV cache >= signals.saturation_kv, as in package
-// signals) is saturated.
+// refreshSignals is one round of ILB's engine signals, as package signals
+// sees the replicas: a crash is seen once a probe fails and its retry
+// does too (probeRetry after the failure, at the first scrape after
+// that); other changes at the next scrape. A cluster with no serving
+// replica is excluded by the fast loop; one whose serving replicas are
+// all saturated (waiting >= signals.saturation_queue × max(running, 1),
+// or KV cache >= signals.saturation_kv) is saturated.
 func (r *runner) refreshSignals() {
 	sig := r.cfg.Signals
+	now := r.clock.now
 	for ci, c := range r.clusters {
-		serving, saturated := 0, 0
+		serving, saturated, busy := 0, 0, 0
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
-			if rep.state != lcReady && rep.state != lcWarming {
+			if rep.state != lcFailed || now-rep.since >= probeRetry {
+				rep.seen = rep.state
+			}
+			l := rep.m.Load()
+			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && l.Running+l.Waiting > 0) {
+				busy++ // capacity that served in this interval, for the plots
+			}
+			if rep.seen != lcReady && rep.seen != lcWarming {
 				continue
 			}
 			serving++
-			l := rep.m.Load()
 			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
 				saturated++
 			}
 		}
 		r.live[ci] = liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving}
-		r.rec.sample(ci, c, r)
+		r.rec.sample(ci, float64(busy)*signalsInterval.Seconds())
+		if r.lastServing == nil {
+			r.lastServing = make([]int, len(r.clusters))
+			for i := range r.lastServing {
+				r.lastServing[i] = -1 // the first round is the baseline
+			}
+		}
+		if last := r.lastServing[ci]; last >= 0 && last != serving {
+			r.trigger()
+		}
+		r.lastServing[ci] = serving
+	}
+}
+
+// trigger asks for a controller tick now, at most one a second after the
+// last one, unless one is already due sooner.
+func (r *runner) trigger() {
+	if r.ctl == nil {
+		return
+	}
+	at := max(r.clock.now, r.lastTick+weights.DefaultMinResolveGap)
+	if at < r.nextTick {
+		r.nextTick = at
+		r.clock.at(at, evTick, 0)
 	}
 }
 
@@ -113,7 +147,7 @@ func (r *runner) clusterStates() map[string]weights.ClusterState {
 		var warming []float64
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
-			switch rep.state {
+			switch rep.seen {
 			case lcReady:
 				ready++
 			case lcWarming:
