@@ -27,6 +27,7 @@ type Weights interface {
 type Decisions interface {
 	Recent(n int) []extproc.Record
 	Get(id string) (extproc.Record, bool)
+	Tally(after uint64) extproc.Tally
 }
 
 // Signals reports the engines' state.
@@ -80,8 +81,8 @@ type Dashboard struct {
 	samples  []Sample // ring of cap samples, oldest at start once full
 	start    int      // index of the oldest sample when the ring is full
 	versions []Version
-	lastSeen marker // the newest decision record counted
-	primed   bool   // lastSeen is set: the next sample counts decisions
+	tallied  uint64 // the log's sequence number at the last sample
+	primed   bool   // tallied is set: the next sample counts decisions
 	info     *versionInfo
 }
 

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/ilbproject/ilb/extproc"
@@ -70,9 +69,6 @@ type ShedSample struct {
 	Planned weights.ShedFractions `json:"planned"`
 }
 
-// maxRecords bounds the decision records one sample reads.
-const maxRecords = 1 << 14
-
 // Run samples every Options.Interval until ctx is done, starting at once,
 // and returns nil then.
 func (d *Dashboard) Run(ctx context.Context) error {
@@ -110,7 +106,7 @@ func (d *Dashboard) sample(ctx context.Context, now time.Time) {
 	defer d.mu.Unlock()
 	d.countDecisions(&s.Shed)
 	if s.Shed.Truncated {
-		d.o.Logger.WarnContext(ctx, "more decisions in one sampling interval than the dashboard reads: shedding is counted on the newest", "read", maxRecords)
+		d.o.Logger.WarnContext(ctx, "more decisions in one sampling interval than the decision log keeps: shedding is counted on the newest (raise extproc.decision_log_size)")
 	}
 	if cur != nil && (len(d.versions) == 0 || d.versions[len(d.versions)-1].Version != cur.Version()) {
 		d.o.Logger.DebugContext(ctx, "weights version recorded", "version", cur.Version(), "policy", cur.Policy())
@@ -128,65 +124,32 @@ func (d *Dashboard) sample(ctx context.Context, now time.Time) {
 }
 
 // countDecisions fills the decision counts of the interval since the
-// previous sample: the records the log stored after the newest one seen
-// then (the log's order, which is the order of decisions, not of request
-// start). The first sample only notes where the log is. Called with d.mu
-// held.
+// previous sample: the records the log stored since then, tallied by the
+// log without copying them. The first sample only notes where the log
+// is. Called with d.mu held.
 func (d *Dashboard) countDecisions(s *ShedSample) {
 	if d.o.Decisions == nil {
 		return
 	}
-	var recs []extproc.Record
-	n := 256
-	for {
-		recs = d.o.Decisions.Recent(n)
-		if len(recs) < n || n >= maxRecords || !d.primed || slices.ContainsFunc(recs, d.isLastSeen) {
-			break
-		}
-		n *= 4
+	after := extproc.TallyStart
+	if d.primed {
+		after = d.tallied
 	}
-	if !d.primed {
-		d.primed = true
-		if len(recs) > 0 {
-			d.lastSeen = marker{recs[0].RequestID, recs[0].Start}
-		}
+	t := d.o.Decisions.Tally(after)
+	d.tallied, d.primed = t.Through, true
+	if after == extproc.TallyStart {
 		return
 	}
-	i := slices.IndexFunc(recs, d.isLastSeen)
-	if i < 0 {
-		// Every record fetched is new. With a full fetch there may be
-		// more; and when the last record seen is gone from the log (more
-		// decisions than the log keeps came since), some were evicted
-		// uncounted. Either way the counts are a lower bound.
-		i = len(recs)
-		s.Truncated = len(recs) >= maxRecords || d.lastSeen.id != ""
-	}
-	for _, r := range recs[:i] {
-		s.Requests++
-		switch {
-		case r.Reason == "shed" || r.Reason == "overloaded":
-			s.Shed++
-		case r.Chosen == "":
-			s.Rejected++
-		}
-	}
+	s.Requests = t.Records
+	s.Shed = t.ByReason["shed"] + t.ByReason["overloaded"]
+	routed := t.ByReason["weighted"] + t.ByReason["session"] + t.ByReason["redrawn"] + t.ByReason["steered"]
+	s.Rejected = t.Records - s.Shed - routed
+	// Records evicted before they were counted (more decisions in one
+	// interval than the log keeps): the counts are a lower bound.
+	s.Truncated = t.Lost > 0
 	if s.Requests > 0 {
 		s.Rate = float64(s.Shed) / float64(s.Requests)
 	}
-	if len(recs) > 0 {
-		d.lastSeen = marker{recs[0].RequestID, recs[0].Start}
-	}
-}
-
-// marker identifies a decision record: its request id and start (a
-// client may reuse an id; the start tells the two records apart).
-type marker struct {
-	id    string
-	start time.Time
-}
-
-func (d *Dashboard) isLastSeen(r extproc.Record) bool {
-	return r.RequestID == d.lastSeen.id && r.Start.Equal(d.lastSeen.start)
 }
 
 // history returns the samples at or after since, oldest first.

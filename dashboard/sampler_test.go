@@ -54,6 +54,22 @@ func (f *fakeLog) Recent(n int) []extproc.Record {
 	return out
 }
 
+// Tally counts the records appended after the first after, by reason (a
+// fake log never evicts).
+func (f *fakeLog) Tally(after uint64) extproc.Tally {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := extproc.Tally{Through: uint64(len(f.recs)), ByReason: map[string]int{}}
+	if after >= t.Through {
+		return t
+	}
+	for _, r := range f.recs[after:] {
+		t.Records++
+		t.ByReason[r.Reason]++
+	}
+	return t
+}
+
 func (f *fakeLog) Get(id string) (extproc.Record, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -84,11 +84,12 @@ type Candidate struct {
 // the response headers come back; readers get copies. Subscribers get
 // each record once, when it completes (see Subscribe).
 type Log struct {
-	mu   sync.Mutex
-	ring []*Record
-	next int
-	byID map[string]*Record
-	subs map[*Subscription]struct{}
+	mu    sync.Mutex
+	ring  []*Record
+	next  int
+	added uint64 // records ever stored: the sequence number of the newest
+	byID  map[string]*Record
+	subs  map[*Subscription]struct{}
 }
 
 // NewLog returns a log of size records (>= 1).
@@ -110,6 +111,7 @@ func (l *Log) add(r *Record) {
 	}
 	l.ring[l.next] = r
 	l.next = (l.next + 1) % len(l.ring)
+	l.added++
 	l.byID[r.RequestID] = r
 	if r.Complete {
 		l.publish(r)

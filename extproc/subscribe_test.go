@@ -164,3 +164,30 @@ func TestLogSubscribeDropPlacement(t *testing.T) {
 		t.Errorf("deliveries %v; want %s (the gap of 2 between r1 and r4)", got, want)
 	}
 }
+
+// TestLogTally counts records by reason after a point, and the ones
+// evicted before they could be counted.
+func TestLogTally(t *testing.T) {
+	l := NewLog(3)
+	start := l.Tally(TallyStart)
+	if start.Through != 0 || start.Records != 0 {
+		t.Fatalf("empty log: %+v", start)
+	}
+	for i, reason := range []string{"weighted", "shed", "weighted"} {
+		l.add(&Record{RequestID: "a" + strconv.Itoa(i), Reason: reason})
+	}
+	t1 := l.Tally(start.Through)
+	if t1.Through != 3 || t1.Records != 3 || t1.ByReason["weighted"] != 2 || t1.ByReason["shed"] != 1 || t1.Lost != 0 {
+		t.Errorf("after 3: %+v", t1)
+	}
+	for i := range 5 { // 5 more into a log of 3: 2 evicted uncounted
+		l.add(&Record{RequestID: "b" + strconv.Itoa(i), Reason: "overloaded"})
+	}
+	t2 := l.Tally(t1.Through)
+	if t2.Through != 8 || t2.Records != 3 || t2.ByReason["overloaded"] != 3 || t2.Lost != 2 {
+		t.Errorf("after 5 more: %+v", t2)
+	}
+	if t3 := l.Tally(t2.Through); t3.Records != 0 || t3.Lost != 0 {
+		t.Errorf("nothing new: %+v", t3)
+	}
+}
