@@ -45,7 +45,10 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	get := func(path string, q url.Values, v any) error {
 		err := getJSON(ctx, "http://"+*adminAddr+path+"?"+q.Encode(), v)
-		if _, ok := errors.AsType[*url.Error](err); ok {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			if ue.Timeout() {
+				return fmt.Errorf("admin API at %s did not answer in time: %w", *adminAddr, err)
+			}
 			return fmt.Errorf("admin API at %s is unreachable: %w", *adminAddr, err)
 		}
 		return err
