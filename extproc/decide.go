@@ -89,7 +89,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	}
 	var draw uint64
 	if session != "" {
-		draw = sessionDraw(session)
+		draw = SessionDraw(session)
 		rec.DrawFrom, rec.Reason = "session", reasonSession
 		rec.SessionHash, rec.SessionFrom = strconv.FormatUint(draw, 16), from
 	} else {
@@ -169,10 +169,11 @@ func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float6
 // uniform is a random number in [0, 1).
 func (s *Server) uniform() float64 { return float64(s.opts.Rand()>>11) / (1 << 53) }
 
-// sessionDraw maps a session key to a stable draw: FNV-1a, then the
+// SessionDraw maps a session key to a stable draw: FNV-1a, then the
 // splitmix64 finalizer so that nearby keys spread over every slot. It is
-// the same in every ext_proc replica and across restarts.
-func sessionDraw(key string) uint64 {
+// the same in every ext_proc replica and across restarts (and what the
+// routing benchmark draws with).
+func SessionDraw(key string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(key))
 	var b [8]byte

@@ -3,7 +3,6 @@ package xds_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
@@ -131,28 +129,7 @@ func (e *fakeEnvoy) routesSent(version string) int {
 func startRollout(t *testing.T, c *config.Config) (*xds.Server, *grpc.ClientConn, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := xds.New(ctx, xds.Options{Config: c, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	srv, conn := serveXDS(t, xds.Options{Config: c, Registry: reg})
 	return srv, conn, reg
 }
 

@@ -19,26 +19,26 @@ import (
 	"github.com/ilbproject/ilb/xds"
 )
 
-// startServer runs a real xDS server on loopback with the demo weights.
-func startServer(t *testing.T) (*xds.Server, discoveryv3.AggregatedDiscoveryServiceClient) {
+// serveXDS runs a real xDS server built from o on loopback until the test
+// ends, and returns it with a client connection to it.
+func serveXDS(t *testing.T, o xds.Options) (*xds.Server, *grpc.ClientConn) {
 	t.Helper()
-	c, w := demo(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := xds.New(ctx, xds.Options{Config: c, Registry: prometheus.NewRegistry()})
+	srv, err := xds.New(ctx, o)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Publish(ctx, w); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -48,6 +48,17 @@ func startServer(t *testing.T) (*xds.Server, discoveryv3.AggregatedDiscoveryServ
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	return srv, conn
+}
+
+// startServer runs a real xDS server on loopback with the demo weights.
+func startServer(t *testing.T) (*xds.Server, discoveryv3.AggregatedDiscoveryServiceClient) {
+	t.Helper()
+	c, w := demo(t)
+	srv, conn := serveXDS(t, xds.Options{Config: c, Registry: prometheus.NewRegistry()})
+	if err := srv.Publish(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
 	return srv, discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 }
 

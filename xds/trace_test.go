@@ -2,7 +2,6 @@ package xds_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +12,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ilbproject/ilb/xds"
 )
@@ -44,28 +41,8 @@ func TestPublishAndNACKSpans(t *testing.T) {
 	c, _ := demo(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := xds.New(ctx, xds.Options{Config: c, TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	srv, conn := serveXDS(t, xds.Options{Config: c, TracerProvider: tp})
+	ctx := context.Background()
 	ws := versionsOf(t, c)
 	if err := srv.Publish(ctx, ws[0]); err != nil {
 		t.Fatal(err)

@@ -31,19 +31,8 @@ func TestCircuitBreakerOverflow(t *testing.T) {
 		{name: "suppress_envoy_headers", maxReq: 1, maxPending: 100, hold: true, suppress: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			release := make(chan struct{})
-			entered := make(chan struct{})
-			var once sync.Once
 			h := newHarness(t, nil)
-			up := startBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/hold" {
-					once.Do(func() { close(entered) })
-					select {
-					case <-release:
-					case <-r.Context().Done():
-					}
-				}
-			})
+			up, entered, release := holdingBackend(t)
 			cl := staticCluster("pool", false, up.addr())
 			cl.CircuitBreakers = ilbCircuitBreakers(10000)
 			th := cl.CircuitBreakers.Thresholds[0]
@@ -99,19 +88,8 @@ func TestCircuitBreakerOverflow(t *testing.T) {
 // of the request on its fresh connection, so many are tried.
 func TestCircuitBreakerOverflowNotSent(t *testing.T) {
 	const n = 100
-	release := make(chan struct{})
-	entered := make(chan struct{})
-	var once sync.Once
 	h := newHarness(t, nil)
-	up := startBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			once.Do(func() { close(entered) })
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
-	})
+	up, entered, release := holdingBackend(t)
 	cl := staticCluster("pool", false, up.addr())
 	cl.CircuitBreakers = ilbCircuitBreakers(10000)
 	th := cl.CircuitBreakers.Thresholds[0]
@@ -160,4 +138,24 @@ func setRouter(t *testing.T, l *listenerv3.Listener, r *routerv3.Router) {
 	last := hcm.HttpFilters[len(hcm.HttpFilters)-1]
 	last.ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(r)}
 	f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(&hcm)}
+}
+
+// holdingBackend is an upstream that holds requests for /hold until
+// release is closed (or the client goes away); entered is closed when the
+// first one arrives.
+func holdingBackend(t *testing.T) (up *backend, entered <-chan struct{}, release chan struct{}) {
+	t.Helper()
+	in := make(chan struct{})
+	release = make(chan struct{})
+	var once sync.Once
+	up = startBackend(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			once.Do(func() { close(in) })
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	})
+	return up, in, release
 }

@@ -1,10 +1,10 @@
 package experiment
 
 import (
-	"encoding/binary"
-	"hash/fnv"
 	"math"
 	"time"
+
+	"github.com/ilbproject/ilb/extproc"
 
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/weights"
@@ -32,7 +32,7 @@ func (r *runner) arrive(i int) {
 	} else {
 		var draw uint64
 		if q.Session != "" {
-			draw = sessionDraw(q.Session)
+			draw = extproc.SessionDraw(q.Session)
 		} else {
 			draw = r.rng.Uint64()
 		}
@@ -219,17 +219,4 @@ func (r *runner) leastLoaded(si, mi int) int {
 		}
 	}
 	return best
-}
-
-// sessionDraw is extproc's: a session key's FNV-64a hash, mixed
-// (splitmix64) so that similar keys spread over the whole range.
-func sessionDraw(key string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	var b [8]byte
-	z := binary.BigEndian.Uint64(h.Sum(b[:0]))
-	z += 0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
 }
