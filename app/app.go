@@ -175,7 +175,9 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	}
 	xdsGRPC := grpc.NewServer()
 	xs.Register(xdsGRPC)
-	demand.NewServer(agg, c.ExtProc.ReportInterval.Std(), o.Logger.With("component", "lrs")).Register(xdsGRPC)
+	demand.NewServer(demand.ServerOptions{
+		Sink: agg, Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "lrs"),
+	}).Register(xdsGRPC)
 	reporter := &demand.Reporter{
 		Meter: meter, Sink: agg, Node: demand.ReporterNode("ilb-all-in-one"),
 		Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "demand"),

@@ -28,6 +28,9 @@ type Config struct {
 	Envoy      Envoy      `yaml:"envoy" json:"envoy"`
 	ExtProc    ExtProc    `yaml:"extproc" json:"extproc"`
 	Listen     Listen     `yaml:"listen" json:"listen"`
+	// Security configures TLS on ILB's ports and which peers may speak
+	// for which sources (see docs/security.md).
+	Security Security `yaml:"security,omitempty" json:"security"`
 }
 
 // Region is a place: a cloud region or a data centre.
@@ -89,7 +92,22 @@ type Source struct {
 	// Debug allows clients of this source to ask for decision headers
 	// (x-ilb-debug: 1). Off by default: nothing internal reaches clients.
 	Debug bool `yaml:"debug,omitempty" json:"debug,omitempty"`
+	// TrustPriorityHeader makes ext_proc honour the x-ilb-priority header
+	// of this source's requests. Off by default: any client could claim
+	// "critical" and pass while others are shed. Turn it on only where
+	// the source's Envoys set the header from an authenticated identity
+	// (a JWT claim copied by jwt_authn, the client's own header removed
+	// first; docs/security.md) — otherwise the header is ignored and the
+	// decision record says so.
+	TrustPriorityHeader bool `yaml:"trust_priority_header,omitempty" json:"trust_priority_header,omitempty"`
+	// DefaultPriority is the priority of the source's requests that carry
+	// no trusted x-ilb-priority: "critical", "standard" (default) or
+	// "sheddable".
+	DefaultPriority string `yaml:"default_priority,omitempty" json:"default_priority,omitempty"`
 }
+
+// Priority names (the x-ilb-priority values), most important first.
+var Priorities = []string{"critical", "standard", "sheddable"}
 
 // Routing is a source's routing mode.
 type Routing string
@@ -119,7 +137,21 @@ type Model struct {
 	// source exceeds it ineligible for that source, unless no cluster
 	// within the budget can serve.
 	TTFTBudgetMs float64 `yaml:"ttft_budget_ms,omitempty" json:"ttft_budget_ms,omitempty"`
+	// ContextTokens is the model's context length in tokens (prompt and
+	// output together); default 131072. With MaxOutputTokens it caps the
+	// demand one request can claim: a client's max_tokens or prompt size
+	// is evidence, never believed past the model's limits.
+	ContextTokens int `yaml:"context_tokens,omitempty" json:"context_tokens,omitempty"`
+	// MaxOutputTokens is the most output tokens one request of this model
+	// may generate; default 32768, at most ContextTokens.
+	MaxOutputTokens int `yaml:"max_output_tokens,omitempty" json:"max_output_tokens,omitempty"`
 }
+
+// Model limit defaults (see Model).
+const (
+	DefaultContextTokens   = 131072
+	DefaultMaxOutputTokens = 32768
+)
 
 // Profile is the performance of one engine replica.
 type Profile struct {
@@ -257,6 +289,25 @@ type ExtProc struct {
 	LiveTTL Duration `yaml:"live_ttl" json:"live_ttl"`
 	// RetryAfter is the retry-after of a 429, in whole seconds; default 1.
 	RetryAfter int `yaml:"retry_after" json:"retry_after"`
+	// DecisionLogBytes bounds the decision log's memory (an estimate of
+	// the records' size): the oldest records are evicted past it, as past
+	// DecisionLogSize; default 64 MiB.
+	DecisionLogBytes int64 `yaml:"decision_log_bytes" json:"decision_log_bytes"`
+	// MaxStreams caps the ext_proc streams open at once (one per request
+	// in flight, about 15 KB each); a stream over it is refused at once
+	// with RESOURCE_EXHAUSTED, and Envoy applies the source's fail mode.
+	// Default 20000.
+	MaxStreams int `yaml:"max_streams" json:"max_streams"`
+	// StreamIdleTimeout ends an ext_proc stream on which Envoy owes ILB a
+	// message (the request headers, or the body it announced) and sent
+	// nothing for this long: Envoy itself gives up after
+	// envoy.message_timeout. Default message_timeout + 1s; at least
+	// message_timeout.
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout" json:"stream_idle_timeout"`
+	// MaxReportRate bounds the requests per second one demand report
+	// (LRS) may claim for one (source, model, priority): a report over it
+	// is refused as implausible. Default 100000.
+	MaxReportRate float64 `yaml:"max_report_rate" json:"max_report_rate"`
 }
 
 // Listen gives the addresses ILB's own servers bind, host:port.
@@ -287,7 +338,7 @@ func Default() *Config {
 			Outlier:            DefaultOutlier(),
 			CircuitBreakers:    DefaultCircuitBreakers(),
 			ExtProcMaxStreams:  100000,
-			Rollout:            Rollout{Soak: Duration(30 * time.Second)},
+			Rollout:            Rollout{Soak: Duration(30 * time.Second), NACKQuorum: 0.5, NodeTTL: Duration(5 * time.Minute)},
 		},
 		ExtProc: ExtProc{
 			DecisionLogSize:     10000,
@@ -297,6 +348,9 @@ func Default() *Config {
 			ReportInterval:      Duration(time.Second),
 			LiveTTL:             Duration(5 * time.Second),
 			RetryAfter:          1,
+			DecisionLogBytes:    64 << 20,
+			MaxStreams:          20000,
+			MaxReportRate:       100000,
 		},
 		Listen: Listen{
 			XDS:     "127.0.0.1:18000",

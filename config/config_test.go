@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,14 @@ func mustParse(t *testing.T, y string) *config.Config {
 func TestParseAppliesDefaults(t *testing.T) {
 	c := mustParse(t, base)
 	s, _ := c.Source("edge-us")
-	if s.FailMode != config.FailOpen || s.DefaultModel != "m1" {
-		t.Errorf("source defaults = %q, %q; want open, m1", s.FailMode, s.DefaultModel)
+	if s.FailMode != config.FailOpen || s.DefaultModel != "m1" || s.DefaultPriority != "standard" || s.TrustPriorityHeader {
+		t.Errorf("source defaults = %q, %q, %q, %v; want open, m1, standard, false", s.FailMode, s.DefaultModel, s.DefaultPriority, s.TrustPriorityHeader)
+	}
+	if m := c.Models[0]; m.ContextTokens != config.DefaultContextTokens || m.MaxOutputTokens != config.DefaultMaxOutputTokens {
+		t.Errorf("model limits = %d, %d; want %d, %d", m.ContextTokens, m.MaxOutputTokens, config.DefaultContextTokens, config.DefaultMaxOutputTokens)
+	}
+	if c.ExtProc.StreamIdleTimeout.Std() != 2*time.Second {
+		t.Errorf("extproc.stream_idle_timeout = %s; want message_timeout + 1s = 2s", c.ExtProc.StreamIdleTimeout)
 	}
 	if c.Controller.Tick.Std() != 5*time.Second || c.Controller.Policy != config.PolicyOptimizer || c.Controller.TargetUtilization != 0.8 {
 		t.Errorf("controller defaults = %+v", c.Controller)
@@ -238,6 +245,57 @@ func TestValidate(t *testing.T) {
 			"source routing", func(c *config.Config) { c.Sources[0].Routing = "header" },
 			[]string{`sources[0].routing: unknown routing "header": want draw or cluster`},
 		},
+		{
+			"default priority", func(c *config.Config) { c.Sources[0].DefaultPriority = "urgent" },
+			[]string{`sources[0].default_priority: unknown priority "urgent": want one of critical, standard, sheddable`},
+		},
+		{
+			"max output over context", func(c *config.Config) { c.Models[0].ContextTokens, c.Models[0].MaxOutputTokens = 4096, 8192 },
+			[]string{`models[0].max_output_tokens: 8192 is out of range: want 1..context_tokens (4096)`},
+		},
+		{
+			"context too small", func(c *config.Config) { c.Models[1].ContextTokens = 8 },
+			[]string{`models[1].context_tokens: 8 is out of range`},
+		},
+		{
+			"stream idle timeout under message timeout", func(c *config.Config) { c.ExtProc.StreamIdleTimeout = config.Duration(100 * time.Millisecond) },
+			[]string{`extproc.stream_idle_timeout: 100ms is shorter than envoy.message_timeout 1s`},
+		},
+		{
+			"max streams and log bytes", func(c *config.Config) { c.ExtProc.MaxStreams, c.ExtProc.DecisionLogBytes = 0, 10 },
+			[]string{`extproc.decision_log_bytes: 10 is too small`, `extproc.max_streams: 0 is not positive`},
+		},
+		{
+			"nack quorum", func(c *config.Config) { c.Envoy.Rollout.NACKQuorum = 0 },
+			[]string{`envoy.rollout.nack_quorum: 0 is out of range: want a share in (0, 1]`},
+		},
+		{
+			"blind fraction", func(c *config.Config) { c.Signals.BlindFraction = 2 },
+			[]string{`signals.blind_fraction: 2 is out of range`},
+		},
+		{
+			"tls half set", func(c *config.Config) { c.Security.TLS.CertFile = "ilb.pem" },
+			[]string{`security.tls.key_file: is empty while cert_file is "ilb.pem"`},
+		},
+		{
+			"peers without client ca", func(c *config.Config) {
+				c.Security.TLS = config.TLS{CertFile: "a.pem", KeyFile: "a-key.pem"}
+				c.Security.Peers = []config.Peer{{Identity: "spiffe://x/[", Sources: []string{"edge-mars"}}}
+			},
+			[]string{
+				`security.peers: identities come from client certificates: set security.tls.client_ca_file`,
+				`security.peers[0].identity: "spiffe://x/[" is not a valid pattern`,
+				`security.peers[0].sources[0]: unknown source "edge-mars" (known: edge-us, edge-eu)`,
+			},
+		},
+		{
+			"admin off loopback in the clear", func(c *config.Config) { c.Listen.Admin = "0.0.0.0:18002" },
+			[]string{`listen.admin: "0.0.0.0:18002" is not a loopback address: serve the admin API off loopback only with security.admin.tls or a security.admin.token_file`},
+		},
+		{
+			"admin client certs without tls", func(c *config.Config) { c.Security.Admin.ClientCerts = true },
+			[]string{`security.admin.client_certs: needs security.admin.tls and security.tls.client_ca_file`},
+		},
 		{"every problem at once", func(c *config.Config) {
 			c.Clusters[0].Region = "mars"
 			c.Profiles[0].CapacityPerReplica = -3
@@ -295,5 +353,45 @@ func TestSRVDiscoveryAccepted(t *testing.T) {
 	c.Clusters[0].Discovery = config.Discovery{Type: config.DiscoveryDNS, Name: "_http._tcp.vllm.svc.cluster.local", SRV: true}
 	if err := c.Validate(); err != nil {
 		t.Errorf("SRV discovery: %v", err)
+	}
+}
+
+func TestSourcesOf(t *testing.T) {
+	c := mustParse(t, base)
+	c.Security.Peers = []config.Peer{
+		{Identity: "spiffe://ilb.test/envoy/edge-us/*", Sources: []string{"edge-us"}},
+		{Identity: "*.eu.ilb.internal", Sources: []string{"edge-eu"}},
+		{Identity: "spiffe://ilb.test/extproc/*", Sources: []string{"*"}},
+		{Identity: "spiffe://ilb.test/envoy/both", Sources: []string{"edge-eu", "edge-us"}},
+	}
+	tests := []struct {
+		name, identity string
+		want           []string
+	}{
+		{"spiffe id of one source", "spiffe://ilb.test/envoy/edge-us/gw-1", []string{"edge-us"}},
+		{"star stops at a slash", "spiffe://ilb.test/envoy/edge-us/gw/1", nil},
+		{"dns name", "gw-7.eu.ilb.internal", []string{"edge-eu"}},
+		{"every source", "spiffe://ilb.test/extproc/r1", []string{"edge-us", "edge-eu"}},
+		{"two sources in config order", "spiffe://ilb.test/envoy/both", []string{"edge-us", "edge-eu"}},
+		{"no rule", "spiffe://evil.test/envoy/edge-us/gw-1", nil},
+		{"empty identity", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := c.SourcesOf(tt.identity); !slices.Equal(got, tt.want) {
+				t.Errorf("SourcesOf(%q) = %v, want %v", tt.identity, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:18002": true, "[::1]:1": true, "localhost:80": true, "127.8.9.1:0": true,
+		"0.0.0.0:18002": false, "[::]:18002": false, "10.0.0.1:18002": false, "ilb.internal:18002": false, "bad": false,
+	} {
+		if got := config.IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)
+		}
 	}
 }

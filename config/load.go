@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -78,6 +79,15 @@ func (c *Config) applyDefaults() {
 		if m.PromptTokenCost == 0 && m.OutputTokenCost == 0 {
 			m.PromptTokenCost, m.OutputTokenCost = DefaultPromptTokenCost, DefaultOutputTokenCost
 		}
+		if m.ContextTokens == 0 {
+			m.ContextTokens = DefaultContextTokens
+		}
+		if m.MaxOutputTokens == 0 {
+			m.MaxOutputTokens = min(DefaultMaxOutputTokens, m.ContextTokens)
+		}
+	}
+	if c.ExtProc.StreamIdleTimeout == 0 {
+		c.ExtProc.StreamIdleTimeout = c.Envoy.MessageTimeout + Duration(time.Second)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]
@@ -89,6 +99,9 @@ func (c *Config) applyDefaults() {
 		}
 		if s.DefaultModel == "" && len(c.Models) > 0 {
 			s.DefaultModel = c.Models[0].Name
+		}
+		if s.DefaultPriority == "" {
+			s.DefaultPriority = "standard"
 		}
 	}
 }

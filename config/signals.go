@@ -47,6 +47,12 @@ type Signals struct {
 	// SaturationKV: a replica whose KV cache usage is at least this is
 	// saturated; default 0.95.
 	SaturationKV float64 `yaml:"saturation_kv" json:"saturation_kv"`
+	// BlindFraction: when probes or scrapes of more than this share of
+	// the serving replicas, in two clusters or more, fail silently
+	// (timeouts, not refusals) at once, ILB takes itself for blind rather
+	// than the fleet for dead: it keeps every replica's last known state
+	// and the controller fails static. In (0, 1]; default 0.5.
+	BlindFraction float64 `yaml:"blind_fraction" json:"blind_fraction"`
 	// Mappings are custom metric mappings, referenced by
 	// clusters[].metrics.mapping.
 	Mappings map[string]MetricMapping `yaml:"mappings,omitempty" json:"mappings,omitempty"`
@@ -113,7 +119,7 @@ func DefaultSignals() Signals {
 		Interval: Duration(time.Second), Timeout: Duration(500 * time.Millisecond),
 		Concurrency: 64, MaxBodyBytes: 4 << 20, RetryDelay: Duration(200 * time.Millisecond),
 		UnhealthyAfter: 2, HealthyAfter: 2, StaleAfter: 5, Warmup: Duration(30 * time.Second),
-		SaturationQueue: 0.5, SaturationKV: 0.95,
+		SaturationQueue: 0.5, SaturationKV: 0.95, BlindFraction: 0.5,
 	}
 }
 
@@ -150,6 +156,9 @@ func (c *Config) validateSignals(p *problems) {
 	}
 	if !finite(s.SaturationKV) || s.SaturationKV <= 0 || s.SaturationKV > 1 {
 		p.addf("signals.saturation_kv", "%v is out of range: want a number in (0, 1]", s.SaturationKV)
+	}
+	if !finite(s.BlindFraction) || s.BlindFraction <= 0 || s.BlindFraction > 1 {
+		p.addf("signals.blind_fraction", "%v is out of range: want a number in (0, 1]", s.BlindFraction)
 	}
 	for name, m := range s.Mappings {
 		if m.Waiting == "" || m.Running == "" {

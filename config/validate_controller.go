@@ -63,6 +63,12 @@ func (c *Config) validateController(p *problems) {
 		if !finite(m.TTFTBudgetMs) {
 			p.addf(path+".ttft_budget_ms", "%v is not valid: want a finite number >= 0 (0: no budget)", m.TTFTBudgetMs)
 		}
+		if m.ContextTokens < 16 || m.ContextTokens > 1<<24 {
+			p.addf(path+".context_tokens", "%d is out of range: want a number of tokens in 16..%d", m.ContextTokens, 1<<24)
+		}
+		if m.MaxOutputTokens < 1 || m.MaxOutputTokens > m.ContextTokens {
+			p.addf(path+".max_output_tokens", "%d is out of range: want 1..context_tokens (%d)", m.MaxOutputTokens, m.ContextTokens)
+		}
 	}
 }
 

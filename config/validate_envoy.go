@@ -74,6 +74,12 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 	if ev.Rollout.Soak.Std() < 0 {
 		p.addf("envoy.rollout.soak", "%s is negative", ev.Rollout.Soak)
 	}
+	if q := ev.Rollout.NACKQuorum; !finite(q) || q <= 0 || q > 1 {
+		p.addf("envoy.rollout.nack_quorum", "%v is out of range: want a share in (0, 1]", q)
+	}
+	if ev.Rollout.NodeTTL.Std() <= 0 {
+		p.addf("envoy.rollout.node_ttl", "%s is not positive: want a duration such as 5m", ev.Rollout.NodeTTL)
+	}
 	if ev.ExtProcMaxStreams < 1 {
 		p.addf("envoy.extproc_max_streams", "%d is not positive", ev.ExtProcMaxStreams)
 	}

@@ -21,6 +21,7 @@ func (c *Config) validateSettings(p *problems) {
 	c.validateController(p)
 	c.validateSignals(p)
 	c.validateEnvoyKnobs(p)
+	c.validateSecurity(p)
 
 	ev := c.Envoy
 	if err := checkHostPortZero(ev.Listener); err != nil {
@@ -59,6 +60,18 @@ func (c *Config) validateSettings(p *problems) {
 	}
 	if ep.LiveTTL.Std() <= 0 {
 		p.addf("extproc.live_ttl", "%s is not positive", ep.LiveTTL)
+	}
+	if ep.DecisionLogBytes < 1<<20 {
+		p.addf("extproc.decision_log_bytes", "%d is too small: want >= 1048576 bytes (1 MiB)", ep.DecisionLogBytes)
+	}
+	if ep.MaxStreams < 1 {
+		p.addf("extproc.max_streams", "%d is not positive: want >= 1", ep.MaxStreams)
+	}
+	if ep.StreamIdleTimeout.Std() < ev.MessageTimeout.Std() {
+		p.addf("extproc.stream_idle_timeout", "%s is shorter than envoy.message_timeout %s: ILB would end streams Envoy still waits on", ep.StreamIdleTimeout, ev.MessageTimeout)
+	}
+	if !finite(ep.MaxReportRate) || ep.MaxReportRate <= 0 {
+		p.addf("extproc.max_report_rate", "%v is not valid: want a finite number of requests per second > 0", ep.MaxReportRate)
 	}
 
 	addrs := map[string]string{}

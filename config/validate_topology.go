@@ -126,6 +126,9 @@ func (c *Config) validateSources(p *problems, regions, models map[string]bool) {
 		if !models[s.DefaultModel] {
 			p.addf(path+".default_model", "unknown model %q (known: %s)", s.DefaultModel, keys(models))
 		}
+		if !slices.Contains(Priorities, s.DefaultPriority) {
+			p.addf(path+".default_priority", "unknown priority %q: want one of %s", s.DefaultPriority, strings.Join(Priorities, ", "))
+		}
 		c.validateReach(p, path, s, models)
 	}
 }

@@ -238,7 +238,7 @@ func startLRS(t *testing.T, agg *demand.Aggregator) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	demand.NewServer(agg, time.Second, nil).Register(g)
+	demand.NewServer(demand.ServerOptions{Sink: agg, Interval: time.Second}).Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve.GRPC(ctx, g, ln) }()

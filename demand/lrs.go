@@ -29,6 +29,25 @@ var (
 	_ loadstatsv3.LoadReportingServiceServer = (*Server)(nil)
 )
 
+// Authorizer decides whether the peer of a stream (its identity travels
+// in ctx) may report load for a source. The error is a gRPC status
+// (PermissionDenied, Unauthenticated) that ends the stream; the
+// authorizer counts and logs its refusals.
+type Authorizer interface {
+	Authorize(ctx context.Context, source string) error
+}
+
+// ServerOptions configure an LRS Server.
+type ServerOptions struct {
+	Sink Sink // required
+	// Interval is the reporting interval the server asks for.
+	Interval time.Duration
+	Logger   *slog.Logger // nil: discard
+	// Authorizer checks every source a reporter reports for; nil: every
+	// reporter may report for every source.
+	Authorizer Authorizer
+}
+
 // Server is the control plane's LRS service: it asks every reporter for
 // all its clusters every interval and hands each report to the sink.
 type Server struct {
@@ -36,15 +55,16 @@ type Server struct {
 	sink     Sink
 	interval time.Duration
 	log      *slog.Logger
+	auth     Authorizer
 }
 
-// NewServer returns an LRS server feeding sink, asking for a report every
-// interval.
-func NewServer(sink Sink, interval time.Duration, log *slog.Logger) *Server {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// NewServer returns an LRS server feeding o.Sink, asking for a report
+// every o.Interval.
+func NewServer(o ServerOptions) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{sink: sink, interval: interval, log: log}
+	return &Server{sink: o.Sink, interval: o.Interval, log: o.Logger, auth: o.Authorizer}
 }
 
 // Register adds the LRS service to g.

@@ -48,6 +48,17 @@ type Options struct {
 	// context is forwarded upstream in traceparent/tracestate. nil or the
 	// no-op provider: no span, no header.
 	TracerProvider trace.TracerProvider
+	// Authorizer checks that the peer of each stream may speak for the
+	// source its x-ilb-source metadata names; nil: every peer may.
+	Authorizer Authorizer
+}
+
+// Authorizer decides whether the peer of a stream (its identity travels
+// in ctx) may speak for a source. The error is a gRPC status
+// (PermissionDenied, Unauthenticated) that ends the stream; the
+// authorizer counts and logs its refusals.
+type Authorizer interface {
+	Authorize(ctx context.Context, source string) error
 }
 
 // Server is the ext_proc service (DESIGN §2): one gRPC stream per HTTP

@@ -39,6 +39,17 @@ type Options struct {
 	// "ilb.xds.push" per source), promotions and NACKs ("ilb.xds.nack",
 	// error status with Envoy's message); nil: no-op.
 	TracerProvider trace.TracerProvider
+	// Authorizer checks that the peer of each xDS stream may subscribe
+	// as its node's source (node.cluster); nil: every peer may.
+	Authorizer Authorizer
+}
+
+// Authorizer decides whether the peer of a stream (its identity travels
+// in ctx) may speak for a source. The error is a gRPC status
+// (PermissionDenied, Unauthenticated) that ends the stream; the
+// authorizer counts and logs its refusals.
+type Authorizer interface {
+	Authorize(ctx context.Context, source string) error
 }
 
 // Server is ILB's xDS control plane: a go-control-plane ADS server (state
