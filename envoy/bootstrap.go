@@ -3,6 +3,7 @@ package envoy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -40,6 +41,10 @@ type BootstrapOptions struct {
 	// endpoints and routes come from ILB; LDS is off. Nil: a gateway
 	// whose listener comes over LDS too.
 	Listener *listenerv3.Listener
+	// TLS, when set, makes both clusters to ILB (xDS and ext_proc) speak
+	// TLS with a client certificate; refused when the configuration
+	// serves no TLS. See [RequireTLS] for the converse.
+	TLS *UpstreamTLS
 }
 
 // Bootstrap renders the bootstrap of an Envoy of source: node.cluster is
@@ -66,6 +71,10 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 	ep, err := grpcCluster(c.Envoy.ExtProcCluster, o.ExtProc)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: extproc address: %w", err)
+	}
+	extra, err := secure(c, o, xds, ep)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	// ext_proc holds one gRPC stream per in-flight request: Envoy's
 	// default of 1024 concurrent requests per cluster would turn load
@@ -104,7 +113,7 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 			CdsConfig: ads(),
 			LdsConfig: ads(),
 		},
-		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds, ep}},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: append([]*clusterv3.Cluster{xds, ep}, extra...)},
 	}
 	if o.Listener != nil {
 		b.DynamicResources.LdsConfig = nil
@@ -121,6 +130,45 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	return b, nil
+}
+
+// ErrTLSRequired: the configuration serves TLS but no TLS settings were
+// given for the Envoy.
+var ErrTLSRequired = errors.New("the configuration serves TLS (security.tls.cert_file is set): give the Envoy's TLS settings (ilb envoy-config --tls-cert, --tls-key, --tls-ca and --ilb-san, or --tls-sds-cert, --tls-sds-ca, --sds-address and --ilb-san)")
+
+// RequireTLS reports ErrTLSRequired when c serves TLS and o has no TLS
+// settings: such a bootstrap renders, but its Envoy fails every handshake
+// with ILB. [Bootstrap] itself renders it (ilb validate checks the rest of
+// a bootstrap without certificates); ilb envoy-config calls this first.
+func RequireTLS(c *config.Config, o BootstrapOptions) error {
+	if o.TLS == nil && c.Security.TLS.Enabled() {
+		return ErrTLSRequired
+	}
+	return nil
+}
+
+// secure puts the TLS transport socket on the clusters to ILB when the
+// configuration serves TLS, and returns the SDS cluster to add, if any.
+func secure(c *config.Config, o BootstrapOptions, clusters ...*clusterv3.Cluster) ([]*clusterv3.Cluster, error) {
+	if o.TLS == nil {
+		return nil, nil // RequireTLS tells a caller that must not render plaintext
+	}
+	if err := o.TLS.check(c.Security); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	for _, cl := range clusters {
+		sa := cl.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+		ts, err := o.TLS.transportSocket(sa.GetAddress())
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		cl.TransportSocket = ts
+	}
+	sds, err := o.TLS.sdsClusterResource()
+	if err != nil || sds == nil {
+		return nil, err
+	}
+	return []*clusterv3.Cluster{sds}, nil
 }
 
 func ads() *corev3.ConfigSource {

@@ -76,6 +76,8 @@ func (k *checker) warnf(where, format string, args ...any) {
 //   - retry coherence: retry_on conditions are known,
 //     retriable-status-codes and the status codes go together,
 //     previous_hosts has host selection attempts to work with;
+//   - TLS to a cluster: SAN matchers need a trusted CA, SDS clusters are
+//     static, HTTP/2 negotiates h2 (see checkTLS);
 //   - ext_proc mode rules (FULL_DUPLEX_STREAMED needs trailer SEND and no
 //     fail-open; http_service sends no body), the router filter is last.
 //
@@ -268,6 +270,7 @@ func (k *checker) checkCluster(c *clusterv3.Cluster) {
 		k.b.Bootstrap != nil && k.b.Bootstrap.GetDynamicResources().GetAdsConfig() == nil {
 		k.errorf(where, "eds_config uses ads but the bootstrap has no dynamic_resources.ads_config")
 	}
+	k.checkTLS(c)
 	for i, hc := range c.GetHealthChecks() {
 		if hc.GetGrpcHealthCheck() != nil && !speaksHTTP2(c) {
 			k.errorf(fmt.Sprintf("%s health_checks[%d]", where, i), "a gRPC health check needs the cluster to speak HTTP/2")

@@ -12,13 +12,16 @@ import (
 	"github.com/ilbproject/ilb/xds"
 )
 
+// template is a rendered bootstrap kept in the repository.
+type template struct {
+	file, config, source, sidecar, header string
+	opts                                  envoy.BootstrapOptions
+}
+
 // The bootstrap templates under envoy/ are what `ilb envoy-config`
 // renders for the demo configuration with ILB reachable by its
 // Kubernetes service name; -update rewrites them.
-var templates = []struct {
-	file, config, source, sidecar, header string
-	opts                                  envoy.BootstrapOptions
-}{
+var templates = []template{
 	{
 		file: "front-gateway.yaml", config: "../examples/demo/ilb.yaml", source: "edge-us", opts: k8s,
 		header: `# Envoy bootstrap for a front gateway of source edge-us.
@@ -59,6 +62,34 @@ var templates = []struct {
 # Checked offline by:  ilb validate --envoy examples/compose/envoy.yaml
 `,
 	},
+	secureTemplate("edge-us"),
+	secureTemplate("edge-eu"),
+}
+
+// secureTemplate is the bootstrap of examples/secure for source: mutual
+// TLS to ILB on loopback with the certificates `ilb certs` writes.
+func secureTemplate(source string) template {
+	dir := "examples/secure/certs/"
+	return template{
+		file: "../examples/secure/envoy-" + source + ".yaml", config: "../examples/secure/ilb.yaml", source: source,
+		opts: envoy.BootstrapOptions{XDS: "127.0.0.1:18000", ExtProc: "127.0.0.1:18001", Admin: "127.0.0.1:9901", TLS: &envoy.UpstreamTLS{
+			CertFile: dir + "envoy-" + source + ".pem", KeyFile: dir + "envoy-" + source + "-key.pem", CAFile: dir + "ca.pem",
+			ILBSAN: "spiffe://ilb.local/ilb",
+		}},
+		header: `# The Envoy of source ` + source + ` in examples/secure: mutual TLS to ILB.
+#
+# Rendered by:  ilb envoy-config --config examples/secure/ilb.yaml --source ` + source + ` \
+#                 --xds 127.0.0.1:18000 --extproc 127.0.0.1:18001 \
+#                 --tls-cert ` + dir + `envoy-` + source + `.pem \
+#                 --tls-key ` + dir + `envoy-` + source + `-key.pem \
+#                 --tls-ca ` + dir + `ca.pem --ilb-san spiffe://ilb.local/ilb
+# Both clusters to ILB (ilb_xds: ADS and LRS; ilb_extproc) present the
+# Envoy's certificate, trust only the example's CA, accept only a server
+# certificate naming spiffe://ilb.local/ilb, and negotiate h2. Run from the
+# repository root (the certificate paths are relative to it).
+# Checked offline by:  ilb validate --envoy examples/secure/envoy-` + source + `.yaml
+`,
+	}
 }
 
 // k8s reaches ILB by its Kubernetes service name.

@@ -27,6 +27,16 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	adminAddr := fs.String("admin", "127.0.0.1:9901", "Envoy admin address; empty for none")
 	resources := fs.Bool("resources", false, "print the xDS resources (CDS, EDS, RDS, LDS) instead of the bootstrap")
 	sidecar := fs.String("sidecar", "", "render a sidecar bootstrap: ILB's listener static on this host:port, LDS off")
+	var t envoy.UpstreamTLS
+	fs.StringVar(&t.CertFile, "tls-cert", "", "TLS to ILB: the Envoy's client certificate chain (PEM file, as Envoy sees the path)")
+	fs.StringVar(&t.KeyFile, "tls-key", "", "TLS to ILB: the Envoy's private key (PEM file)")
+	fs.StringVar(&t.CAFile, "tls-ca", "", "TLS to ILB: the CA bundle that signed ILB's certificate (PEM file)")
+	fs.StringVar(&t.SDSCert, "tls-sds-cert", "", "TLS to ILB with SDS: the secret of the Envoy's certificate (SPIRE: its SPIFFE ID; Istio's agent: default)")
+	fs.StringVar(&t.SDSCA, "tls-sds-ca", "", "TLS to ILB with SDS: the secret of the trusted CAs (SPIRE: spiffe://<trust domain>; Istio's agent: ROOTCA)")
+	fs.StringVar(&t.SDSCluster, "sds-cluster", envoy.DefaultSDSCluster, "TLS to ILB with SDS: the static cluster of the SDS server")
+	fs.StringVar(&t.SDSAddress, "sds-address", "", "TLS to ILB with SDS: the SDS server, unix:/path/to/socket or host:port (the bootstrap then defines --sds-cluster)")
+	fs.StringVar(&t.ILBSAN, "ilb-san", "", "TLS to ILB: ILB's identity in its certificate, a SPIFFE ID (spiffe://example.org/ilb) or a DNS name")
+	fs.StringVar(&t.SNI, "tls-sni", "", "TLS to ILB: the server name Envoy sends (default the host of --xds/--extproc when it is a DNS name)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -55,6 +65,12 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	} else {
 		o := envoy.BootstrapOptions{NodeID: *nodeID, XDS: *xdsAddr, ExtProc: *extprocAddr, Admin: *adminAddr}
+		if tlsSet(fs) {
+			o.TLS = &t
+		}
+		if err := envoy.RequireTLS(c, o); err != nil {
+			return fmt.Errorf("envoy-config: %w", err)
+		}
 		if *sidecar != "" {
 			if o.Listener, err = sidecarListener(c, *source, *sidecar); err != nil {
 				return fmt.Errorf("envoy-config: --sidecar: %w", err)
@@ -62,7 +78,7 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		b, err := envoy.Bootstrap(c, *source, o)
 		if err != nil {
-			return err
+			return fmt.Errorf("envoy-config: %w", err)
 		}
 		if out, err = envoy.MarshalYAML(b); err != nil {
 			return err
@@ -70,6 +86,19 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// tlsSet reports whether any flag of TLS to ILB was given (--sds-cluster
+// alone, having a default, does not count).
+func tlsSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "tls-cert", "tls-key", "tls-ca", "tls-sds-cert", "tls-sds-ca", "sds-address", "ilb-san", "tls-sni":
+			set = true
+		}
+	})
+	return set
 }
 
 // sidecarListener is the listener ILB serves source over LDS, bound to
