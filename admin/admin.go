@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,6 +15,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
@@ -99,7 +99,10 @@ type Options struct {
 //	                                the N most recent published versions (default 10,
 //	                                at most 1000), newest first, each with what changed
 //	                                since the version before it, cut to the cells of S/M
-//	GET /debug/decisions?limit=N    the N most recent decision records (default 50)
+//	GET /debug/decisions?limit=N    the N most recent decision records (default 50), at
+//	                                most 4 MiB of them; with more, a Link header
+//	                                (rel="next") gives the next page: before=SEQ, the
+//	                                seq of the page's last record
 //	GET /debug/decisions?follow=1   newline-delimited JSON (application/x-ndjson): each
 //	                                record once, when it completes (response headers, or
 //	                                ILB's own answer), flushed per line, until the client
@@ -162,7 +165,7 @@ func Handler(o Options) http.Handler {
 		}
 		rec, ok := o.Decisions.Get(id)
 		if !ok {
-			writeError(w, http.StatusNotFound, "no decision record for request id "+strconv.Quote(id)+" (unknown, or evicted from the log)")
+			writeError(w, http.StatusNotFound, "no decision record for request id "+bound.Quote(id, bound.Excerpt)+" (unknown, or evicted from the log)")
 			return
 		}
 		writeJSON(w, rec)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // serveDecisions answers GET /debug/decisions: the most recent records,
@@ -32,12 +34,14 @@ func serveDecisions(w http.ResponseWriter, r *http.Request, d Decisions, log *sl
 		}
 	}
 	f := extproc.Filter{Source: q.Get("source"), Model: q.Get("model"), Cluster: q.Get("cluster"), Reason: q.Get("reason")}
-	if !follow {
-		recs := d.Find(f, n)
-		if recs == nil {
-			recs = []extproc.Record{} // [] rather than null
+	if s := q.Get("before"); s != "" {
+		if f.Before, err = strconv.ParseUint(s, 10, 64); err != nil || f.Before == 0 {
+			writeError(w, http.StatusBadRequest, "before "+strconv.Quote(bound.String(s, bound.Excerpt))+" is not a record sequence number (the seq of the last record of a page)")
+			return
 		}
-		writeJSON(w, recs)
+	}
+	if !follow {
+		writePage(w, r.URL, d.Find(f, n+1), n)
 		return
 	}
 	// Subscribe before the headers go out: a client that has them misses
@@ -96,4 +100,50 @@ func intParam(q url.Values, name string, def, most int) (int, error) {
 		return 0, fmt.Errorf("%s %q is not a number in 1..%d", name, s, most)
 	}
 	return v, nil
+}
+
+// MaxPageBytes bounds one page of /debug/decisions: records are cut at
+// their bounds already, and the page stops before the record that would
+// take it past this size.
+const MaxPageBytes = 4 << 20
+
+// writePage writes up to n of recs (found with one more, to know whether
+// another page follows) as a JSON array within MaxPageBytes. When records
+// remain, a Link header (rel="next") gives the URL of the next page: the
+// same query with before= the last record's seq.
+func writePage(w http.ResponseWriter, u *url.URL, recs []extproc.Record, n int) {
+	var buf bytes.Buffer
+	buf.WriteString("[")
+	shown := 0
+	for i := range recs {
+		if i == n {
+			break
+		}
+		b, err := json.MarshalIndent(recs[i], "  ", "  ")
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
+			return
+		}
+		if shown > 0 && buf.Len()+len(b)+8 > MaxPageBytes {
+			break
+		}
+		if shown > 0 {
+			buf.WriteString(",")
+		}
+		buf.WriteString("\n  ")
+		buf.Write(b)
+		shown++
+	}
+	if shown > 0 {
+		buf.WriteString("\n")
+	}
+	buf.WriteString("]\n")
+	if shown < len(recs) {
+		q := u.Query()
+		q.Set("before", strconv.FormatUint(recs[shown-1].Seq, 10))
+		next := url.URL{Path: u.Path, RawQuery: q.Encode()}
+		w.Header().Set("Link", "<"+next.String()+`>; rel="next"`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
 }

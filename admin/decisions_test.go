@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,8 @@ func TestDecisionsQuery(t *testing.T) {
 		{"bad limit", "limit=x", 400, nil, `limit \"x\"`},
 		{"limit out of range", "limit=0", 400, nil, `limit \"0\"`},
 		{"bad follow", "follow=maybe", 400, nil, `follow \"maybe\"`},
+		{"bad before", "before=x", 400, nil, `before \"x\" is not a record sequence number`},
+		{"before pages back", "before=3", 200, []string{"r-eu", "r-us"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +92,54 @@ func TestDecisionsQuery(t *testing.T) {
 				t.Errorf("ids %v; want %v", ids, tt.ids)
 			}
 		})
+	}
+}
+
+// TestDecisionsPages: a page stops at its limit or at MaxPageBytes, and a
+// Link header leads to the next page until every record was seen once.
+func TestDecisionsPages(t *testing.T) {
+	h := startExtProc(t)
+	// 60 unknown-model requests whose model names are 4 MiB: each record
+	// keeps a bounded excerpt, so pages stay small.
+	huge := strings.Repeat("m", 4<<20)
+	for i := range 60 {
+		h.request(t, "edge-us", "r-"+strconv.Itoa(i), chat(huge), "")
+	}
+	srv := httptest.NewServer(admin.Handler(admin.Options{Decisions: h.srv.Decisions()}))
+	defer srv.Close()
+	next := srv.URL + "/debug/decisions?limit=25&reason=model_not_found"
+	var seen []string
+	for pages := 0; next != ""; pages++ {
+		if pages > 5 {
+			t.Fatal("more pages than records")
+		}
+		resp, err := http.Get(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v", next, resp.StatusCode, err)
+		}
+		if len(b) > admin.MaxPageBytes {
+			t.Errorf("page of %d bytes; want <= %d", len(b), admin.MaxPageBytes)
+		}
+		var recs []extproc.Record
+		if err := json.Unmarshal(b, &recs); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			seen = append(seen, r.RequestID)
+		}
+		next = ""
+		if l := resp.Header.Get("Link"); l != "" {
+			u := strings.TrimSuffix(strings.TrimPrefix(l, "<"), `>; rel="next"`)
+			next = srv.URL + u
+		}
+	}
+	if len(seen) != 60 || seen[0] != "r-59" || seen[59] != "r-0" {
+		t.Errorf("pages gave %d records (%v ... ); want r-59 ... r-0 once each", len(seen), seen[:min(3, len(seen))])
 	}
 }
 

@@ -106,7 +106,8 @@ type Source struct {
 	DefaultPriority string `yaml:"default_priority,omitempty" json:"default_priority,omitempty"`
 }
 
-// Priority names (the x-ilb-priority values), most important first.
+// Priorities are the priority names (the x-ilb-priority values), most
+// important first.
 var Priorities = []string{"critical", "standard", "sheddable"}
 
 // Routing is a source's routing mode.

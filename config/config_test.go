@@ -27,9 +27,9 @@ clusters:
   - {name: eu-a, region: eu, engine: sglang, models: [m1, m2], profile: p, endpoints: ["eu-a.svc.local:8000", "10.1.0.2:8000"]}
 `
 
-func mustParse(t *testing.T, y string) *config.Config {
+func mustParse(t *testing.T) *config.Config {
 	t.Helper()
-	c, err := config.Parse([]byte(y))
+	c, err := config.Parse([]byte(base))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -37,7 +37,7 @@ func mustParse(t *testing.T, y string) *config.Config {
 }
 
 func TestParseAppliesDefaults(t *testing.T) {
-	c := mustParse(t, base)
+	c := mustParse(t)
 	s, _ := c.Source("edge-us")
 	if s.FailMode != config.FailOpen || s.DefaultModel != "m1" || s.DefaultPriority != "standard" || s.TrustPriorityHeader {
 		t.Errorf("source defaults = %q, %q, %q, %v; want open, m1, standard, false", s.FailMode, s.DefaultModel, s.DefaultPriority, s.TrustPriorityHeader)
@@ -304,7 +304,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := mustParse(t, base)
+			c := mustParse(t)
 			tt.mutate(c)
 			err := c.Validate()
 			if err == nil {
@@ -348,7 +348,7 @@ func containsOne(msgs []string, want string) bool {
 }
 
 func TestSRVDiscoveryAccepted(t *testing.T) {
-	c := mustParse(t, base)
+	c := mustParse(t)
 	c.Clusters[0].Endpoints = nil
 	c.Clusters[0].Discovery = config.Discovery{Type: config.DiscoveryDNS, Name: "_http._tcp.vllm.svc.cluster.local", SRV: true}
 	if err := c.Validate(); err != nil {
@@ -357,7 +357,7 @@ func TestSRVDiscoveryAccepted(t *testing.T) {
 }
 
 func TestSourcesOf(t *testing.T) {
-	c := mustParse(t, base)
+	c := mustParse(t)
 	c.Security.Peers = []config.Peer{
 		{Identity: "spiffe://ilb.test/envoy/edge-us/*", Sources: []string{"edge-us"}},
 		{Identity: "*.eu.ilb.internal", Sources: []string{"edge-eu"}},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -35,7 +36,11 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	name := h.model
 	rec.ModelFrom = "header"
 	session, from := h.session, "header"
-	if body != nil {
+	if body != nil && body.Model != "" && h.model != "" && !st.sameModel(h.model, body.Model) {
+		return nil, badRequest("model", "model_mismatch", fmt.Sprintf("header %s names the model %s but the body's \"model\" is %s: send one model, or the same in both",
+			header.Model, bound.Quote(h.model, bound.Excerpt), bound.Quote(body.Model, bound.Excerpt)))
+	}
+	if body != nil && (body.Model != "" || h.model == "") {
 		name, rec.ModelFrom = body.Model, "body"
 		rec.Stream, rec.MaxTokens, rec.PromptTokens = body.Stream, body.MaxTokens, body.PromptTokens
 		if session == "" {
@@ -48,12 +53,12 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	if name == "" {
 		name, rec.ModelFrom = src.defaultModel, "default"
 	}
-	rec.RequestedModel = name
+	rec.RequestedModel = bound.String(name, bound.Name)
 	model, ok := st.models[name]
 	if !ok {
 		return nil, &RequestError{
 			Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
-			Msg: fmt.Sprintf("the model %q does not exist (models: %s)", name, st.known),
+			Msg: fmt.Sprintf("the model %s does not exist (models: %s)", bound.Quote(name, bound.Excerpt), st.known),
 		}
 	}
 	rec.Model = model
@@ -149,7 +154,10 @@ func unsaturated(ts []weightedTarget, live *Live) []weightedTarget {
 
 // tokenCost estimates a request's token-cost units, its demand: prompt
 // tokens from the body (else Content-Length / 4, else the default), output
-// tokens from max_tokens (else the default).
+// tokens from max_tokens (else the default) — both evidence from the
+// client, capped by the model's limits: the prompt by its context, the
+// output by max_output_tokens and what the context leaves after the
+// prompt.
 func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float64 {
 	ep := s.opts.Config.ExtProc
 	prompt, output := float64(ep.DefaultPromptTokens), float64(ep.DefaultOutputTokens)
@@ -162,8 +170,10 @@ func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float6
 	if body != nil && body.MaxTokens > 0 {
 		output = float64(body.MaxTokens)
 	}
-	k := st.costs[model]
-	return prompt*k[0] + output*k[1]
+	lim := st.limits[model]
+	prompt = min(prompt, lim.context)
+	output = min(output, lim.maxOutput, math.Max(1, lim.context-prompt))
+	return prompt*lim.promptCost + output*lim.outputCost
 }
 
 // uniform is a random number in [0, 1).

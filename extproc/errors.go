@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // RequestError is a request ILB answers itself instead of routing: a bad
@@ -50,8 +51,10 @@ func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
 	if re.Param != "" {
 		param = re.Param
 	}
+	// Messages quote client values in bounded excerpts already; the
+	// bound here is the last line of defence for the body's size.
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": re.Msg, "type": re.Type, "param": param, "code": re.Code,
+		"message": bound.String(re.Msg, bound.Message), "type": re.Type, "param": param, "code": re.Code,
 	}})
 	hs := []*corev3.HeaderValueOption{
 		setRaw("content-type", "application/json"),

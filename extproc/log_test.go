@@ -10,7 +10,7 @@ import (
 )
 
 func TestLogRing(t *testing.T) {
-	l := NewLog(3)
+	l := NewLog(3, 0)
 	for i := range 5 {
 		l.add(&Record{RequestID: "r" + strconv.Itoa(i)})
 	}
@@ -73,4 +73,53 @@ func FuzzParseBody(f *testing.F) {
 
 func cellOf(wa, wb uint32) weights.Cell {
 	return weights.Cell{Targets: []weights.Target{{Cluster: "a", Weight: wa}, {Cluster: "b", Weight: wb}}}
+}
+
+func TestLogBoundedInBytes(t *testing.T) {
+	const limit = 64 << 10
+	l := NewLog(1000, limit)
+	for i := range 500 {
+		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Redrawn: string(make([]byte, 300))})
+		if b := l.Bytes(); b > limit {
+			t.Fatalf("after %d records the log holds %d bytes; limit %d", i+1, b, limit)
+		}
+	}
+	kept := l.Recent(1000)
+	per := recordOverhead + 300 + 4
+	if len(kept) < limit/per-1 || len(kept) > limit/per+1 {
+		t.Errorf("kept %d records of ~%d bytes under %d bytes", len(kept), per, limit)
+	}
+	if kept[0].RequestID != "r499" || kept[0].Seq != 500 {
+		t.Errorf("newest = %s (seq %d); want r499 (seq 500)", kept[0].RequestID, kept[0].Seq)
+	}
+	if _, ok := l.Get("r0"); ok {
+		t.Error("the oldest record is still indexed")
+	}
+	// Updates count too: a record that grows can evict others.
+	r := &Record{RequestID: "grow"}
+	l.add(r)
+	before := len(l.Recent(1000))
+	l.update(r, func(r *Record) { r.UpstreamHost = string(make([]byte, 8000)) })
+	l.add(&Record{RequestID: "next"})
+	if b := l.Bytes(); b > limit {
+		t.Errorf("after an update the log holds %d bytes; limit %d", b, limit)
+	}
+	if after := len(l.Recent(1000)); after >= before+1 {
+		t.Errorf("a grown record evicted nothing: %d records, then %d", before, after)
+	}
+}
+
+func TestLogPages(t *testing.T) {
+	l := NewLog(10, 0)
+	for i := range 8 {
+		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"a", "b"}[i%2]})
+	}
+	page := l.Find(Filter{Source: "a"}, 2)
+	if len(page) != 2 || page[0].RequestID != "r6" || page[1].RequestID != "r4" {
+		t.Fatalf("first page = %v", page)
+	}
+	next := l.Find(Filter{Source: "a", Before: page[1].Seq}, 2)
+	if len(next) != 2 || next[0].RequestID != "r2" || next[1].RequestID != "r0" {
+		t.Errorf("second page = %v; want r2, r0", next)
+	}
 }

@@ -20,9 +20,14 @@ type metrics struct {
 	mismatches *prometheus.CounterVec
 	streams    prometheus.Gauge
 	shed       *prometheus.CounterVec
+	refused    *prometheus.CounterVec
+	// priorityIgnored counts x-ilb-priority headers of sources that do not
+	// trust them.
+	priorityIgnored *prometheus.CounterVec
+	logBytes        prometheus.GaugeFunc
 }
 
-func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_decisions_total",
@@ -49,9 +54,24 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "ilb_extproc_shed_total",
 			Help: "Requests refused for capacity, by source, model, priority and reason (shed: the controller's planned shedding; overloaded: every cluster saturated; no_capacity: no cluster can serve).",
 		}, []string{"source", "model", "priority", "reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_streams_refused_total",
+			Help: "ext_proc streams ended by ILB: max_streams (over extproc.max_streams), idle_timeout (Envoy owed a message for extproc.stream_idle_timeout), protocol_error (messages out of order).",
+		}, []string{"reason"}),
+		priorityIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_priority_ignored_total",
+			Help: "Requests whose x-ilb-priority header was ignored: their source does not trust it (trust_priority_header).",
+		}, []string{"source"}),
+		logBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ilb_extproc_decision_log_bytes",
+			Help: "Estimated memory held by the decision log (bounded by extproc.decision_log_bytes).",
+		}, func() float64 { return float64(log.Bytes()) }),
+	}
+	for _, r := range []string{refusedMaxStreams, refusedIdle, refusedProtocol} {
+		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams, m.shed} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams, m.shed, m.refused, m.priorityIgnored, m.logBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // Record is the decision record of one request: what ILB saw, what it
@@ -19,12 +21,22 @@ type Record struct {
 	RequestedModel string `json:"requested_model,omitempty"`
 	Model          string `json:"model,omitempty"`
 	Priority       string `json:"priority"`
+	// PriorityFrom says where the priority came from: "header" (a source
+	// that trusts x-ilb-priority), "default" (the source's default), or
+	// "ignored-header" (the client sent x-ilb-priority, which the source
+	// does not trust: the default applies).
+	PriorityFrom string `json:"priority_from,omitempty"`
 	// SessionHash is a hash of the session key (never the key itself).
 	SessionHash string `json:"session_hash,omitempty"`
 	SessionFrom string `json:"session_from,omitempty"` // header, user or prompt_cache_key
 	Stream      bool   `json:"stream"`
-	// TokenCost is the request's estimated token-cost units: its demand.
-	TokenCost    float64 `json:"token_cost,omitempty"`
+	// TokenCost is the request's estimated token-cost units, capped by
+	// the model's limits.
+	TokenCost float64 `json:"token_cost,omitempty"`
+	// DemandBooked is how much of it counts as demand: at most an
+	// ordinary request's cost until an engine accepted the request (2xx
+	// response headers), then all of it.
+	DemandBooked float64 `json:"demand_booked,omitempty"`
 	MaxTokens    int     `json:"max_tokens,omitempty"`
 	PromptTokens int     `json:"prompt_tokens_estimate,omitempty"`
 	// ModelFrom says where the model came from: "body" (the request
@@ -67,6 +79,32 @@ type Record struct {
 	// TotalMillis is the time from request headers to response headers.
 	TotalMillis float64 `json:"total_ms,omitempty"`
 	Complete    bool    `json:"complete"`
+
+	// Seq is the record's sequence number in its log (1 for the first
+	// record stored): /debug/decisions pages with before=Seq.
+	Seq uint64 `json:"seq"`
+	// size is the estimate the log counts for this record.
+	size int64
+}
+
+// recordOverhead estimates a record's fixed memory: the struct, its map
+// entry and ring slot; candidateOverhead one candidate's.
+const (
+	recordOverhead    = 640
+	candidateOverhead = 96
+)
+
+// estimate is the record's approximate memory in bytes: fixed parts plus
+// every string it holds.
+func (r *Record) estimate() int64 {
+	n := recordOverhead + len(r.RequestID) + len(r.Source) + len(r.Method) + len(r.Path) +
+		len(r.RequestedModel) + len(r.Model) + len(r.Priority) + len(r.PriorityFrom) + len(r.SessionHash) + len(r.SessionFrom) +
+		len(r.ModelFrom) + len(r.TraceID) + len(r.SpanID) + len(r.WeightsVersion) + len(r.DrawFrom) +
+		len(r.Chosen) + len(r.Redrawn) + len(r.Reason) + len(r.ServedCluster) + len(r.ServedVersion) + len(r.UpstreamHost)
+	for _, c := range r.Candidates {
+		n += candidateOverhead + len(c.Cluster) + len(c.Excluded)
+	}
+	return int64(n)
 }
 
 // Candidate is one cluster that serves the model of a request.
@@ -79,44 +117,71 @@ type Candidate struct {
 	Saturated bool `json:"saturated,omitempty"`
 }
 
-// Log keeps the last N decision records, indexed by request id. Safe for
-// concurrent use. A record is stored when ILB decides and completed when
-// the response headers come back; readers get copies. Subscribers get
-// each record once, when it completes (see Subscribe).
+// Log keeps the most recent decision records, indexed by request id:
+// at most a number of records and an estimated number of bytes, the
+// oldest evicted first. Safe for concurrent use. A record is stored when
+// ILB decides and completed when the response headers come back; readers
+// get copies. Subscribers get each record once, when it completes (see
+// Subscribe).
 type Log struct {
-	mu    sync.Mutex
-	ring  []*Record
-	next  int
-	added uint64 // records ever stored: the sequence number of the newest
-	byID  map[string]*Record
-	subs  map[*Subscription]struct{}
+	mu       sync.Mutex
+	ring     []*Record // capacity: the most records kept
+	head     int       // index of the oldest record kept
+	n        int       // records kept
+	added    uint64    // records ever stored: the sequence number of the newest
+	bytes    int64     // estimated size of the records kept
+	maxBytes int64
+	byID     map[string]*Record
+	subs     map[*Subscription]struct{}
 }
 
-// NewLog returns a log of size records (>= 1).
-func NewLog(size int) *Log {
+// NewLog returns a log of at most size records (>= 1) and maxBytes bytes
+// (an estimate of the records' memory; < 1: no byte bound).
+func NewLog(size int, maxBytes int64) *Log {
+	size = max(size, 1)
 	return &Log{
-		ring: make([]*Record, max(size, 1)), byID: make(map[string]*Record, size),
-		subs: map[*Subscription]struct{}{},
+		ring: make([]*Record, size), byID: make(map[string]*Record, min(size, 1<<16)),
+		subs: map[*Subscription]struct{}{}, maxBytes: maxBytes,
 	}
 }
 
-// add stores r, evicting the oldest record when full. A record with the
-// id of a kept one replaces it in the index. A record added complete (ILB
-// answered it itself) goes to the subscribers now.
+// add stores r, evicting the oldest records while the log is full in
+// records or in bytes. A record with the id of a kept one replaces it in
+// the index. A record added complete (ILB answered it itself) goes to the
+// subscribers now. r's strings must be bounded by its producer.
 func (l *Log) add(r *Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if old := l.ring[l.next]; old != nil && l.byID[old.RequestID] == old {
-		delete(l.byID, old.RequestID)
-	}
-	l.ring[l.next] = r
-	l.next = (l.next + 1) % len(l.ring)
 	l.added++
+	r.Seq = l.added
+	r.size = r.estimate()
+	for l.n > 0 && (l.n == len(l.ring) || l.maxBytes > 0 && l.bytes+r.size > l.maxBytes) {
+		l.evictOldest()
+	}
+	l.ring[(l.head+l.n)%len(l.ring)] = r
+	l.n++
+	l.bytes += r.size
 	l.byID[r.RequestID] = r
 	if r.Complete {
 		l.publish(r)
 	}
 }
+
+// evictOldest drops the oldest record. Called with l.mu held.
+func (l *Log) evictOldest() {
+	old := l.ring[l.head]
+	l.ring[l.head] = nil
+	l.head = (l.head + 1) % len(l.ring)
+	l.n--
+	l.bytes -= old.size
+	if l.byID[old.RequestID] == old {
+		delete(l.byID, old.RequestID)
+	}
+}
+
+// at returns the i-th most recent record kept (0: the newest). Called with
+// l.mu held; i < l.n.
+func (l *Log) at(i int) *Record { return l.ring[(l.head+l.n-1-i)%len(l.ring)] }
 
 // update applies f to the kept record r under the log's lock; records
 // already evicted are updated harmlessly. When f completes r, it goes to
@@ -126,13 +191,28 @@ func (l *Log) update(r *Record, f func(*Record)) {
 	defer l.mu.Unlock()
 	was := r.Complete
 	f(r)
+	if l.byID[r.RequestID] == r { // still kept: its size counts
+		size := r.estimate()
+		l.bytes += size - r.size
+		r.size = size
+	}
 	if r.Complete && !was {
 		l.publish(r)
 	}
 }
 
-// Get returns a copy of the record of a request id.
+// Bytes is the estimated size of the records kept.
+func (l *Log) Bytes() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes
+}
+
+// Get returns a copy of the record of a request id. The id is bounded as
+// ILB bounds the ids it stores, so the id a client got back finds its
+// record even when it was cut.
 func (l *Log) Get(id string) (Record, bool) {
+	id = bound.String(id, bound.Name)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.byID[id]
@@ -146,15 +226,16 @@ func (l *Log) Get(id string) (Record, bool) {
 func (l *Log) Recent(n int) []Record { return l.Find(Filter{}, n) }
 
 // Find returns copies of up to n most recent records that match f, newest
-// first, complete or not.
+// first, complete or not (with f.Before, only those stored before that
+// sequence number: the next page).
 func (l *Log) Find(f Filter, n int) []Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []Record
-	for i := 1; i <= len(l.ring) && len(out) < n; i++ {
-		r := l.ring[(l.next-i+len(l.ring))%len(l.ring)]
-		if r == nil {
-			break
+	for i := 0; i < l.n && len(out) < n; i++ {
+		r := l.at(i)
+		if f.Before != 0 && r.Seq >= f.Before {
+			continue
 		}
 		if f.Match(r) {
 			out = append(out, r.copy())
@@ -170,6 +251,10 @@ type Filter struct {
 	// Cluster matches the chosen or the served cluster.
 	Cluster string
 	Reason  string
+	// Before, when not 0, keeps only the records stored before this
+	// sequence number (Record.Seq): paging back from the last record of
+	// a page. Match does not check it.
+	Before uint64
 }
 
 // Match reports whether r passes every set field of f.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	randv2 "math/rand/v2"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
@@ -75,6 +77,10 @@ type Server struct {
 	metrics   *metrics
 	tracer    trace.Tracer      // nil: tracing off
 	engines   map[string]string // cluster -> engine kind, for spans
+	open      atomic.Int64      // streams open, for extproc.max_streams
+	// unknownSource limits the log lines of streams naming an unknown
+	// source: a misconfigured (or hostile) Envoy sends one per request.
+	unknownSource logLimiter
 }
 
 var (
@@ -104,7 +110,8 @@ func New(o Options) (*Server, error) {
 	if o.NewID == nil {
 		o.NewID = rand.Text
 	}
-	m, err := newMetrics(o.Registry)
+	dlog := NewLog(o.Config.ExtProc.DecisionLogSize, o.Config.ExtProc.DecisionLogBytes)
+	m, err := newMetrics(o.Registry, dlog)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +120,7 @@ func New(o Options) (*Server, error) {
 		engines[c.Name] = string(c.Engine)
 	}
 	return &Server{
-		opts: o, log: NewLog(o.Config.ExtProc.DecisionLogSize), metrics: m,
+		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
 		tracer: newTracer(o.TracerProvider), engines: engines,
 	}, nil
 }
@@ -151,11 +158,18 @@ func (s *Server) Version() string {
 func (s *Server) Decisions() *Log { return s.log }
 
 // GRPCOptions are the server options ext_proc needs: messages large
-// enough for a whole buffered request body (gRPC's default is 4 MiB).
+// enough for a whole buffered request body (gRPC's default is 4 MiB), and
+// keepalive pings so that the streams of an Envoy that vanished without
+// closing its connection end within a minute instead of holding memory.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	c := s.opts.Config
 	limit := max(c.ExtProc.MaxBodyBytes, int(c.Envoy.RequestBufferBytes)) + 1<<20
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(limit)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(limit),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		// Envoy's own keepalive (if configured) must not be refused.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
 }
 
 // Register adds the ext_proc service to g, and the standard gRPC health
@@ -178,4 +192,37 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("extproc: %w", err)
 	}
 	return nil
+}
+
+// logLimiter lets a log line through at most once per period and counts
+// the ones it held back. Safe for concurrent use.
+type logLimiter struct {
+	every time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether a line may be logged at now; when not, it counts
+// one more suppressed line.
+func (l *logLimiter) allow(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		return false
+	}
+	l.last = now
+	return true
+}
+
+// take returns how many lines were held back since the last one logged,
+// and resets the count.
+func (l *logLimiter) take() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.suppressed
+	l.suppressed = 0
+	return n
 }

@@ -218,9 +218,14 @@ func TestRouting(t *testing.T) {
 			"qwen2.5-7b-instruct", 0, "session", false, "body",
 		},
 		{
-			"x-ilb-model decides on headers and skips the body", "edge-us",
-			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions", header.Model, "qwen-7b")},
+			"x-ilb-model on another endpoint decides on headers and skips the body", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/audio/transcriptions", header.Model, "qwen-7b")},
 			"qwen2.5-7b-instruct", fixedDraw, "weighted", true, "header",
+		},
+		{
+			"x-ilb-model of a parsed endpoint waits for the body, which agrees (alias)", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions", header.Model, "qwen-7b"), reqBody(body("qwen2.5-7b-instruct", ""))},
+			"qwen2.5-7b-instruct", fixedDraw, "weighted", false, "body",
 		},
 		{
 			"GET without body uses the default model", "edge-eu",
@@ -306,7 +311,8 @@ func TestSessionStickiness(t *testing.T) {
 	for _, msgs := range [][]*extprocv3.ProcessingRequest{
 		{post("/v1/chat/completions", header.Session, "s-1"), reqBody(`{"model":"llama3-8b","messages":[{"role":"user","content":"a"}]}`)},
 		{post("/v1/chat/completions", header.Session, "s-1"), reqBody(`{"model":"llama3-8b","messages":[{"role":"user","content":"b, longer"}],"user":"other"}`)},
-		{post("/v1/chat/completions", header.Model, "llama3-8b", header.Session, "s-1")},
+		{post("/v1/embeddings", header.Model, "llama3-8b", header.Session, "s-1"), reqBody(`{"model":"llama3-8b","input":"x"}`)},
+		{post("/v1/rerank", header.Model, "llama3-8b", header.Session, "s-1")},
 	} {
 		resps := h.run(t, "edge-us", msgs...)
 		last := resps[len(resps)-1]
@@ -385,11 +391,26 @@ func TestRejections(t *testing.T) {
 		},
 		{
 			"unknown model in x-ilb-model", "edge-us",
-			[]*extprocv3.ProcessingRequest{post("/v1/completions", header.Model, "gpt-9")},
+			[]*extprocv3.ProcessingRequest{post("/v1/rerank", header.Model, "gpt-9")},
 			404, "model_not_found", "model", `"gpt-9"`,
 		},
 		{
-			"invalid priority", "edge-us",
+			"x-ilb-model and the body disagree", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/completions", header.Model, "qwen-7b"), reqBody(`{"model":"llama3-8b","prompt":"x"}`)},
+			400, "model_mismatch", "model", `header x-ilb-model names the model "qwen-7b" but the body's "model" is "llama3-8b"`,
+		},
+		{
+			"x-ilb-model unknown, the body names a model", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/completions", header.Model, "gpt-9"), reqBody(`{"model":"llama3-8b","prompt":"x"}`)},
+			400, "model_mismatch", "model", `"gpt-9"`,
+		},
+		{
+			"a huge unknown model name is echoed as a bounded excerpt", "edge-us",
+			[]*extprocv3.ProcessingRequest{post("/v1/completions"), reqBody(`{"model":"` + strings.Repeat("m", 4<<20) + `","prompt":"x"}`)},
+			404, "model_not_found", "model", `…(+4194259 bytes)" does not exist`,
+		},
+		{
+			"invalid priority from a source that trusts the header", "edge-us",
 			[]*extprocv3.ProcessingRequest{post("/v1/completions", header.Priority, "urgent")},
 			400, "invalid_priority", header.Priority, `header x-ilb-priority is "urgent": want critical, standard or sheddable`,
 		},
@@ -402,6 +423,11 @@ func TestRejections(t *testing.T) {
 			"unknown source", "edge-mars",
 			[]*extprocv3.ProcessingRequest{post("/v1/completions")},
 			500, "unknown_source", "", `does not know the source "edge-mars"`,
+		},
+		{
+			"a huge unknown source is echoed as a bounded excerpt", strings.Repeat("s", 1<<20),
+			[]*extprocv3.ProcessingRequest{post("/v1/completions")},
+			500, "unknown_source", "", `…(+1048531 bytes)" of this proxy`,
 		},
 		{
 			"no source metadata", "",
@@ -417,6 +443,9 @@ func TestRejections(t *testing.T) {
 				t.Fatalf("answer = %v; want an ImmediateResponse", resps[len(resps)-1])
 			}
 			checkImmediate(t, ir, tt.status, tt.code, tt.param, tt.msg)
+			if n := len(ir.GetBody()); n > 2048 {
+				t.Errorf("error body is %d bytes; want a bounded answer (<= 2 KiB)", n)
+			}
 		})
 	}
 }

@@ -14,15 +14,28 @@ import (
 // and swapped whole (atomic.Pointer) when a new version is published.
 type State struct {
 	version string
-	costs   map[string][2]float64 // model -> prompt, output token cost
+	limits  map[string]modelLimits // by canonical model
 	sources map[string]*sourceState
 	models  map[string]string // name or alias -> canonical name
 	known   string            // canonical names, for error messages
 }
 
+// modelLimits are what bounds the demand of one request of a model.
+type modelLimits struct {
+	promptCost, outputCost float64 // token-cost units per token
+	context, maxOutput     float64 // tokens
+	// ordinary is the cost of a request of the configured default size:
+	// the most a request counts as demand before an engine accepts it.
+	ordinary float64
+}
+
 type sourceState struct {
 	name  string
 	debug bool
+	// trustPriority: x-ilb-priority is honoured; else defaultPriority
+	// applies to every request.
+	trustPriority   bool
+	defaultPriority weights.Priority
 	// nameCluster: the source's routes match on x-ilb-route-cluster only
 	// (routing: cluster, the Istio mode), so every decision names it.
 	nameCluster  bool
@@ -42,11 +55,18 @@ type cell struct {
 
 // newState indexes a weights version for the request path.
 func newState(c *config.Config, w *weights.Weights) (*State, error) {
-	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}, costs: map[string][2]float64{}}
+	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}, limits: map[string]modelLimits{}}
 	var names []string
+	ep := c.ExtProc
 	for _, m := range c.Models {
 		st.models[m.Name] = m.Name
-		st.costs[m.Name] = [2]float64{m.PromptTokenCost, m.OutputTokenCost}
+		lim := modelLimits{
+			promptCost: m.PromptTokenCost, outputCost: m.OutputTokenCost,
+			context: float64(m.ContextTokens), maxOutput: float64(m.MaxOutputTokens),
+		}
+		prompt := min(float64(ep.DefaultPromptTokens), lim.context)
+		lim.ordinary = prompt*lim.promptCost + min(float64(ep.DefaultOutputTokens), lim.maxOutput, max(1, lim.context-prompt))*lim.outputCost
+		st.limits[m.Name] = lim
 		for _, a := range m.Aliases {
 			st.models[a] = m.Name
 		}
@@ -54,7 +74,14 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 	}
 	st.known = strings.Join(names, ", ")
 	for _, s := range c.Sources {
-		ss := &sourceState{name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{}, nameCluster: s.Routing == config.RoutingCluster}
+		prio, err := weights.ParsePriority(s.DefaultPriority)
+		if err != nil {
+			return nil, fmt.Errorf("source %s: default priority: %w", s.Name, err)
+		}
+		ss := &sourceState{
+			name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{},
+			nameCluster: s.Routing == config.RoutingCluster, trustPriority: s.TrustPriorityHeader, defaultPriority: prio,
+		}
 		for _, m := range c.Models {
 			wc, ok := w.Cell(s.Name, m.Name)
 			if !ok {
@@ -72,7 +99,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 // why they have none that is known without the controller's explanation
 // (residency); `ilb why` tells the rest.
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
-	c := &cell{targets: slices.Clone(wc.Targets), shed: wc.Shed}
+	c := &cell{targets: slices.Clone(wc.Targets), shed: monotone(wc.Shed)}
 	weight := map[string]uint32{}
 	for _, t := range c.targets {
 		c.total += uint64(t.Weight)
@@ -103,6 +130,28 @@ func (c *cell) pick(draw uint64) (cluster string, slot uint64) {
 	slot = draw % c.total
 	i, _ := slices.BinarySearch(c.ends, slot+1) // first end > slot
 	return c.targets[i].Cluster, slot
+}
+
+// monotone makes shedding follow importance: a priority is shed at least
+// as much as any more important one (sheddable ≥ standard ≥ critical).
+// The controller plans shed fractions from the demand it saw per
+// priority; a priority it saw none of gets 0, which would let its first
+// requests pass while more important ones are shed.
+func monotone(f weights.ShedFractions) weights.ShedFractions {
+	for _, p := range weights.Priorities[1:] {
+		f[p] = max(f[p], f[p-1])
+	}
+	return f
+}
+
+// sameModel reports whether two names a client gave name one model (the
+// same name, or a name and its alias).
+func (s *State) sameModel(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ca, ok := s.models[a]
+	return ok && ca == s.models[b]
 }
 
 // Version is the weights version this state was built from.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -43,7 +44,13 @@ type exchange struct {
 	done   bool    // ILB answered with an ImmediateResponse
 	prio   weights.Priority
 	key    demand.Key // set once the model is known
-	cost   float64    // estimated token cost
+	cost   float64    // estimated token cost, capped by the model's limits
+	// unconfirmed is the part of cost not booked as demand yet: booked
+	// when the engine accepts the request (2xx response headers), never
+	// when it refuses it or the client goes away.
+	unconfirmed float64
+	// stage is what ILB waits for on the stream.
+	stage stage
 	// span is the decision's span while it is open; nil when tracing is
 	// off or once it ended.
 	span trace.Span
@@ -55,40 +62,138 @@ type exchange struct {
 	streamed bool
 }
 
+// stage is what ILB waits for on a stream. Envoy owes ILB the request
+// headers, then, unless ILB decided on them, the request body; both are
+// bounded by extproc.stream_idle_timeout. The response headers come when
+// the engine answers, which may take as long as a generation: no bound.
+type stage uint8
+
+const (
+	awaitHeaders  stage = iota // the stream is open: request headers next
+	awaitBody                  // the headers announced a body ILB needs
+	awaitResponse              // ILB answered the request path
+)
+
+// received is one message (or the error that ended the stream) read by a
+// stream's receiver.
+type received struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
 // Process handles one ext_proc stream. Envoy sends request headers, then
 // (BUFFERED) the whole request body, then response headers; every message
 // gets exactly one answer of the matching type, or an ImmediateResponse.
+//
+// A stream over extproc.max_streams is refused at once
+// (RESOURCE_EXHAUSTED); one whose peer may not speak for the source it
+// names is refused with the Authorizer's status; one on which Envoy owes
+// a message for extproc.stream_idle_timeout ends with DEADLINE_EXCEEDED;
+// messages out of order (a second request headers message, a body before
+// the headers) end it with INVALID_ARGUMENT. Envoy then applies the
+// source's fail mode to the request.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	if n := s.open.Add(1); n > int64(s.opts.Config.ExtProc.MaxStreams) {
+		s.open.Add(-1)
+		s.metrics.refused.WithLabelValues(refusedMaxStreams).Inc()
+		return status.Errorf(codes.ResourceExhausted, "ext_proc: %d streams are open, the most extproc.max_streams allows; retry later", n-1)
+	}
+	defer s.open.Add(-1)
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	ctx := stream.Context()
 	x := &exchange{source: sourceOf(stream, s.opts.DefaultSource)}
+	if s.opts.Authorizer != nil {
+		if err := s.opts.Authorizer.Authorize(ctx, x.source); err != nil {
+			return err //nolint:wrapcheck // the authorizer's gRPC status is the answer
+		}
+	}
 	defer s.endSpan(x)
+	defer s.unbooked(x)
+	// The receiver reads ahead so that an idle stream can be timed out:
+	// a blocked Recv cannot be interrupted otherwise. It ends with the
+	// stream (Recv fails once the handler returns).
+	msgs := make(chan received, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case msgs <- received{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+		if x.stage == awaitResponse {
+			timer.Stop()
+		} else {
+			timer.Reset(idle)
+		}
+		var m received
+		select {
+		case m = <-msgs:
+		case <-timer.C:
+			s.metrics.refused.WithLabelValues(refusedIdle).Inc()
+			return status.Errorf(codes.DeadlineExceeded, "ext_proc: no %s for %s (extproc.stream_idle_timeout)", x.stage, idle)
+		case <-ctx.Done():
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("extproc: receive: %w", err)
+		if errors.Is(m.err, io.EOF) || status.Code(m.err) == codes.Canceled {
+			return nil
 		}
-		resp := s.handle(ctx, x, req)
+		if m.err != nil {
+			return fmt.Errorf("extproc: receive: %w", m.err)
+		}
+		resp, err := s.handle(ctx, x, m.req)
+		if err != nil {
+			s.metrics.refused.WithLabelValues(refusedProtocol).Inc()
+			return err
+		}
 		if err := stream.Send(resp); err != nil {
 			return fmt.Errorf("extproc: send: %w", err)
 		}
 	}
 }
 
+// String names what ILB waits for, for messages.
+func (st stage) String() string {
+	switch st {
+	case awaitHeaders:
+		return "request headers"
+	case awaitBody:
+		return "request body"
+	}
+	return "response headers"
+}
+
+// Reasons of ilb_extproc_streams_refused_total.
+const (
+	refusedMaxStreams = "max_streams"
+	refusedIdle       = "idle_timeout"
+	refusedProtocol   = "protocol_error"
+)
+
+// sourceOf is the source a stream's metadata names, or def. It is
+// bounded to an excerpt (it reaches logs, records and errors), which
+// keeps every valid source name whole (they have at most 63 bytes).
 func sourceOf(stream extprocv3.ExternalProcessor_ProcessServer, def string) string {
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	if v := md.Get(header.Source); len(v) > 0 && v[0] != "" {
-		return v[0]
+		return bound.String(v[0], bound.Excerpt)
 	}
 	return def
 }
 
-// handle answers one message.
-func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+// handle answers one message; an error is a protocol violation that ends
+// the stream.
+func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 	if pc := req.GetProtocolConfig(); pc != nil {
 		switch pc.GetRequestBodyMode() {
 		case extprocfilterv3.ProcessingMode_STREAMED, extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
@@ -97,31 +202,44 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 	}
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return s.onRequestHeaders(ctx, x, r.RequestHeaders)
+		if x.rec != nil {
+			// One stream is one request: a second request is not decided
+			// again (nor its demand counted twice).
+			return nil, status.Errorf(codes.InvalidArgument, "ext_proc protocol error: a second request_headers message on one stream (request %s)", x.h.requestID)
+		}
+		return s.onRequestHeaders(ctx, x, r.RequestHeaders), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return s.onRequestBody(ctx, x, r.RequestBody)
+		if x.rec == nil {
+			return nil, status.Error(codes.InvalidArgument, "ext_proc protocol error: a request_body message before the request_headers message")
+		}
+		return s.onRequestBody(ctx, x, r.RequestBody), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return s.onResponseHeaders(x, r.ResponseHeaders)
+		x.stage = awaitResponse
+		return s.onResponseHeaders(x, r.ResponseHeaders), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		x.stage = awaitResponse
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}, nil
 	}
 	// A message type this version does not know: answer the request path
 	// unchanged rather than leave Envoy waiting.
-	return headersResponse(nil, false)
+	return headersResponse(nil, false), nil
 }
 
 func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	x.start = s.opts.Now()
 	began := time.Now()
+	x.stage = awaitResponse // unless a body is awaited, below
 	hs := headerMap(m.GetHeaders())
+	// Every header value kept is bounded: it reaches the decision log,
+	// spans and error bodies. The session key is only hashed.
 	x.h = hints{
-		requestID: hs[header.RequestID], method: hs[":method"], path: hs[":path"],
-		priority: hs[header.Priority], session: hs[header.Session], model: hs[header.Model],
-		debug: hs[header.Debug] == "1", endpoint: endpointOf(hs[":path"]),
+		requestID: bound.String(hs[header.RequestID], bound.Name), method: bound.String(hs[":method"], 16),
+		path: bound.String(hs[":path"], bound.Path), priority: hs[header.Priority], session: hs[header.Session],
+		model: hs[header.Model], debug: hs[header.Debug] == "1", endpoint: endpointOf(hs[":path"]),
 	}
 	x.h.contentLength, _ = strconv.Atoi(hs["content-length"])
 	if x.h.requestID == "" {
@@ -136,9 +254,12 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		return s.reject(x, err, began)
 	}
 	switch {
-	case x.h.model != "" || m.GetEndOfStream() && !needsBody(x.h):
-		// The client named the model, or there is no body to read (GET
-		// /v1/models): decide now, and tell Envoy to skip any body.
+	case m.GetEndOfStream() && !needsBody(x.h) || x.h.model != "" && x.h.endpoint == EndpointOther:
+		// There is no body to read (GET /v1/models), or the client named
+		// the model of an endpoint whose body ILB does not parse (it may
+		// not be JSON: an upload): decide now, and tell Envoy to skip any
+		// body. A body ILB parses is always read, so that x-ilb-model and
+		// the body's model cannot disagree unseen.
 		mut, err := s.decide(x, nil)
 		if err != nil {
 			return s.reject(x, err, began)
@@ -152,8 +273,9 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		return resp
 	case m.GetEndOfStream():
 		return s.reject(x, badRequest("", "invalid_json",
-			fmt.Sprintf("the request has no body: %s %s needs a JSON object naming the model", x.h.method, x.h.path)), began)
+			fmt.Sprintf("the request has no body: %s %s needs a JSON object naming the model", x.h.method, bound.String(x.h.path, bound.Excerpt))), began)
 	}
+	x.stage = awaitBody
 	return headersResponse(nil, false)
 }
 
@@ -176,8 +298,10 @@ func (s *Server) admit(x *exchange) error {
 	x.rec.WeightsVersion = x.st.version
 	src, ok := x.st.sources[x.source]
 	if !ok {
-		s.opts.Logger.Error("ext_proc stream from an unknown source: check the x-ilb-source initial metadata of the Envoy ext_proc filter",
-			"source", x.source, "request_id", x.h.requestID)
+		if s.unknownSource.allow(s.opts.Now()) {
+			s.opts.Logger.Error("ext_proc stream from an unknown source: check the x-ilb-source initial metadata of the Envoy ext_proc filter (logged at most once a minute)",
+				"source", x.source, "request_id", x.h.requestID, "suppressed", s.unknownSource.take())
+		}
 		return &RequestError{
 			Status: 500, Type: "internal_error", Code: "unknown_source",
 			Msg: fmt.Sprintf("the router does not know the source %q of this proxy", x.source),
@@ -185,15 +309,21 @@ func (s *Server) admit(x *exchange) error {
 	}
 	x.src = src
 	x.debug = x.h.debug && src.debug
-	x.prio = weights.Standard
-	if x.h.priority != "" {
+	x.prio, x.rec.Priority, x.rec.PriorityFrom = src.defaultPriority, src.defaultPriority.String(), "default"
+	switch {
+	case x.h.priority == "":
+	case !src.trustPriority:
+		// Any client can send the header: honouring it would let one
+		// claim "critical" and pass while others are shed.
+		x.rec.PriorityFrom = "ignored-header"
+		s.metrics.priorityIgnored.WithLabelValues(src.name).Inc()
+	default:
 		p, err := weights.ParsePriority(x.h.priority)
 		if err != nil {
 			return badRequest(header.Priority, "invalid_priority",
-				fmt.Sprintf("header %s is %q: want critical, standard or sheddable", header.Priority, x.h.priority))
+				fmt.Sprintf("header %s is %s: want critical, standard or sheddable", header.Priority, bound.Quote(x.h.priority, bound.Excerpt)))
 		}
-		x.prio = p
-		x.rec.Priority = p.String()
+		x.prio, x.rec.Priority, x.rec.PriorityFrom = p, p.String(), "header"
 	}
 	return nil
 }
@@ -209,11 +339,16 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 			Msg: fmt.Sprintf("the request body is over %d bytes", s.opts.Config.ExtProc.MaxBodyBytes),
 		}, began)
 	}
-	x.body = append(x.body, m.GetBody()...)
-	if x.streamed && !m.GetEndOfStream() {
-		return bodyResponse(nil) // a chunk: wait for the rest
+	data := m.GetBody()
+	if x.streamed {
+		x.body = append(x.body, data...)
+		if !m.GetEndOfStream() {
+			return bodyResponse(nil) // a chunk: wait for the rest
+		}
+		data = x.body
 	}
-	b, err := parseBody(x.h.endpoint, x.body)
+	x.stage = awaitResponse
+	b, err := parseBody(x.h.endpoint, data)
 	x.body = nil
 	if err != nil && x.h.endpoint != EndpointOther {
 		return s.reject(x, err, began)
@@ -238,11 +373,39 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	x.rec.DecisionMicros = d.Microseconds()
 	s.metrics.latency.Observe(d.Seconds())
 	s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason).Inc()
+	provisional := x.provisional()
+	x.unconfirmed = x.cost - provisional
+	x.rec.DemandBooked = provisional
 	s.log.add(x.rec)
 	if s.opts.Meter != nil {
-		s.opts.Meter.Add(x.key, x.cost, false)
+		s.opts.Meter.Add(x.key, provisional, false)
 	}
 }
+
+// provisional is the demand booked for a request before any engine
+// accepted it: its estimate, but never more than an ordinary request of
+// its model (the configured default prompt and output), so that N
+// requests claiming huge prompts or max_tokens add at most N ordinary
+// requests to the demand unless the engines take them.
+func (x *exchange) provisional() float64 { return min(x.cost, x.st.limits[x.key.Model].ordinary) }
+
+// confirmed books the rest of a request's estimate once an engine
+// accepted it (2xx response headers).
+func (s *Server) confirmed(x *exchange) {
+	if x.unconfirmed <= 0 || x.rec == nil {
+		return
+	}
+	extra := x.unconfirmed
+	x.unconfirmed = 0
+	if s.opts.Meter != nil {
+		s.opts.Meter.AddCost(x.key, extra)
+	}
+	s.log.update(x.rec, func(r *Record) { r.DemandBooked += extra })
+}
+
+// unbooked forgets the unconfirmed demand of a stream that ends without
+// an engine's acceptance (refused upstream, timed out, abandoned).
+func (s *Server) unbooked(x *exchange) { x.unconfirmed = 0 }
 
 // reject answers the request with an ImmediateResponse built from err.
 func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.ProcessingResponse {
@@ -263,8 +426,10 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	s.log.add(x.rec)
 	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 {
 		// Refused for want of capacity: still demand (the controller must
-		// plan for it, or it would stop shedding and start again).
-		s.opts.Meter.Add(x.key, x.cost, true)
+		// plan for it, or it would stop shedding and start again), but
+		// only as much as an ordinary request: nothing confirms more.
+		x.rec.DemandBooked = x.provisional()
+		s.opts.Meter.Add(x.key, x.rec.DemandBooked, true)
 	}
 	return resp
 }
@@ -273,9 +438,14 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 	hs := headerMap(m.GetHeaders())
 	code, _ := strconv.Atoi(hs[":status"])
 	if x.rec != nil && !x.done {
+		if code >= 200 && code <= 299 {
+			s.confirmed(x)
+		}
 		s.log.update(x.rec, func(r *Record) {
 			r.Status = code
-			r.ServedCluster, r.ServedVersion, r.UpstreamHost = hs[header.ServedCluster], hs[header.WeightsVersion], hs[header.UpstreamHost]
+			r.ServedCluster = bound.String(hs[header.ServedCluster], bound.Name)
+			r.ServedVersion = bound.String(hs[header.WeightsVersion], bound.Name)
+			r.UpstreamHost = bound.String(hs[header.UpstreamHost], bound.Name)
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
 			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
 			r.Complete = true

@@ -42,7 +42,7 @@ func TestLogSubscribeFilters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := NewLog(10)
+			l := NewLog(10, 0)
 			l.add(&Record{RequestID: "before", Source: "edge-us", Complete: true})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -70,7 +70,7 @@ func TestLogSubscribeFilters(t *testing.T) {
 }
 
 func TestLogFind(t *testing.T) {
-	l := NewLog(4)
+	l := NewLog(4, 0)
 	for i := range 6 {
 		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"x", "y"}[i%2]})
 	}
@@ -84,7 +84,7 @@ func TestLogFind(t *testing.T) {
 }
 
 func TestLogSubscribeSlowReaderDrops(t *testing.T) {
-	l := NewLog(10)
+	l := NewLog(10, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := l.Subscribe(ctx, Filter{}, 2)
@@ -105,7 +105,7 @@ func TestLogSubscribeSlowReaderDrops(t *testing.T) {
 // TestLogSubscribeCancel: a cancelled subscription is closed and
 // forgotten while writers keep writing; run with -race.
 func TestLogSubscribeCancel(t *testing.T) {
-	l := NewLog(100)
+	l := NewLog(100, 0)
 	var writers sync.WaitGroup
 	stop := make(chan struct{})
 	for w := range 4 {
@@ -147,7 +147,7 @@ func TestLogSubscribeCancel(t *testing.T) {
 // come after the buffered ones; the next delivery carries their count,
 // so a reader can place the gap exactly.
 func TestLogSubscribeDropPlacement(t *testing.T) {
-	l := NewLog(10)
+	l := NewLog(10, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := l.Subscribe(ctx, Filter{}, 2)
@@ -168,7 +168,7 @@ func TestLogSubscribeDropPlacement(t *testing.T) {
 // TestLogTally counts records by reason after a point, and the ones
 // evicted before they could be counted.
 func TestLogTally(t *testing.T) {
-	l := NewLog(3)
+	l := NewLog(3, 0)
 	start := l.Tally(TallyStart)
 	if start.Through != 0 || start.Records != 0 {
 		t.Fatalf("empty log: %+v", start)

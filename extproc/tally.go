@@ -34,12 +34,11 @@ func (l *Log) Tally(after uint64) Tally {
 		return t
 	}
 	n := l.added - after
-	kept := min(n, uint64(len(l.ring)))
+	kept := min(n, uint64(l.n)) // records are stored in sequence: the newest l.n are kept
 	t.Lost = int(n - kept)
-	for i := 1; i <= int(kept); i++ {
-		r := l.ring[(l.next-i+len(l.ring))%len(l.ring)]
+	for i := range int(kept) {
 		t.Records++
-		t.ByReason[r.Reason]++
+		t.ByReason[l.at(i).Reason]++
 	}
 	return t
 }

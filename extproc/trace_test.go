@@ -81,9 +81,10 @@ func TestDecisionSpan(t *testing.T) {
 			served: true,
 		},
 		{
-			name: "x-ilb-model decides on headers, embeddings, no parent", id: "tr-embed",
+			name: "x-ilb-model agrees with the body, embeddings, no parent", id: "tr-embed",
 			msgs: []*extprocv3.ProcessingRequest{
 				reqHeaders(false, ":method", "POST", ":path", "/v1/embeddings", "x-request-id", "tr-embed", header.Model, "qwen-7b", header.Priority, "critical"),
+				reqBody(`{"model":"qwen-7b","input":"x"}`),
 			},
 			wantAttrs: map[string]any{
 				"gen_ai.operation.name": "embeddings", "gen_ai.request.model": "qwen-7b", "ilb.model": "qwen2.5-7b-instruct",

@@ -135,7 +135,9 @@ func TestOverloadShedsSheddable(t *testing.T) {
 	timing := engine.DefaultFixedTiming()
 	timing.MaxRunning = 1
 	timing.InterTokenLatency = 20 * time.Millisecond
-	s := startWorld(t, &timing, nil)
+	// edge-eu's clients are trusted with their priority here (in the demo
+	// world only edge-us's are).
+	s := startWorld(t, &timing, func(c *config.Config) { c.Sources[1].TrustPriorityHeader = true })
 	eu, _ := s.Envoy("edge-eu")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,0 +1,355 @@
+package extproc_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/promtest"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// openStream opens a raw stream as source, for tests that drive the
+// protocol message by message.
+func openStream(t *testing.T, h *harness, source string) (extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx = metadata.AppendToOutgoingContext(ctx, header.Source, source)
+	st, err := h.client.Process(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return st, cancel
+}
+
+// exchangeOne sends m and returns the answer, or the stream's error.
+func exchangeOne(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient, m *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	t.Helper()
+	if err := st.Send(m); err != nil {
+		// The server may have ended the stream already: Recv says why.
+		_, rerr := st.Recv()
+		return nil, rerr
+	}
+	return st.Recv()
+}
+
+func TestStreamProtocolErrors(t *testing.T) {
+	chat := reqBody(`{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}]}`)
+	tests := []struct {
+		name string
+		msgs []*extprocv3.ProcessingRequest
+		msg  string
+	}{
+		{
+			"a second request headers message",
+			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions"), chat, post("/v1/chat/completions")},
+			"a second request_headers message on one stream",
+		},
+		{
+			"a second request headers message before the body",
+			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions"), post("/v1/chat/completions")},
+			"a second request_headers message on one stream",
+		},
+		{
+			"a body before the headers",
+			[]*extprocv3.ProcessingRequest{chat},
+			"a request_body message before the request_headers message",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			st, _ := openStream(t, h, "edge-us")
+			var err error
+			for _, m := range tt.msgs {
+				if _, err = exchangeOne(t, st, m); err != nil {
+					break
+				}
+			}
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.msg) {
+				t.Fatalf("stream ended with %v; want InvalidArgument %q", err, tt.msg)
+			}
+			// Decided once, counted once.
+			counts, _ := h.meter.Flush(now)
+			var n uint64
+			for _, c := range counts {
+				n += c.Requests
+			}
+			if want := uint64(strings.Count(tt.name, "second request headers message") - strings.Count(tt.name, "before the body")); n != want {
+				t.Errorf("demand counted %d requests; want %d", n, want)
+			}
+			promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "protocol_error"}, 1)
+		})
+	}
+}
+
+func TestIdleStreamEnds(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		c := *o.Config
+		c.Envoy.MessageTimeout = config.Duration(50 * time.Millisecond)
+		c.ExtProc.StreamIdleTimeout = config.Duration(100 * time.Millisecond)
+		o.Config = &c
+	})
+	tests := []struct {
+		name  string
+		first *extprocv3.ProcessingRequest // nil: nothing at all
+		owed  string
+	}{
+		{"headers then no body", post("/v1/chat/completions"), "no request body"},
+		{"nothing at all", nil, "no request headers"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, _ := openStream(t, h, "edge-us")
+			if tt.first != nil {
+				if resp, err := exchangeOne(t, st, tt.first); err != nil || resp.GetRequestHeaders() == nil {
+					t.Fatalf("headers answer = %v, %v", resp, err)
+				}
+			}
+			// The server ends the stream; Recv returns when it does.
+			_, err := st.Recv()
+			if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), tt.owed) {
+				t.Fatalf("stream ended with %v; want DeadlineExceeded naming %q", err, tt.owed)
+			}
+			promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "idle_timeout"}, float64(i+1))
+		})
+	}
+	// A stream waiting for the engine's answer is not idle: the response
+	// headers may come after a long generation.
+	t.Run("awaiting the response is not idle", func(t *testing.T) {
+		st, _ := openStream(t, h, "edge-us")
+		if _, err := exchangeOne(t, st, post("/v1/chat/completions")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := exchangeOne(t, st, reqBody(`{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}]}`)); err != nil {
+			t.Fatal(err)
+		}
+		// Another stream times out meanwhile: the clock of idleness runs.
+		other, _ := openStream(t, h, "edge-us")
+		if _, err := other.Recv(); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("the idle stream ended with %v", err)
+		}
+		resp, err := exchangeOne(t, st, respHeaders(":status", "200"))
+		if err != nil || resp.GetResponseHeaders() == nil {
+			t.Fatalf("response headers answer = %v, %v; want the stream still open", resp, err)
+		}
+	})
+}
+
+func TestMaxStreams(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		c := *o.Config
+		c.ExtProc.MaxStreams = 2
+		o.Config = &c
+	})
+	var cancels []context.CancelFunc
+	for range 2 {
+		st, cancel := openStream(t, h, "edge-us")
+		// An answer proves the server holds the stream.
+		if _, err := exchangeOne(t, st, post("/v1/chat/completions")); err != nil {
+			t.Fatal(err)
+		}
+		cancels = append(cancels, cancel)
+	}
+	st, _ := openStream(t, h, "edge-us")
+	_, err := exchangeOne(t, st, post("/v1/chat/completions"))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "extproc.max_streams") {
+		t.Fatalf("third stream: %v; want ResourceExhausted naming extproc.max_streams", err)
+	}
+	promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "max_streams"}, 1)
+	cancels[0]()
+	// Once a stream ends, a new one is served (the server releases its
+	// slot when the handler returns, which follows the cancel).
+	waitUntilServed(t, h)
+}
+
+// waitUntilServed retries a request until the server takes a new stream.
+func waitUntilServed(t *testing.T, h *harness) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, _ := openStream(t, h, "edge-us")
+		_, err := exchangeOne(t, st, post("/v1/chat/completions"))
+		if err == nil {
+			return
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("stream after a slot was freed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// refuseSource is an Authorizer that refuses one source.
+type refuseSource struct{ source string }
+
+var _ extproc.Authorizer = refuseSource{}
+
+func (r refuseSource) Authorize(_ context.Context, source string) error {
+	if source == r.source {
+		return status.Errorf(codes.PermissionDenied, "peer may not speak for %s", source)
+	}
+	return nil
+}
+
+func TestAuthorizer(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) { o.Authorizer = refuseSource{"edge-eu"} })
+	st, _ := openStream(t, h, "edge-eu")
+	if _, err := exchangeOne(t, st, post("/v1/chat/completions")); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("edge-eu stream: %v; want PermissionDenied", err)
+	}
+	if recs := h.srv.Decisions().Recent(10); len(recs) != 0 {
+		t.Errorf("a refused stream left records %v", recs)
+	}
+	resps := h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}]}`))
+	if resps[len(resps)-1].GetRequestBody() == nil {
+		t.Errorf("edge-us answer = %v; want routed", resps[len(resps)-1])
+	}
+}
+
+func TestPriorityTrust(t *testing.T) {
+	h := start(t, true)
+	standardShed := weights.ShedFractions{weights.Standard: 1}
+	tests := []struct {
+		name     string
+		source   string
+		prio     string
+		shed     weights.ShedFractions
+		want     string // the record's priority
+		from     string
+		rejected bool
+	}{
+		{"untrusted critical is ignored", "edge-eu", "critical", standardShed, "standard", "ignored-header", true},
+		{"untrusted invalid value is ignored, not a 400", "edge-eu", "urgent!!", weights.ShedFractions{}, "standard", "ignored-header", false},
+		{"no header: the default", "edge-eu", "", weights.ShedFractions{}, "standard", "default", false},
+		{"trusted critical passes", "edge-us", "critical", standardShed, "critical", "header", false},
+		{"sheddable is shed at least as much as standard", "edge-us", "sheddable", standardShed, "sheddable", "header", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			publishShed(t, h, tt.source, tt.shed)
+			hdr := post("/v1/chat/completions")
+			if tt.prio != "" {
+				hdr = post("/v1/chat/completions", header.Priority, tt.prio)
+			}
+			resps := h.run(t, tt.source, hdr, reqBody(`{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}]}`))
+			if got := resps[len(resps)-1].GetImmediateResponse() != nil; got != tt.rejected {
+				t.Fatalf("rejected = %v; want %v (%v)", got, tt.rejected, resps[len(resps)-1])
+			}
+			rec, ok := h.srv.Decisions().Get("req-1")
+			if !ok || rec.Priority != tt.want || rec.PriorityFrom != tt.from {
+				t.Errorf("record priority %q from %q; want %q from %q", rec.Priority, rec.PriorityFrom, tt.want, tt.from)
+			}
+		})
+	}
+	promtest.Check(t, h.reg, "ilb_extproc_priority_ignored_total", map[string]string{"source": "edge-eu"}, 2)
+}
+
+// publishShed publishes the harness weights with shed fractions for
+// every cell of source.
+func publishShed(t *testing.T, h *harness, source string, shed weights.ShedFractions) {
+	t.Helper()
+	var cells []weights.Cell
+	for _, s := range h.cfg.Sources {
+		for _, m := range h.cfg.Models {
+			cell, _ := h.w.Cell(s.Name, m.Name)
+			cell.Explanation = nil
+			if s.Name == source {
+				cell.Shed = shed
+			}
+			cells = append(cells, cell)
+		}
+	}
+	w, err := weights.New("test", time.Time{}, cells)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Publish(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDemandCannotBeInflated: what a request claims counts as demand only
+// within the model's limits, and past an ordinary request only once an
+// engine accepted it.
+func TestDemandCannotBeInflated(t *testing.T) {
+	// Ordinary llama request (demo defaults): 500 prompt + 250 output × 4.
+	const ordinary = 500 + 250*4
+	huge := `{"model":"llama3-8b","max_tokens":1000000000000000,"messages":[{"role":"user","content":"hi"}]}`
+	bigPrompt := `{"model":"llama3-8b","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`
+	// The huge claim: its 8 prompt tokens, output capped by
+	// max_output_tokens (32768 by default) at 4 units each.
+	const hugeCost = 8 + 32768*4
+	// The 1 MiB prompt: capped at the context (131072), which leaves 1
+	// output token.
+	const bigCost = 131072 + 1*4
+	tests := []struct {
+		name      string
+		body      string
+		status    string // response status; "" the client went away
+		estimate  float64
+		confirmed float64 // demand once the answer came
+	}{
+		{"huge max_tokens, engine refuses it", huge, "400", hugeCost, ordinary},
+		{"huge max_tokens, engine serves it", huge, "200", hugeCost, hugeCost},
+		{"1 MB prompt, client hangs up", bigPrompt, "", bigCost, ordinary},
+		{"1 MB prompt, served", bigPrompt, "200", bigCost, bigCost},
+		{"a small request is booked whole at once", `{"model":"llama3-8b","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "", 8 + 10*4, 8 + 10*4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			msgs := []*extprocv3.ProcessingRequest{post("/v1/chat/completions"), reqBody(tt.body)}
+			if tt.status != "" {
+				msgs = append(msgs, respHeaders(":status", tt.status))
+			}
+			h.run(t, "edge-us", msgs...)
+			waitStreamsClosed(t, h)
+			rec, _ := h.srv.Decisions().Get("req-1")
+			if rec.TokenCost != tt.estimate {
+				t.Errorf("estimate %v; want %v (capped by the model's limits)", rec.TokenCost, tt.estimate)
+			}
+			counts, _ := h.meter.Flush(now)
+			c := counts[demand.Key{Source: "edge-us", Model: "llama-3.1-8b-instruct", Priority: weights.Standard}]
+			if c.Requests != 1 || c.TokenCost != tt.confirmed || rec.DemandBooked != tt.confirmed {
+				t.Errorf("demand %+v, record booked %v; want 1 request of %v", c, rec.DemandBooked, tt.confirmed)
+			}
+		})
+	}
+}
+
+// TestRecordsAreBounded: client strings at any size leave bounded
+// records, and the id the client sent still finds its record.
+func TestRecordsAreBounded(t *testing.T) {
+	h := start(t, true)
+	id := "req-" + strings.Repeat("i", 4000)
+	resps := h.run(t, "edge-us",
+		reqHeaders(false, ":method", "POST", ":path", "/v1/"+strings.Repeat("p", 50000)+"/chat/completions", header.RequestID, id),
+		reqBody(`{"model":"`+strings.Repeat("m", 4<<20)+`","messages":[{"role":"user","content":"hi"}]}`))
+	ir := resps[len(resps)-1].GetImmediateResponse()
+	if ir == nil || ir.GetStatus().GetCode() != 404 || len(ir.GetBody()) > 1024 {
+		t.Fatalf("answer = %d with a %d-byte body; want a bounded 404", ir.GetStatus().GetCode(), len(ir.GetBody()))
+	}
+	rec, ok := h.srv.Decisions().Get(id)
+	if !ok {
+		t.Fatal("the record is not found by the id the client sent")
+	}
+	if len(rec.RequestedModel) > 256 || len(rec.Path) > 1024 || len(rec.RequestID) > 256 {
+		t.Errorf("record strings not bounded: model %d, path %d, id %d bytes", len(rec.RequestedModel), len(rec.Path), len(rec.RequestID))
+	}
+	if b := h.srv.Decisions().Bytes(); b > 4096 {
+		t.Errorf("one record holds %d bytes; want < 4 KiB", b)
+	}
+}

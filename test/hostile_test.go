@@ -1,0 +1,152 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/engine"
+	"github.com/ilbproject/ilb/sim/loadgen"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// retainedHeap is the live heap after a full collection.
+func retainedHeap() uint64 {
+	runtime.GC()
+	runtime.GC() // finalizers of the first may free more
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestHugeModelNamesStayBounded: 20 requests through Envoy naming a 4 MiB
+// model get bounded 404s, and leave bounded records: the decision log
+// keeps a bounded excerpt, /debug/decisions?limit=50 stays small, and the
+// process keeps no more than a few MiB of them.
+func TestHugeModelNamesStayBounded(t *testing.T) {
+	s := startStack(t, nil)
+	us := envoyURL(t, s, "edge-us")
+	model := strings.Repeat("m", 4<<20)
+	before := retainedHeap()
+	for i := range 20 {
+		resp, body := do(t, http.MethodPost, us+"/v1/chat/completions",
+			fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi %d"}]}`, model, i), nil)
+		if resp.StatusCode != http.StatusNotFound || len(body) > 64<<10 || !strings.Contains(string(body), "model_not_found") {
+			t.Fatalf("request %d: %d with a %d-byte body; want a 404 model_not_found of at most 64 KiB", i, resp.StatusCode, len(body))
+		}
+	}
+	grown := int64(retainedHeap()) - int64(before)
+	if grown > 64<<20 {
+		t.Errorf("the retained heap grew by %d MiB after 20 requests with 4 MiB model names; want <= 64 MiB", grown>>20)
+	}
+	resp, err := http.Get("http://" + s.App.AdminAddr() + "/debug/decisions?limit=50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || len(b) > 4<<20 || strings.Count(string(b), `"model_not_found"`) < 20 {
+		t.Errorf("/debug/decisions?limit=50: %d, %d bytes, %d records naming model_not_found; want 200, <= 4 MiB, >= 20",
+			resp.StatusCode, len(b), strings.Count(string(b), `"model_not_found"`))
+	}
+	t.Logf("retained heap grew by %d KiB; /debug/decisions?limit=50 is %d bytes", grown>>10, len(b))
+}
+
+// TestInflatedDemandShedsNoOne: 20 requests claiming max_tokens=1e15 (the
+// engines refuse them) and 15 requests with 1 MB prompts abandoned before
+// the engine answers (its prefill of 262k tokens takes 5 s; the client
+// leaves after 2 s), then ordinary traffic at a rate the fleet serves: the controller
+// never plans to shed and no ordinary request is shed.
+func TestInflatedDemandShedsNoOne(t *testing.T) {
+	timing := engine.DefaultFixedTiming()
+	s := startWorld(t, &timing, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyOptimizer
+		c.Controller.Tick = config.Duration(500 * time.Millisecond)
+	})
+	us := envoyURL(t, s, "edge-us")
+
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			resp, _ := do(t, http.MethodPost, us+"/v1/chat/completions",
+				fmt.Sprintf(`{"model":"llama3-8b","max_tokens":1000000000000000,"messages":[{"role":"user","content":"claim %d"}]}`, i), nil)
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("max_tokens=1e15: %d; want the engine's 400", resp.StatusCode)
+			}
+		})
+	}
+	prompt := strings.Repeat("x", 1<<20)
+	for i := range 15 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, us+"/v1/chat/completions",
+				strings.NewReader(fmt.Sprintf(`{"model":"llama3-8b","messages":[{"role":"user","content":"%d %s"}]}`, i, prompt)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				t.Errorf("a 1 MB prompt was answered within 2 s (%d): the test needs it abandoned", resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	// The attack reached the demand: its requests were reported.
+	waitUntil(t, "the attack's requests reach the demand", 15*time.Second, func() bool {
+		for _, tot := range s.App.Demand.Status().Totals {
+			if tot.Source == "edge-us" && tot.Model == "llama-3.1-8b-instruct" && tot.Requests >= 35 {
+				return true
+			}
+		}
+		return false
+	})
+	// Ordinary traffic for 6 s, while the controller ticks (every 500 ms)
+	// on the demand that holds the attack.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var results []loadgen.Result
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		results, err = loadgen.Run(ctx, loadgen.Options{
+			Targets: []loadgen.Target{{Source: "edge-us", URL: us}}, Models: []string{"llama-3.1-8b-instruct"},
+			Concurrency: 2, MaxTokens: 16, Duration: 6 * time.Second, Seed: 5,
+		})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	shed := 0
+	for _, r := range results {
+		if r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
+			shed++
+		}
+	}
+	if shed > 0 || len(results) == 0 {
+		t.Errorf("%d of %d ordinary requests were refused; want none", shed, len(results))
+	}
+	// No version published since the start planned any shedding.
+	for _, v := range s.App.History.Versions(1000) {
+		for _, c := range v.Cells {
+			for p, f := range c.Shed {
+				if f > 0 {
+					t.Errorf("weights %s shed %.0f%% of %s %s/%s", v.Version, 100*f, weights.Priority(p), c.Source, c.Model)
+				}
+			}
+		}
+	}
+}
