@@ -3,12 +3,14 @@ package demand_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	loadstatsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
@@ -68,7 +70,10 @@ func TestMeterToRates(t *testing.T) {
 	}
 }
 
-func TestAggregatorDropsUnknownStreams(t *testing.T) {
+// TestAggregatorRefusesUnknownStreams: streams of unknown sources or
+// models are refused entry by entry (counted, with a reason); an alias
+// is summed under its canonical model.
+func TestAggregatorRefusesUnknownStreams(t *testing.T) {
 	c := demoConfig(t)
 	agg := demand.NewAggregator(c, nil, t0)
 	counts := map[demand.Key]demand.Counts{
@@ -82,6 +87,16 @@ func TestAggregatorDropsUnknownStreams(t *testing.T) {
 	rates, _ := agg.Rates(t0.Add(time.Second))
 	if len(rates) != 1 || rates[demand.Key{Source: "edge-us", Model: "llama-3.1-8b-instruct", Priority: weights.Critical}].CostPerSecond != 10 {
 		t.Errorf("rates %v; want only the known stream, under its canonical model", rates)
+	}
+	st := agg.Status()
+	if st.Dropped != 2 || len(st.Refusals) != 1 || st.Refusals[0].Entries != 2 {
+		t.Fatalf("dropped %d, refusals %+v; want 2 entries refused in one report", st.Dropped, st.Refusals)
+	}
+	reasons := strings.Join(st.Refusals[0].Reasons, "; ")
+	for _, want := range []string{`locality "edge-mars"/"llama3-8b"/"standard": unknown source`, `locality "edge-us"/"gpt-9"/"standard": unknown model`} {
+		if !strings.Contains(reasons, want) {
+			t.Errorf("reasons %q; want %q", reasons, want)
+		}
 	}
 }
 
@@ -115,6 +130,7 @@ func TestLRSOverGRPC(t *testing.T) {
 	if err := envoy.Send(&loadstatsv3.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{{
 		ClusterName:           "us-east-vllm",
 		UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{TotalIssuedRequests: 20}},
+		LoadReportInterval:    durationpb.New(time.Second),
 	}}}); err != nil {
 		t.Fatal(err)
 	}

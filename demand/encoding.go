@@ -2,7 +2,6 @@ package demand
 
 import (
 	"cmp"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -26,7 +25,11 @@ const (
 // Key names a demand stream.
 type Key = weights.DemandKey
 
-// Counts are what a meter saw of one stream over an interval.
+// Counts are what a meter saw of one stream over an interval. TokenCost
+// may exceed what Requests alone would explain: cost confirmed by
+// [Meter.AddCost] belongs to requests counted earlier, possibly in an
+// earlier interval. Sums saturate (at math.MaxUint64 and
+// math.MaxFloat64) instead of overflowing.
 type Counts struct {
 	Requests  uint64  `json:"requests"`
 	TokenCost float64 `json:"token_cost"`
@@ -34,12 +37,49 @@ type Counts struct {
 	ShedCost  float64 `json:"shed_cost"`
 }
 
+// add sums o into c, saturating.
 func (c *Counts) add(o Counts) {
-	c.Requests += o.Requests
-	c.TokenCost += o.TokenCost
-	c.Shed += o.Shed
-	c.ShedCost += o.ShedCost
+	c.Requests = addUint(c.Requests, o.Requests)
+	c.TokenCost = addFloat(c.TokenCost, o.TokenCost)
+	c.Shed = addUint(c.Shed, o.Shed)
+	c.ShedCost = addFloat(c.ShedCost, o.ShedCost)
 }
+
+// addUint is a + b, or math.MaxUint64 when that overflows.
+func addUint(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+// addFloat is a + b, or math.MaxFloat64 when that overflows: two of the
+// largest finite doubles never make +Inf. A NaN stays NaN (only a caller
+// bug makes one; the aggregator refuses it with a reason).
+func addFloat(a, b float64) float64 {
+	if s := a + b; !math.IsInf(s, 1) {
+		return s
+	}
+	return math.MaxFloat64
+}
+
+// finite clamps a value derived from validated counts for the
+// controller and for JSON: +Inf becomes math.MaxFloat64 (-Inf its
+// negative), and NaN, which validated counts never produce, 0.
+func finite(v float64) float64 {
+	switch {
+	case math.IsNaN(v):
+		return 0
+	case math.IsInf(v, 1):
+		return math.MaxFloat64
+	case math.IsInf(v, -1):
+		return -math.MaxFloat64
+	}
+	return v
+}
+
+// valid reports whether v is a finite number >= 0.
+func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
 
 // Encode packs counts measured over interval into a LoadStatsRequest from
 // node, localities in a fixed order.
@@ -68,41 +108,21 @@ func Encode(node *corev3.Node, counts map[Key]Counts, interval time.Duration) *l
 	return &loadstatsv3.LoadStatsRequest{Node: node, ClusterStats: []*endpointv3.ClusterStats{cs}}
 }
 
-// decodeILB reads ILB's demand ClusterStats; entries that do not name a
-// priority, or whose token costs are NaN, infinite or negative, are
-// reported and skipped: one such value summed into the demand would
-// poison the controller's moving average.
-func decodeILB(cs *endpointv3.ClusterStats) (map[Key]Counts, []error) {
-	out := map[Key]Counts{}
-	var errs []error
-	for _, ls := range cs.GetUpstreamLocalityStats() {
-		loc := ls.GetLocality()
-		p, err := weights.ParsePriority(loc.GetSubZone())
-		if err != nil {
-			errs = append(errs, fmt.Errorf("locality %s/%s: %w", loc.GetRegion(), loc.GetZone(), err))
-			continue
-		}
-		k := Key{Source: loc.GetRegion(), Model: loc.GetZone(), Priority: p}
-		c := Counts{Requests: ls.GetTotalIssuedRequests()}
-		for _, m := range ls.GetLoadMetricStats() {
-			switch m.GetMetricName() {
-			case MetricTokenCost:
-				c.TokenCost = m.GetTotalMetricValue()
-			case MetricShed:
-				c.Shed, c.ShedCost = m.GetNumRequestsFinishedWithMetric(), m.GetTotalMetricValue()
-			}
-		}
-		if !valid(c.TokenCost) || !valid(c.ShedCost) {
-			errs = append(errs, fmt.Errorf("locality %s/%s/%s: token cost %v, shed cost %v: want finite numbers >= 0",
-				loc.GetRegion(), loc.GetZone(), loc.GetSubZone(), c.TokenCost, c.ShedCost))
-			continue
-		}
-		sum := out[k]
-		sum.add(c)
-		out[k] = sum
+// claimed is the interval a ClusterStats says it covers; 0 when it is
+// missing, malformed or negative.
+func claimed(cs *endpointv3.ClusterStats) time.Duration {
+	d := cs.GetLoadReportInterval()
+	if d == nil || d.CheckValid() != nil || d.AsDuration() < 0 {
+		return 0
 	}
-	return out, errs
+	return d.AsDuration()
 }
 
-// valid reports whether v is a finite number >= 0.
-func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 }
+// claimedReport is the longest interval any ClusterStats of req claims.
+func claimedReport(req *loadstatsv3.LoadStatsRequest) time.Duration {
+	var d time.Duration
+	for _, cs := range req.GetClusterStats() {
+		d = max(d, claimed(cs))
+	}
+	return d
+}

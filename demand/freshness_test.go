@@ -2,13 +2,13 @@ package demand_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	loadstatsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,90 +26,100 @@ func report(t *testing.T, agg *demand.Aggregator, id string, counts map[demand.K
 	}
 }
 
-// TestAggregatorDropsBadValues: a report entry whose token cost is NaN,
-// infinite or negative is dropped and counted, never summed: one bad
-// report would otherwise poison the demand average for good.
-func TestAggregatorDropsBadValues(t *testing.T) {
+// TestReporterExpiry: with the demo's 1s report interval, a reporter
+// silent for more than 3 s is forgotten (once: logged, counted), while
+// the demand stays fresh because another reporter is alive; the silent
+// reporter's streams simply drop out of the demand.
+func TestReporterExpiry(t *testing.T) {
+	var logs logLines
+	clk := newClock(t0) // reports arrive at the times Rates is called
+	agg := demand.NewAggregatorWith(demand.AggregatorOptions{Config: demoConfig(t), Logger: logs.logger(), Start: t0, Now: clk.now})
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	report(t, agg, "a", map[demand.Key]demand.Counts{llamaUS: {Requests: 1, TokenCost: 100}})
+	report(t, agg, "b", map[demand.Key]demand.Counts{llamaUS: {Requests: 1, TokenCost: 300}})
+	if rates, fresh := agg.Rates(at(1)); !fresh.Equal(at(1)) || rates[llamaUS].CostPerSecond != 400 {
+		t.Fatalf("both reporting: %v at %v", rates, fresh)
+	}
 	tests := []struct {
-		name            string
-		cost, shedCost  float64
-		wantCost        float64
-		wantDroppedMore uint64
-	}{
-		{"finite", 40, 0, 40, 0},
-		{"NaN cost", math.NaN(), 0, 0, 1},
-		{"infinite cost", math.Inf(1), 0, 0, 1},
-		{"negative cost", -40, 0, 0, 1},
-		{"NaN shed cost", 40, math.NaN(), 0, 1},
-		{"negative shed cost", 40, -1, 0, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			agg := demand.NewAggregator(demoConfig(t), nil, t0)
-			report(t, agg, "x", map[demand.Key]demand.Counts{
-				llamaUS: {Requests: 4, TokenCost: tt.cost, Shed: 1, ShedCost: tt.shedCost},
-				qwenEU:  {Requests: 1, TokenCost: 10},
-			})
-			rates, _ := agg.Rates(t0.Add(time.Second))
-			if got := rates[llamaUS].CostPerSecond; got != tt.wantCost {
-				t.Errorf("llama cost/s %v; want %v", got, tt.wantCost)
-			}
-			if got := rates[qwenEU].CostPerSecond; got != 10 {
-				t.Errorf("the good entry of the same report: %v cost/s; want 10", got)
-			}
-			if got := agg.Status().Dropped; got != tt.wantDroppedMore {
-				t.Errorf("dropped %d; want %d", got, tt.wantDroppedMore)
-			}
-		})
-	}
-}
-
-// TestDemandFreshness: the time Rates returns is when every reporter was
-// last heard from, so a reporter that falls silent makes demand stale
-// instead of looking like zero demand; a reporter whose stream ended is
-// forgotten.
-func TestDemandFreshness(t *testing.T) {
-	c := demoConfig(t)
-	agg := demand.NewAggregator(c, nil, t0)
-	if _, at := agg.Rates(t0.Add(5 * time.Second)); !at.Equal(t0.Add(5 * time.Second)) {
-		t.Errorf("no reporter yet: measured at %v; want now", at)
-	}
-	tick := func(i int, who ...string) time.Time {
-		for _, id := range who {
-			report(t, agg, id, nil) // a heartbeat: no demand, but alive
+		now       float64
+		reporters int // alive after Rates at now
+	}{{2, 2}, {3, 2}, {4, 2}, {4.5, 1}, {10, 1}}
+	prev := 1.0
+	for _, tt := range tests { // b stays silent; a keeps reporting
+		clk.set(at(tt.now))
+		report(t, agg, "a", map[demand.Key]demand.Counts{llamaUS: {Requests: 1, TokenCost: 100}})
+		rates, fresh := agg.Rates(at(tt.now))
+		if !fresh.Equal(at(tt.now)) {
+			t.Errorf("t0+%vs: measured at %v; want now (a is alive)", tt.now, fresh)
 		}
-		_, at := agg.Rates(t0.Add(time.Duration(i) * 5 * time.Second))
-		return at
-	}
-	for i := 2; i <= 3; i++ {
-		if at := tick(i, "a", "b"); !at.Equal(t0.Add(time.Duration(i) * 5 * time.Second)) {
-			t.Errorf("tick %d, both reporting: measured at %v", i, at)
+		if got, want := rates[llamaUS].CostPerSecond, 100/(tt.now-prev); math.Abs(got-want) > 1e-9 {
+			t.Errorf("t0+%vs: %v cost/s; want a's alone, %v", tt.now, got, want)
 		}
-	}
-	for i := 4; i <= 10; i++ { // b falls silent after tick 3
-		if at := tick(i, "a"); !at.Equal(t0.Add(15 * time.Second)) {
-			t.Errorf("tick %d, b silent since tick 3: measured at %v; want b's last report (t0+15s)", i, at)
+		prev = tt.now
+		st := agg.Status()
+		if len(st.Reporters) != tt.reporters {
+			t.Errorf("t0+%vs: reporters %+v; want %d", tt.now, st.Reporters, tt.reporters)
 		}
 	}
 	st := agg.Status()
-	if len(st.Reporters) != 2 || st.Reporters[1].Node != "b" || !st.Reporters[1].LastReport.Equal(t0.Add(15*time.Second)) {
-		t.Errorf("reporters %+v", st.Reporters)
+	if st.Expired != 1 || st.Reporters[0].Node != "a" {
+		t.Errorf("expired %d, reporters %+v; want b expired once", st.Expired, st.Reporters)
 	}
-	agg.Disconnected(demand.ReporterNode("b"))
-	if at := tick(11, "a"); !at.Equal(t0.Add(55 * time.Second)) {
-		t.Errorf("b's stream ended: measured at %v; want now (b forgotten)", at)
+	lines := logs.with(t, "demand reporters expired: silent for more than 3 report intervals")
+	if len(lines) != 1 || !strings.Contains(fmt.Sprint(lines[0]["nodes"]), `"b"`) {
+		t.Errorf("expiry log %v; want one line naming b", lines)
 	}
-	// A reporter silent for ten times stale_after is forgotten, even
-	// though its stream never ended.
-	report(t, agg, "c", nil)
-	agg.Rates(t0.Add(60 * time.Second))
-	horizon := 10 * c.Controller.StaleAfter.Std()
-	if _, at := agg.Rates(t0.Add(60*time.Second + horizon - time.Second)); !at.Equal(t0.Add(60 * time.Second)) {
-		t.Errorf("c silent within the horizon: measured at %v", at)
+}
+
+// TestDemandGoesStaleWhenEveryReporterIsGone: the freshness is now while
+// a reporter is alive or none ever reported; when every one is gone, it
+// is the last time any reported, and a report brings it back to now.
+func TestDemandGoesStaleWhenEveryReporterIsGone(t *testing.T) {
+	agg := demand.NewAggregator(demoConfig(t), nil, t0)
+	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	if _, at := agg.Rates(sec(5)); !at.Equal(sec(5)) {
+		t.Errorf("no reporter ever: measured at %v; want now", at)
 	}
-	later := t0.Add(60*time.Second + horizon + time.Second)
-	if _, at := agg.Rates(later); !at.Equal(later) {
-		t.Errorf("c silent past the horizon: measured at %v; want now", at)
+	report(t, agg, "a", nil)
+	report(t, agg, "b", nil)
+	agg.Rates(sec(6))
+	for n := 7; n <= 9; n++ { // both silent, not yet expired
+		if _, at := agg.Rates(sec(n)); !at.Equal(sec(n)) {
+			t.Errorf("t0+%ds: measured at %v; want now (reporters alive within 3 intervals)", n, at)
+		}
+	}
+	for n := 10; n <= 40; n += 10 {
+		if _, at := agg.Rates(sec(n)); !at.Equal(sec(6)) {
+			t.Errorf("t0+%ds, every reporter expired: measured at %v; want their last report (t0+6s)", n, at)
+		}
+	}
+	if st := agg.Status(); len(st.Reporters) != 0 || st.Expired != 2 || !st.LastReport.Equal(sec(6)) {
+		t.Errorf("status %+v", st)
+	}
+	report(t, agg, "a", nil)
+	if _, at := agg.Rates(sec(41)); !at.Equal(sec(41)) {
+		t.Errorf("a reports again: measured at %v; want now", at)
+	}
+}
+
+// TestFreshNodeIDsCannotHoldDemand: a sequence of fresh node ids, each
+// reporting once, neither makes the demand stale (the real reporter is
+// alive) nor piles up: each is forgotten after three intervals.
+func TestFreshNodeIDsCannotHoldDemand(t *testing.T) {
+	agg := demand.NewAggregator(demoConfig(t), nil, t0)
+	for n := 1; n <= 60; n++ {
+		report(t, agg, "real", nil)
+		report(t, agg, "fake-"+strings.Repeat("x", n%7)+string(rune('a'+n%26))+time.Duration(n).String(), nil)
+		now := t0.Add(time.Duration(n) * time.Second)
+		if _, at := agg.Rates(now); !at.Equal(now) {
+			t.Fatalf("after %d fresh ids: measured at %v; want now", n, at)
+		}
+		if r := len(agg.Status().Reporters); r > 5 {
+			t.Fatalf("after %d fresh ids: %d reporters known; want at most the real one and the last 4 fakes", n, r)
+		}
+	}
+	if st := agg.Status(); st.Expired < 55 {
+		t.Errorf("expired %d; want the fakes forgotten", st.Expired)
 	}
 }
 
@@ -123,6 +133,8 @@ func (s chanSink) Report(req *loadstatsv3.LoadStatsRequest) error {
 	}
 	return nil
 }
+
+var _ demand.Sink = chanSink(nil)
 
 // TestReporterHeartbeat: an idle reporter still reports every interval
 // (an empty demand report), so its silence can only mean it is gone.
@@ -149,15 +161,46 @@ func TestReporterHeartbeat(t *testing.T) {
 	}
 }
 
-// TestSilentReporterHoldsWeights runs the controller on the aggregator's
-// rates: while every reporter sends its heartbeat, weights are computed;
-// when one falls silent for longer than stale_after, the controller keeps
-// the last good weights (stale_demand); when it reports again, the
-// controller resumes.
-func TestSilentReporterHoldsWeights(t *testing.T) {
+// TestInProcessReporter is the all-in-one process's path: a Reporter
+// flushing a meter straight into the aggregator on its own ticker, timed
+// by the real clock; its reports are believed and it stays alive.
+func TestInProcessReporter(t *testing.T) {
+	agg := demand.NewAggregator(demoConfig(t), nil, time.Now())
+	meter := demand.NewMeter(time.Now())
+	r := &demand.Reporter{Meter: meter, Sink: agg, Node: demand.ReporterNode("ilb-all-in-one"), Interval: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for range 50 {
+		meter.Add(llamaUS, 1000, false)
+	}
+	waitFor(t, func() bool {
+		st := agg.Status()
+		return len(st.Totals) == 1 && st.Totals[0].Requests == 50
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, at := agg.Rates(now); !at.Equal(now) {
+		t.Errorf("measured at %v; want now", at)
+	}
+	if st := agg.Status(); st.Dropped != 0 || len(st.Reporters) != 1 || st.Totals[0].TokenCost != 50000 {
+		t.Errorf("status %+v; want every report believed, one reporter", st)
+	}
+}
+
+// TestSilentReporterDropsOut runs the controller on the aggregator's
+// rates: when one of two reporters falls silent, the weights keep
+// following the demand (no fail-static), which loses the silent
+// reporter's streams; when both are gone for longer than stale_after,
+// the controller keeps the last good weights (stale_demand); when one
+// reports again, it resumes.
+func TestSilentReporterDropsOut(t *testing.T) {
 	c := demoConfig(t)
 	now := t0
-	agg := demand.NewAggregator(c, nil, now)
+	agg := demand.NewAggregatorWith(demand.AggregatorOptions{Config: c, Start: now, Now: func() time.Time { return now }})
 	ctl, err := weights.NewController(weights.ControllerOptions{
 		Config: c, Policy: weights.Optimizer{},
 		Now:    func() time.Time { return now },
@@ -167,8 +210,9 @@ func TestSilentReporterHoldsWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	tick := c.Controller.Tick.Std()
 	step := func(who ...string) error {
-		now = now.Add(c.Controller.Tick.Std())
+		now = now.Add(tick)
 		for _, id := range who {
 			report(t, agg, id, map[demand.Key]demand.Counts{llamaUS: {Requests: 5, TokenCost: 5000}})
 		}
@@ -179,42 +223,70 @@ func TestSilentReporterHoldsWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	before := ctl.Current().Status()
+	for i := range 5 { // b silent: never stale
+		if err := step("a"); err != nil {
+			t.Fatalf("tick %d with b silent: %v; want the weights to follow the demand", i, err)
+		}
+	}
+	if st := agg.Status(); len(st.Reporters) != 1 || st.Expired != 1 {
+		t.Errorf("reporters %+v, expired %d; want b forgotten", st.Reporters, st.Expired)
+	}
+	if strings.Contains(ctl.Current().Status(), "stale") {
+		t.Errorf("status %q (before: %q); want fresh weights", ctl.Current().Status(), before)
+	}
 	good := ctl.Current().Version()
 	var stale int
-	silent := int(c.Controller.StaleAfter.Std()/c.Controller.Tick.Std()) + 4
-	for range silent { // b silent for 4 ticks past stale_after
-		if err := step("a"); err != nil {
-			if !strings.Contains(err.Error(), "stale_demand") {
-				t.Fatalf("Tick: %v; want stale_demand", err)
-			}
+	silent := int(c.Controller.StaleAfter.Std()/tick) + 4
+	for range silent { // everyone silent for 4 ticks past stale_after
+		err := step()
+		switch {
+		case err == nil:
+		case strings.Contains(err.Error(), "stale_demand"):
 			stale++
+		case strings.Contains(err.Error(), "demand_jump") && stale == 0:
+			// Until they expire, the silent reporters' streams count as
+			// zero: a drop past max_demand_jump holds the weights too.
+		default:
+			t.Fatalf("Tick: %v; want demand_jump, then stale_demand", err)
 		}
 	}
 	if stale < 3 || ctl.Current().Version() != good || !strings.Contains(ctl.Current().Status(), "stale_demand") {
 		t.Errorf("%d stale ticks, version %s status %q; want the weights held with stale_demand", stale, ctl.Current().Version(), ctl.Current().Status())
 	}
-	if err := step("a", "b"); err != nil {
+	if err := step("b"); err != nil {
 		t.Errorf("b reports again: %v", err)
 	}
 }
 
 // TestStreamEndForgetsReporter: over gRPC, a reporter that closes its
-// LRS stream is forgotten, so its silence then does not hold the weights.
+// LRS stream is forgotten at once; the demand stays fresh while another
+// reporter is alive, and goes stale (dated by the last report) when the
+// last one leaves.
 func TestStreamEndForgetsReporter(t *testing.T) {
 	c := demoConfig(t)
 	agg := demand.NewAggregator(c, nil, t0)
 	conn := startLRS(t, agg)
-	node := &corev3.Node{Id: "extproc-1", Cluster: "ilb-extproc"}
-	client := demand.NewClient(conn, node)
-	if err := client.Report(demand.Encode(node, nil, time.Second)); err != nil {
-		t.Fatal(err)
+	var clients []*demand.Client
+	for _, id := range []string{"extproc-1", "extproc-2"} {
+		node := demand.ReporterNode(id)
+		client := demand.NewClient(conn, node)
+		if err := client.Report(demand.Encode(node, nil, time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, client)
 	}
-	waitFor(t, func() bool { return len(agg.Status().Reporters) == 1 })
+	waitFor(t, func() bool { return len(agg.Status().Reporters) == 2 })
 	agg.Rates(t0.Add(5 * time.Second))
-	client.Close()
+	clients[0].Close()
+	waitFor(t, func() bool { return len(agg.Status().Reporters) == 1 })
+	if _, at := agg.Rates(t0.Add(6 * time.Second)); !at.Equal(t0.Add(6 * time.Second)) {
+		t.Errorf("measured at %v with extproc-2 alive; want now", at)
+	}
+	clients[1].Close()
 	waitFor(t, func() bool { return len(agg.Status().Reporters) == 0 })
-	if _, at := agg.Rates(t0.Add(time.Hour)); !at.Equal(t0.Add(time.Hour)) {
-		t.Errorf("measured at %v after the only reporter left; want now", at)
+	if _, at := agg.Rates(t0.Add(time.Hour)); !at.Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("measured at %v after every reporter left; want their last report (t0+5s)", at)
 	}
 }
 
@@ -233,12 +305,18 @@ func waitFor(t *testing.T, cond func() bool) {
 // connection to it; both close when the test ends.
 func startLRS(t *testing.T, agg *demand.Aggregator) *grpc.ClientConn {
 	t.Helper()
+	return startLRSWith(t, demand.ServerOptions{Sink: agg, Interval: time.Second})
+}
+
+// startLRSWith serves an LRS server configured by o on loopback.
+func startLRSWith(t *testing.T, o demand.ServerOptions) *grpc.ClientConn {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	demand.NewServer(demand.ServerOptions{Sink: agg, Interval: time.Second}).Register(g)
+	demand.NewServer(o).Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve.GRPC(ctx, g, ln) }()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -23,10 +21,22 @@ type Sink interface {
 	Report(req *loadstatsv3.LoadStatsRequest) error
 }
 
+// StreamSink takes the reports of LRS streams: each with what the server
+// knows of its origin (the stream's node, the interval it may cover, who
+// may authorize it), and the end of each stream.
+type StreamSink interface {
+	ReportFrom(ctx context.Context, req *loadstatsv3.LoadStatsRequest, o Origin) error
+	// Disconnected is called when the stream of a node accepted by
+	// ReportFrom ends.
+	Disconnected(node *corev3.Node)
+}
+
 var (
 	_ Sink                                   = (*Aggregator)(nil)
 	_ Sink                                   = (*Client)(nil)
+	_ StreamSink                             = (*Aggregator)(nil)
 	_ loadstatsv3.LoadReportingServiceServer = (*Server)(nil)
+	_ Authorizer                             = (*streamAuth)(nil)
 )
 
 // Authorizer decides whether the peer of a stream (its identity travels
@@ -39,23 +49,28 @@ type Authorizer interface {
 
 // ServerOptions configure an LRS Server.
 type ServerOptions struct {
-	Sink Sink // required
-	// Interval is the reporting interval the server asks for.
+	Sink StreamSink // required
+	// Interval is the reporting interval the server asks for, and the
+	// slack of what a report may claim to cover; 0: 1s.
 	Interval time.Duration
 	Logger   *slog.Logger // nil: discard
-	// Authorizer checks every source a reporter reports for; nil: every
+	// Authorizer checks every source a report speaks for; nil: every
 	// reporter may report for every source.
 	Authorizer Authorizer
+	// Now times the streams (what a report may claim to cover); nil:
+	// time.Now.
+	Now func() time.Time
 }
 
 // Server is the control plane's LRS service: it asks every reporter for
 // all its clusters every interval and hands each report to the sink.
 type Server struct {
 	loadstatsv3.UnimplementedLoadReportingServiceServer
-	sink     Sink
+	sink     StreamSink
 	interval time.Duration
 	log      *slog.Logger
 	auth     Authorizer
+	now      func() time.Time
 }
 
 // NewServer returns an LRS server feeding o.Sink, asking for a report
@@ -64,39 +79,43 @@ func NewServer(o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{sink: o.Sink, interval: o.Interval, log: o.Logger, auth: o.Authorizer}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Server{sink: o.Sink, interval: o.Interval, log: o.Logger, auth: o.Authorizer, now: o.Now}
 }
 
 // Register adds the LRS service to g.
 func (s *Server) Register(g *grpc.Server) { loadstatsv3.RegisterLoadReportingServiceServer(g, s) }
 
-// Disconnecter is a Sink that wants to know when a reporter's stream
-// ends (the Aggregator forgets it, so its silence does not hold the
-// weights).
-type Disconnecter interface {
-	Disconnected(node *corev3.Node)
-}
-
-var _ Disconnecter = (*Aggregator)(nil)
-
-// StreamLoadStats serves one reporter: the first message names the node;
-// the answer asks for every cluster every interval; each later message is
-// a report (Envoy sends the node only once: it is kept for the stream).
-// When the stream ends, a Disconnecter sink is told.
+// StreamLoadStats serves one reporter. The first message names the node,
+// which every later report of the stream speaks as (Envoy sends it only
+// once); a node the sink does not know ends the stream
+// (InvalidArgument), and so does a source the authorizer refuses (its
+// status). The answer asks for every cluster every interval. Each report
+// is believed to cover at most the time the stream may still claim (see
+// coverage). When the stream of an accepted node ends, the sink is told.
 func (s *Server) StreamLoadStats(stream loadstatsv3.LoadReportingService_StreamLoadStatsServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return nil // the reporter went away before it said anything
 	}
+	ctx := stream.Context()
 	node := first.GetNode()
-	if d, ok := s.sink.(Disconnecter); ok {
-		defer d.Disconnected(node)
+	cov := newCoverage(s.now(), s.interval)
+	var auth Authorizer
+	if s.auth != nil {
+		auth = &streamAuth{auth: s.auth, allowed: map[string]bool{}}
 	}
+	if err := s.take(ctx, first, node, cov, auth); err != nil {
+		return err
+	}
+	defer s.sink.Disconnected(node)
 	if err := stream.Send(&loadstatsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(s.interval)}); err != nil {
 		return fmt.Errorf("lrs: send: %w", err)
-	}
-	if err := s.take(first, node); err != nil {
-		return err
 	}
 	for {
 		req, err := stream.Recv()
@@ -106,133 +125,40 @@ func (s *Server) StreamLoadStats(stream loadstatsv3.LoadReportingService_StreamL
 		if err != nil {
 			return fmt.Errorf("lrs: receive: %w", err)
 		}
-		if err := s.take(req, node); err != nil {
+		if len(req.GetClusterStats()) == 0 {
+			continue
+		}
+		if err := s.take(ctx, req, node, cov, auth); err != nil {
 			return err
 		}
 	}
 }
 
-func (s *Server) take(req *loadstatsv3.LoadStatsRequest, node *corev3.Node) error {
-	if len(req.GetClusterStats()) == 0 {
+// take hands one message of the stream to the sink, as the stream's node.
+func (s *Server) take(ctx context.Context, req *loadstatsv3.LoadStatsRequest, node *corev3.Node, cov *coverage, auth Authorizer) error {
+	o := Origin{Node: node, MaxInterval: cov.take(s.now(), claimedReport(req)), Authorizer: auth}
+	err := s.sink.ReportFrom(ctx, req, o)
+	if errors.Is(err, ErrUnknownNode) {
+		s.log.DebugContext(ctx, "lrs: stream refused", "err", err)
+		return status.Errorf(codes.InvalidArgument, "lrs: %v", err)
+	}
+	return err // nil, or the authorizer's refusal with its status
+}
+
+// streamAuth remembers, for one stream (one peer identity), the sources
+// its authorizer allowed.
+type streamAuth struct {
+	auth    Authorizer
+	allowed map[string]bool // configured sources only: bounded by the configuration
+}
+
+func (a *streamAuth) Authorize(ctx context.Context, source string) error {
+	if a.allowed[source] {
 		return nil
 	}
-	if req.GetNode() == nil {
-		req = proto.CloneOf(req)
-		req.Node = node
+	if err := a.auth.Authorize(ctx, source); err != nil {
+		return err
 	}
-	if err := s.sink.Report(req); err != nil {
-		s.log.Warn("lrs: report refused", "node", node.GetId(), "err", err)
-		return status.Errorf(codes.InvalidArgument, "lrs: report refused: %v", err)
-	}
+	a.allowed[source] = true
 	return nil
-}
-
-// Client is a Sink that streams reports to an LRS server over gRPC,
-// (re)opening the stream when needed: a report that cannot be sent is an
-// error, and the next one tries a new stream.
-type Client struct {
-	client loadstatsv3.LoadReportingServiceClient
-	node   *corev3.Node
-
-	mu     sync.Mutex
-	stream grpc.BidiStreamingClient[loadstatsv3.LoadStatsRequest, loadstatsv3.LoadStatsResponse]
-	cancel context.CancelFunc
-}
-
-// NewClient reports as node over conn.
-func NewClient(conn grpc.ClientConnInterface, node *corev3.Node) *Client {
-	return &Client{client: loadstatsv3.NewLoadReportingServiceClient(conn), node: node}
-}
-
-// Report sends one report.
-func (c *Client) Report(req *loadstatsv3.LoadStatsRequest) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stream == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		st, err := c.client.StreamLoadStats(ctx)
-		if err == nil {
-			err = st.Send(&loadstatsv3.LoadStatsRequest{Node: c.node})
-		}
-		if err != nil {
-			cancel()
-			return fmt.Errorf("lrs client: open stream: %w", err)
-		}
-		go func() { // drain the server's answers; the stream ends with cancel
-			for {
-				if _, err := st.Recv(); err != nil {
-					return
-				}
-			}
-		}()
-		c.stream, c.cancel = st, cancel
-	}
-	if err := c.stream.Send(req); err != nil {
-		c.cancel()
-		c.stream = nil
-		return fmt.Errorf("lrs client: send: %w", err)
-	}
-	return nil
-}
-
-// Close ends the stream.
-func (c *Client) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stream != nil {
-		_ = c.stream.CloseSend()
-		c.cancel()
-		c.stream = nil
-	}
-}
-
-// Reporter flushes a meter into a sink every interval, with an empty
-// report (a heartbeat) when nothing was counted.
-type Reporter struct {
-	Meter    *Meter
-	Sink     Sink
-	Node     *corev3.Node
-	Interval time.Duration
-	Now      func() time.Time // nil: time.Now
-	Logger   *slog.Logger     // nil: discard
-}
-
-// Run reports every interval until ctx is done, then flushes once more.
-func (r *Reporter) Run(ctx context.Context) error {
-	now := r.Now
-	if now == nil {
-		now = time.Now
-	}
-	log := r.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			r.flush(now(), log)
-			return nil
-		case <-t.C:
-			r.flush(now(), log)
-		}
-	}
-}
-
-// flush reports the meter's counts, even none: an empty report is the
-// reporter's heartbeat, so that its silence means it is gone or stuck
-// (stale demand), never that its Envoys had no traffic.
-func (r *Reporter) flush(now time.Time, log *slog.Logger) {
-	counts, d := r.Meter.Flush(now)
-	if err := r.Sink.Report(Encode(r.Node, counts, d)); err != nil {
-		// The counts of this interval are lost: the controller sees a dip
-		// it smooths over; retrying would double-count on a half-sent stream.
-		log.Warn("demand report not delivered", "err", err, "streams", len(counts))
-	}
-}
-
-// ReporterNode is the node an ext_proc service reports as.
-func ReporterNode(id string) *corev3.Node {
-	return &corev3.Node{Id: id, Cluster: reporterNodeType}
 }
