@@ -132,8 +132,8 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 	return b, nil
 }
 
-// ErrTLSRequired: the configuration serves TLS but no TLS settings were
-// given for the Envoy.
+// ErrTLSRequired is the error when the configuration serves TLS but no
+// TLS settings were given for the Envoy.
 var ErrTLSRequired = errors.New("the configuration serves TLS (security.tls.cert_file is set): give the Envoy's TLS settings (ilb envoy-config --tls-cert, --tls-key, --tls-ca and --ilb-san, or --tls-sds-cert, --tls-sds-ca, --sds-address and --ilb-san)")
 
 // RequireTLS reports ErrTLSRequired when c serves TLS and o has no TLS

@@ -48,7 +48,7 @@ type adsClient struct {
 func (e *Envoy) newADSClient() (*adsClient, error) {
 	cc := e.state.staticClusters[e.ads.clusterName]
 	ep := cc.endpointList()[0]
-	conn, err := e.grpc.dial(joinHostPort(ep.address, ep.port))
+	conn, err := e.grpc.dial(cc, joinHostPort(ep.address, ep.port), e.stats)
 	if err != nil {
 		return nil, err
 	}

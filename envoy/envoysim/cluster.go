@@ -57,6 +57,7 @@ type clusterConfig struct {
 	choiceCount    int
 	panicThreshold float64 // percent; 0 disables panic mode
 	http2          bool
+	tls            *upstreamTLS // transport_socket TLS; nil: plaintext
 	connectTimeout time.Duration
 	lookupFamily   clusterv3.Cluster_DnsLookupFamily
 	dnsRefresh     time.Duration
@@ -157,6 +158,11 @@ func compileCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 			continue
 		}
 		cc.http2 = opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
+	}
+	if u, err := compileTransportSocket(c.GetTransportSocket(), cc.http2); err != nil {
+		errs = append(errs, err)
+	} else {
+		cc.tls = u
 	}
 	if c.GetLoadAssignment() != nil {
 		eps, err := compileEndpoints(c.GetLoadAssignment())

@@ -16,7 +16,8 @@
 //
 // State-of-the-world aggregated discovery over gRPC (ads_config api_type
 // GRPC, transport V3; DELTA_GRPC is refused) to a STATIC or STRICT_DNS
-// bootstrap cluster configured for HTTP/2, dialled as insecure h2c gRPC.
+// bootstrap cluster configured for HTTP/2, dialled as h2c gRPC, or over
+// the cluster's TLS transport socket (see TLS below).
 // cds_config and lds_config must be "ads: {}". envoysim subscribes to CDS
 // and LDS (wildcard), to EDS for every EDS cluster's service name and to RDS
 // for every route_config_name; it ACKs with version_info and response_nonce
@@ -97,6 +98,39 @@
 // request was received and 408 otherwise, or a stream reset after response
 // headers.
 //
+// # TLS to upstreams
+//
+// A cluster's transport_socket envoy.transport_sockets.tls with an
+// UpstreamTlsContext (client_context_impl.cc, default_validator.cc) is
+// honoured by every client of the cluster: the xDS and ext_proc gRPC
+// clients, the health checker and the router's pool. Modelled: one
+// client certificate (tls_certificates: certificate_chain and private_key
+// from a file or inline, read once at load as Envoy reads static
+// material), validation_context.trusted_ca (the server's chain must verify
+// against it; without a validation context the server is not verified at
+// all), match_typed_subject_alt_names (DNS, URI, IP_ADDRESS, EMAIL; any
+// matcher matching any SAN of its type passes; an exact DNS matcher
+// accepts a wildcard SAN of one label, Utility::dnsNameMatch; matchers
+// without trusted_ca are refused, as Envoy refuses them), sni,
+// alpn_protocols (empty on an HTTP/2 cluster: h2, the HTTP/2 pool's ALPN
+// fallback), tls_params minimum and maximum versions (TLSv1_2 and
+// TLSv1_3; default TLSv1_2 for both, Envoy's client default). The codec is
+// the cluster's (HTTP/2 needs no ALPN agreement). The handshake is part of
+// the connection: a failure is a connection failure (gRPC streams fail
+// with Unavailable and the client retries with back-off; ext_proc applies
+// its failure mode; a health check fails as a network failure; the router
+// answers "connection failure"). Stats per cluster: ssl.handshake,
+// ssl.connection_error, ssl.fail_verify_error, ssl.fail_verify_san.
+// Refused: SDS secrets (tls_certificate_sds_secret_configs,
+// validation_context_sds_secret_config, combined_validation_context),
+// certificate providers, CRLs, SPKI and hash pinning, system root certs,
+// allow_expired_certificate, trust_chain_verification, custom validators
+// and handshakers, cipher suites, curves and signature algorithms,
+// auto_host_sni and auto_sni_san_validation, session resumption and
+// renegotiation settings other than max_session_keys (ignored), more than
+// one certificate, TLS on listeners (downstream).
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/transport_sockets/tls/v3/tls.proto
+//
 // # Retries
 //
 // RouteAction.retry_policy (RetryStateImpl and router.cc): retry_on 5xx,
@@ -174,7 +208,7 @@
 // # Refused
 //
 // Among others: listener_filters, filter_chain_match, more than one filter
-// chain, TLS transport sockets, HTTP filters other than ext_proc,
+// chain, downstream TLS transport sockets, HTTP filters other than ext_proc,
 // header_mutation and router, per-route HeaderMutationPerRoute and the
 // filter's query parameter and trailer mutations, scoped routes, VHDS,
 // query_parameters and other route matchers, virtual host retry_policy, retry

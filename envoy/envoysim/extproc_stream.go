@@ -174,7 +174,7 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 	if h == nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: bodyNoHealthyUpstream}, false
 	}
-	conn, err := e.grpc.dial(h.addr)
+	conn, err := e.grpc.dial(cl.cfg, h.addr, e.stats)
 	if err != nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: err.Error()}, false
 	}

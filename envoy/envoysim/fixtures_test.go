@@ -25,9 +25,11 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -51,12 +53,15 @@ type fakeProcessor struct {
 	handler  procHandler
 	received []*extprocv3.ProcessingRequest
 	metadata []metadata.MD
+	peers    []string // per stream: the client certificate's first URI SAN over TLS, "" otherwise
 	eofs     int
 }
 
 var _ extprocv3.ExternalProcessorServer = (*fakeProcessor)(nil)
 
-func startProcessor(t *testing.T, handler procHandler) *fakeProcessor {
+// startProcessor serves ext_proc and grpc.health.v1 on loopback; opts
+// (e.g. grpc.Creds for TLS) configure the server.
+func startProcessor(t *testing.T, handler procHandler, opts ...grpc.ServerOption) *fakeProcessor {
 	t.Helper()
 	p := &fakeProcessor{handler: handler}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -64,7 +69,7 @@ func startProcessor(t *testing.T, handler procHandler) *fakeProcessor {
 		t.Fatal(err)
 	}
 	p.addr = ln.Addr().String()
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(srv, p)
 	p.health = health.NewServer()
 	grpc_health_v1.RegisterHealthServer(srv, p.health)
@@ -83,8 +88,15 @@ func startProcessor(t *testing.T, handler procHandler) *fakeProcessor {
 // Process implements the ext_proc service.
 func (p *fakeProcessor) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	md, _ := metadata.FromIncomingContext(stream.Context())
+	id := ""
+	if pr, ok := peer.FromContext(stream.Context()); ok {
+		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 && len(ti.State.PeerCertificates[0].URIs) > 0 {
+			id = ti.State.PeerCertificates[0].URIs[0].String()
+		}
+	}
 	p.mu.Lock()
 	p.metadata = append(p.metadata, md)
+	p.peers = append(p.peers, id)
 	p.mu.Unlock()
 	for {
 		req, err := stream.Recv()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// grpcPool holds one insecure (h2c) gRPC client connection per upstream
-// address, for the xDS and ext_proc clusters.
+// grpcPool holds one gRPC client connection per upstream address and
+// TLS configuration, for the xDS and ext_proc clusters: h2c, or TLS as
+// the cluster's transport_socket says (envoysim runs the handshake itself,
+// so SNI, ALPN and verification are Envoy's, not grpc-go's).
 type grpcPool struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -25,18 +28,29 @@ func newGRPCPool() *grpcPool {
 	return &grpcPool{conns: map[string]*grpc.ClientConn{}}
 }
 
-// dial returns the connection to addr, creating it on first use.
-func (p *grpcPool) dial(addr string) (*grpc.ClientConn, error) {
+// dial returns the connection to addr for cluster cc, creating it on
+// first use. A handshake failure fails the connection attempt: streams
+// on it fail with Unavailable and it retries with back-off, as Envoy's
+// gRPC client does. stats counts the handshakes.
+func (p *grpcPool) dial(cc *clusterConfig, addr string, stats *statsRegistry) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, errors.New("grpc pool closed")
 	}
-	if c := p.conns[addr]; c != nil {
+	key := addr
+	if cc.tls != nil {
+		key += "|tls:" + cc.tls.key
+	}
+	if c := p.conns[key]; c != nil {
 		return c, nil
 	}
+	u, timeout, outcome := cc.tls, cc.connectTimeout, stats.tls(cc.name)
 	c, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialUpstream(ctx, addr, timeout, u, outcome)
+		}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 500 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
@@ -44,7 +58,7 @@ func (p *grpcPool) dial(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grpc client for %s: %w", addr, err)
 	}
-	p.conns[addr] = c
+	p.conns[key] = c
 	return c, nil
 }
 

@@ -94,6 +94,7 @@ const testNodeCluster = "ilb-test"
 type xdsServer struct {
 	cache cachev3.SnapshotCache
 	addr  string
+	opts  []grpc.ServerOption
 
 	mu       sync.Mutex
 	requests []*discoveryv3.DiscoveryRequest
@@ -102,9 +103,11 @@ type xdsServer struct {
 	done     chan struct{}
 }
 
-func startXDS(t *testing.T) *xdsServer {
+// startXDS serves ADS on loopback; opts (e.g. grpc.Creds for TLS)
+// configure the server, across restarts too.
+func startXDS(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
 	t.Helper()
-	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, clusterHash{}, cpLogger{})}
+	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, clusterHash{}, cpLogger{}), opts: opts}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +126,7 @@ func (x *xdsServer) serve(ln net.Listener) {
 		x.requests = append(x.requests, r)
 		return nil
 	}}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(x.opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(ctx, x.cache, cb))
 	done := make(chan struct{})
 	x.mu.Lock()

@@ -22,7 +22,10 @@ const userAgentHealthChecker = "Envoy/HC"
 // (health checks do not use the router's pool, nor count as its traffic):
 // HTTP/1.1 or prior-knowledge HTTP/2 for an HTTP check per
 // codec_client_type, HTTP/2 for gRPC; connections are kept between checks
-// unless reuse_connection is false.
+// unless reuse_connection is false. With the cluster's TLS transport
+// socket the connection is TLS (health checkers use the cluster's
+// transport socket) and the codec is still the configured one, as in
+// Envoy: HTTP/2 needs no ALPN agreement.
 func (hc *healthChecker) newTransport() *http.Transport {
 	d := &net.Dialer{Timeout: hc.cfg.timeout}
 	t := &http.Transport{
@@ -31,6 +34,12 @@ func (hc *healthChecker) newTransport() *http.Transport {
 		DisableKeepAlives:   !hc.cfg.reuseConnection,
 		MaxIdleConnsPerHost: 1,
 		Proxy:               nil,
+	}
+	if u := hc.rt.cfg.tls; u != nil {
+		outcome := hc.rt.stats.tls(hc.rt.cfg.name)
+		t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return dialUpstream(ctx, addr, hc.cfg.timeout, u, outcome)
+		}
 	}
 	p := new(http.Protocols)
 	if hc.cfg.kind == hcGRPC || hc.cfg.http2 {

@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -53,6 +54,9 @@ func compileListener(l *listenerv3.Listener, clusterExists func(string) bool) (*
 		return lc, errors.Join(errs...)
 	}
 	fc := l.GetFilterChains()[0]
+	if ts := fc.GetTransportSocket().GetTypedConfig(); ts != nil && !ts.MessageIs(&rawbufferv3.RawBuffer{}) {
+		errs = append(errs, fmt.Errorf("filter_chains[0].transport_socket: %s is not supported by envoysim on listeners (raw_buffer only)", ts.GetTypeUrl()))
+	}
 	if len(fc.GetFilters()) != 1 {
 		errs = append(errs, fmt.Errorf("filter_chains[0].filters: envoysim supports exactly one http_connection_manager filter, got %d", len(fc.GetFilters())))
 		return lc, errors.Join(errs...)

@@ -138,7 +138,18 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.config.core.v3.TransportSocket", "typed_config")
 	ign("envoy.config.core.v3.TransportSocket", "name")
 	mod("envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer")
-	mod("envoy.config.core.v3.DataSource", "inline_bytes", "inline_string")
+	mod("envoy.config.core.v3.DataSource", "filename", "inline_bytes", "inline_string")
+
+	// TLS to upstreams (tls.go): file or inline material; SDS, certificate
+	// providers, CRLs, pinning, cipher and curve lists are refused.
+	const tlsPkg = "envoy.extensions.transport_sockets.tls.v3."
+	mod(tlsPkg+"UpstreamTlsContext", "common_tls_context", "sni")
+	ign(tlsPkg+"UpstreamTlsContext", "max_session_keys")
+	mod(tlsPkg+"CommonTlsContext", "tls_params", "tls_certificates", "validation_context", "alpn_protocols")
+	mod(tlsPkg+"TlsParameters", "tls_minimum_protocol_version", "tls_maximum_protocol_version")
+	mod(tlsPkg+"TlsCertificate", "certificate_chain", "private_key")
+	mod(tlsPkg+"CertificateValidationContext", "trusted_ca", "match_typed_subject_alt_names")
+	mod(tlsPkg+"SubjectAltNameMatcher", "san_type", "matcher")
 	mod("envoy.type.v3.Percent", "value")
 	mod("envoy.type.v3.HttpStatus", "code")
 	mod("envoy.type.v3.Int64Range", "start", "end")

@@ -135,6 +135,9 @@ func compileRoute(vh *virtualHost, rc *routev3.Route, maxBody int) (*route, erro
 	case *routev3.Route_DirectResponse:
 		r.action = actionDirect
 		body := string(a.DirectResponse.GetBody().GetInlineBytes()) + a.DirectResponse.GetBody().GetInlineString()
+		if a.DirectResponse.GetBody().GetFilename() != "" {
+			errs = append(errs, errors.New("direct_response.body.filename: not supported by envoysim (inline_string, inline_bytes)"))
+		}
 		if len(body) > maxBody {
 			errs = append(errs, fmt.Errorf("direct_response: response body size is %d bytes; maximum is %d", len(body), maxBody))
 		}

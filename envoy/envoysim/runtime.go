@@ -103,7 +103,7 @@ func newClusterRuntime(cc *clusterConfig, seed uint64, deps runtimeDeps) *cluste
 	for i := range rt.rrIndex {
 		rt.rrIndex[i] = seed
 	}
-	rt.transport = newTransport(cc, rt.connOpened)
+	rt.transport = newTransport(cc, rt.connOpened, deps.stats)
 	if cc.hc != nil {
 		rt.hc = newHealthChecker(rt)
 	}
@@ -179,14 +179,17 @@ func (rt *clusterRuntime) connReady(hs *hostState) bool {
 }
 
 // newTransport returns the connection pool of a cluster: HTTP/1.1, or
-// prior-knowledge HTTP/2 (h2c) when the cluster's protocol options select
-// HTTP/2. Compression is never added and the connect timeout is the
-// cluster's connect_timeout. opened is told about every connection.
-func newTransport(cc *clusterConfig, opened func(addr string) func()) *http.Transport {
-	d := &net.Dialer{Timeout: cc.connectTimeout}
+// prior-knowledge HTTP/2 when the cluster's protocol options select
+// HTTP/2, over TCP or over the cluster's TLS transport socket (the codec
+// does not depend on ALPN, as in Envoy). Compression is never added and
+// the connect timeout (TLS handshake included) is the cluster's
+// connect_timeout. opened is told about every connection; stats counts
+// the TLS handshakes.
+func newTransport(cc *clusterConfig, opened func(addr string) func(), stats *statsRegistry) *http.Transport {
+	outcome := stats.tls(cc.name)
 	t := &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			c, err := dialUpstream(ctx, addr, cc.connectTimeout, cc.tls, outcome)
 			if err != nil {
 				return nil, err
 			}

@@ -71,6 +71,14 @@ type ClusterStats struct {
 	HealthCheckSuccesses       uint64
 	HealthCheckFailures        uint64
 	HealthCheckNetworkFailures uint64
+	// TLS to the cluster's hosts (ssl.*): handshakes completed,
+	// connection errors (every failed handshake), certificates whose
+	// chain did not verify, and certificates whose SANs matched no
+	// matcher.
+	SSLHandshakes       uint64
+	SSLConnectionErrors uint64
+	SSLFailVerifyError  uint64
+	SSLFailVerifySAN    uint64
 }
 
 // XDSStats are the counters of one xDS type.
@@ -152,6 +160,24 @@ func (r *statsRegistry) snapshot() Stats {
 		out.UpstreamEndpointRequests[k] = maps.Clone(v)
 	}
 	return out
+}
+
+// tls counts a TLS handshake outcome of cluster's connections.
+func (r *statsRegistry) tls(cluster string) func(tlsOutcome) {
+	return func(o tlsOutcome) {
+		r.cluster(cluster, func(c *ClusterStats) {
+			switch o {
+			case tlsHandshake:
+				c.SSLHandshakes++
+			case tlsConnectionError:
+				c.SSLConnectionErrors++
+			case tlsFailVerifyError:
+				c.SSLFailVerifyError++
+			case tlsFailVerifySAN:
+				c.SSLFailVerifySAN++
+			}
+		})
+	}
 }
 
 func (r *statsRegistry) upstreamRequest(clusterName, addr string) {
