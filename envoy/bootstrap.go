@@ -68,37 +68,13 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: xds address: %w", err)
 	}
-	ep, err := grpcCluster(c.Envoy.ExtProcCluster, o.ExtProc)
+	ep, err := ExtProcCluster(c, o.ExtProc, nil)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: extproc address: %w", err)
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	extra, err := secure(c, o, xds, ep)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
-	}
-	// ext_proc holds one gRPC stream per in-flight request: Envoy's
-	// default of 1024 concurrent requests per cluster would turn load
-	// above it into ext_proc failures (and fallback routing).
-	n := c.Envoy.ExtProcMaxStreams
-	ep.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
-		MaxConnections:     wrapperspb.UInt32(n),
-		MaxPendingRequests: wrapperspb.UInt32(n),
-		MaxRequests:        wrapperspb.UInt32(n),
-	}}}
-	// A gRPC health check (ILB serves grpc.health.v1): an ext_proc that
-	// stopped answering is taken out before requests time out on it. With
-	// a panic threshold of 0, a cluster whose ILBs are all unhealthy has
-	// no host (not every host, as in Envoy's 50% panic mode), so the
-	// filter fails at once and the source's fail mode applies.
-	ep.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{}}
-	if hc := c.Envoy.HealthCheck; !hc.Disabled {
-		ep.HealthChecks = []*corev3.HealthCheck{{
-			Timeout:            durationpb.New(hc.Timeout.Std()),
-			Interval:           durationpb.New(hc.Interval.Std()),
-			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
-			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
-			HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
-		}}
 	}
 	b := &bootstrapv3.Bootstrap{
 		Node: &corev3.Node{Id: o.NodeID, Cluster: source},
@@ -169,6 +145,53 @@ func secure(c *config.Config, o BootstrapOptions, clusters ...*clusterv3.Cluster
 		return nil, err
 	}
 	return []*clusterv3.Cluster{sds}, nil
+}
+
+// ExtProcCluster is the cluster c.Envoy.ExtProcCluster through which
+// Envoy reaches ILB's ext_proc service at addr (host:port): HTTP/2,
+// circuit breakers of c.Envoy.ExtProcMaxStreams, a gRPC health check and
+// a panic threshold of 0; with t, TLS to ILB (t is checked against
+// c.Security as [Bootstrap] checks it). The bootstrap has it as a static
+// cluster; the Istio mode adds it to the proxies with an EnvoyFilter.
+func ExtProcCluster(c *config.Config, addr string, t *UpstreamTLS) (*clusterv3.Cluster, error) {
+	ep, err := grpcCluster(c.Envoy.ExtProcCluster, addr)
+	if err != nil {
+		return nil, fmt.Errorf("extproc address: %w", err)
+	}
+	// ext_proc holds one gRPC stream per in-flight request: Envoy's
+	// default of 1024 concurrent requests per cluster would turn load
+	// above it into ext_proc failures (and fallback routing).
+	n := c.Envoy.ExtProcMaxStreams
+	ep.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		MaxConnections:     wrapperspb.UInt32(n),
+		MaxPendingRequests: wrapperspb.UInt32(n),
+		MaxRequests:        wrapperspb.UInt32(n),
+	}}}
+	// A gRPC health check (ILB serves grpc.health.v1): an ext_proc that
+	// stopped answering is taken out before requests time out on it. With
+	// a panic threshold of 0, a cluster whose ILBs are all unhealthy has
+	// no host (not every host, as in Envoy's 50% panic mode), so the
+	// filter fails at once and the source's fail mode applies.
+	ep.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{}}
+	if hc := c.Envoy.HealthCheck; !hc.Disabled {
+		ep.HealthChecks = []*corev3.HealthCheck{{
+			Timeout:            durationpb.New(hc.Timeout.Std()),
+			Interval:           durationpb.New(hc.Interval.Std()),
+			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
+			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
+			HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
+		}}
+	}
+	if t != nil {
+		if err := t.check(c.Security); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		host, _, _ := splitPort(addr)
+		if ep.TransportSocket, err = t.transportSocket(host); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+	}
+	return ep, nil
 }
 
 func ads() *corev3.ConfigSource {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -194,5 +195,22 @@ func TestCheckTLS(t *testing.T) {
 				t.Errorf("problems:\n%s\nwant one (warning %v) saying %q", join(ps), tt.warning, tt.want)
 			}
 		})
+	}
+}
+
+// TestSecureExampleIsTheDemo keeps examples/secure/ilb.yaml the demo world:
+// it may differ only by its listen addresses and security.
+func TestSecureExampleIsTheDemo(t *testing.T) {
+	demo, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := secureConfig(t)
+	if !ex.Security.TLS.Enabled() || ex.Security.TLS.ClientCAFile == "" || len(ex.Security.Peers) != len(demo.Sources) {
+		t.Errorf("security %+v: want mutual TLS and one peer rule per source", ex.Security)
+	}
+	ex.Security, ex.Listen = demo.Security, demo.Listen
+	if !reflect.DeepEqual(demo, ex) {
+		t.Error("examples/secure/ilb.yaml differs from examples/demo/ilb.yaml beyond listen and security")
 	}
 }

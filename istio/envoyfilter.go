@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -34,12 +35,16 @@ const (
 	opMerge            = networkingv1alpha3.EnvoyFilter_Patch_MERGE
 	opInsertBefore     = networkingv1alpha3.EnvoyFilter_Patch_INSERT_BEFORE
 	opInsertFirst      = networkingv1alpha3.EnvoyFilter_Patch_INSERT_FIRST
+	applyCluster       = networkingv1alpha3.EnvoyFilter_CLUSTER
+	opAdd              = networkingv1alpha3.EnvoyFilter_Patch_ADD
 )
 
 // envoyFilter gives the source's proxies, per patch context (GATEWAY for
 // gateways, SIDECAR_OUTBOUND for mesh), what ILB's own listener has
 // (package xds):
 //
+//   - with Options.TLS, CLUSTER ADD: ILB's ext_proc cluster with mutual
+//     TLS from istio-agent's SDS secrets (see [TLS]);
 //   - LISTENER MERGE: per_connection_buffer_limit_bytes, so a buffered
 //     request body up to envoy.request_buffer_bytes fits (else Envoy
 //     answers 413);
@@ -72,7 +77,18 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 			ApplyTo: apply, Match: m, Patch: &networkingv1alpha3.EnvoyFilter_Patch{Operation: op, Value: v},
 		})
 	}
+	var tlsCluster *clusterv3.Cluster
+	if r.o.TLS != nil {
+		cl, err := r.o.TLS.cluster(r.c)
+		if err != nil {
+			r.errorf("source %s: EnvoyFilter: %w", s.Name, err)
+		}
+		tlsCluster = cl
+	}
 	for _, ctx := range p.contexts {
+		if tlsCluster != nil {
+			add(applyCluster, clusterMatch(ctx), opAdd, tlsCluster)
+		}
 		add(applyListener, listenerMatch(ctx, port, "", ""), opMerge,
 			&listenerv3.Listener{PerConnectionBufferLimitBytes: wrapperspb.UInt32(ev.RequestBufferBytes)})
 		add(applyNetworkFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opMerge, &listenerv3.Filter{
@@ -121,7 +137,7 @@ func (r *renderer) extProc(source string) *extprocfilterv3.ExternalProcessor {
 	return &extprocfilterv3.ExternalProcessor{
 		GrpcService: &corev3.GrpcService{
 			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
-				ClusterName: r.o.ExtProcCluster,
+				ClusterName: r.extProcCluster(),
 			}},
 			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: source}},
 		},
@@ -137,6 +153,15 @@ func (r *renderer) extProc(source string) *extprocfilterv3.ExternalProcessor {
 		MessageTimeout:    durationpb.New(r.c.Envoy.MessageTimeout.Std()),
 		AllowModeOverride: true,
 	}
+}
+
+// extProcCluster is the cluster ext_proc's gRPC service names: ILB's own
+// (added by the EnvoyFilter) with TLS, else istiod's.
+func (r *renderer) extProcCluster() string {
+	if r.o.TLS != nil {
+		return r.c.Envoy.ExtProcCluster
+	}
+	return r.o.ExtProcCluster
 }
 
 // connectionManager is the part of the HTTP connection manager merged in:

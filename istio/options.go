@@ -52,6 +52,12 @@ type Options struct {
 	// that the cluster speaks HTTP/2. Default
 	// outbound|<port of listen.extproc>||DefaultExtProcHost.
 	ExtProcCluster string
+	// TLS, when set, makes the proxies reach ILB's ext_proc over mutual
+	// TLS with their Istio workload certificates: the EnvoyFilter adds
+	// the cluster c.Envoy.ExtProcCluster (see [TLS]) and ext_proc uses
+	// it, so ExtProcCluster must be empty. Needs security.tls in the
+	// configuration.
+	TLS *TLS
 	// Sources are the names of the sources to render; each must have
 	// routing "cluster". Empty: every source with routing "cluster".
 	Sources []string
@@ -98,6 +104,10 @@ func (o Options) withDefaults(c *config.Config) Options {
 	}
 	if o.ProxyNamespace == "" {
 		o.ProxyNamespace = DefaultProxyNamespace
+	}
+	if o.TLS != nil {
+		o.TLS = o.TLS.withDefaults(c)
+		return o
 	}
 	if o.ExtProcCluster == "" {
 		port := "18001"

@@ -62,6 +62,9 @@ type Metadata struct {
 // option, a cluster the sources may use without a service, a weights cell
 // that does not fit the configuration, a duration Istio cannot express.
 func Objects(c *config.Config, w *weights.Weights, o Options) ([]Object, error) {
+	if o.TLS != nil && o.ExtProcCluster != "" {
+		return nil, fmt.Errorf("ext_proc cluster %q and TLS: with TLS the EnvoyFilter adds ILB's own cluster %q; leave the cluster unset", o.ExtProcCluster, c.Envoy.ExtProcCluster)
+	}
 	o = o.withDefaults(c)
 	ps, err := o.plans(c)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -179,6 +180,13 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 				t.Errorf("%s: %s differs from ILB's:\n%v\n%v", name, f.GetName(), typed, wantTyped)
 			}
 			seen[f.GetName()] = true
+		case networkingv1alpha3.EnvoyFilter_CLUSTER:
+			cl := decodeValue(t, name, value, &clusterv3.Cluster{})
+			validate(t, name, cl)
+			if cl.GetName() != extProcCluster || p.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_ADD {
+				t.Errorf("%s: cluster %q; want ext_proc's %q added", name, cl.GetName(), extProcCluster)
+			}
+			checkTLSCluster(t, name, cl)
 		case networkingv1alpha3.EnvoyFilter_HTTP_ROUTE:
 			r := decodeValue(t, name, value, &routev3.Route{})
 			base := &routev3.Route{

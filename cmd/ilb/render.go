@@ -43,6 +43,8 @@ func renderIstio(args []string, stdout, stderr io.Writer) error {
 	selector := fs.String("workload-selector", "", "k=v[,k=v...]: labels of the proxies that run ext_proc (default "+istio.SourceLabel+"=<source>)")
 	port := fs.Uint("listener-port", 0, "limit the EnvoyFilter to the proxies' listener on this port: the gateway's container port, or the service port for sidecars (default: every listener)")
 	out := fs.String("out", "", "write the manifests to this file, atomically (default: standard output)")
+	ilbSAN := fs.String("ilb-san", "", "mutual TLS to ILB's ext_proc with the proxies' Istio workload certificates (SDS default and ROOTCA from sds-grpc): ILB's identity in its certificate, e.g. spiffe://cluster.local/ns/ilb-system/sa/ilb (needs security.tls)")
+	extprocAddr := fs.String("extproc-address", "", "with --ilb-san: ILB's ext_proc service as the proxies reach it, host:port (default "+istio.DefaultExtProcHost+":<listen.extproc port>)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -55,10 +57,15 @@ func renderIstio(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("render istio: unexpected argument %q", fs.Arg(0))
 	case *port > 65535:
 		return fmt.Errorf("render istio: --listener-port %d: want 1..65535", *port)
+	case *extprocAddr != "" && *ilbSAN == "":
+		return errors.New("render istio: --extproc-address is the address of ILB's TLS cluster: give --ilb-san too")
 	}
 	o := istio.Options{
 		Namespace: *namespace, ProxyNamespace: *proxyNamespace, ExtProcCluster: *extProc, Sources: list(*sources),
 		Placement: istio.Placement{Hosts: list(*hosts), Gateways: list(*gateways), ListenerPort: uint32(*port)},
+	}
+	if *ilbSAN != "" {
+		o.TLS = &istio.TLS{ILBSAN: *ilbSAN, Address: *extprocAddr}
 	}
 	if *selector != "" {
 		sel, err := istio.ParseSelector(*selector)
