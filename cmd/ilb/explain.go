@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -20,7 +19,7 @@ import (
 // runExplain prints the story of one request from the admin API.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	af := addAdminFlags(fs)
 	asJSON := fs.Bool("json", false, "print the decision record as JSON")
 	traceURL := fs.String("trace-url", os.Getenv("ILB_TRACE_URL"),
 		"link template of a trace, {trace_id} and {span_id} substituted (e.g. http://localhost:16686/trace/{trace_id}); default $ILB_TRACE_URL")
@@ -30,7 +29,11 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() != 1 {
 		return errors.New("explain: want exactly one REQUEST_ID (the x-request-id of the request)")
 	}
-	rec, raw, err := fetchRecord(ctx, *adminAddr, fs.Arg(0))
+	client, err := af.client()
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	rec, raw, err := fetchRecordFrom(ctx, client, fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -42,32 +45,17 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// fetchRecord asks the admin API for the decision record of id.
+// fetchRecord asks the admin API at adminAddr (plain HTTP) for the
+// decision record of id.
 func fetchRecord(ctx context.Context, adminAddr, id string) (extproc.Record, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	u := "http://" + adminAddr + "/debug/decisions/" + url.PathEscape(id)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	return fetchRecordFrom(ctx, plainAdmin(adminAddr), id)
+}
+
+// fetchRecordFrom asks the admin API for the decision record of id.
+func fetchRecordFrom(ctx context.Context, c *adminClient, id string) (extproc.Record, []byte, error) {
+	body, err := c.get(ctx, "/debug/decisions/"+url.PathEscape(id), 5*time.Second, 1<<20)
 	if err != nil {
 		return extproc.Record{}, nil, fmt.Errorf("explain: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return extproc.Record{}, nil, fmt.Errorf("explain: admin API at %s: %w", adminAddr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return extproc.Record{}, nil, fmt.Errorf("explain: read %s: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
-			return extproc.Record{}, nil, fmt.Errorf("explain: %s", e.Error.Message)
-		}
-		return extproc.Record{}, nil, fmt.Errorf("explain: %s answered %s", u, resp.Status)
 	}
 	var rec extproc.Record
 	if err := json.Unmarshal(body, &rec); err != nil {

@@ -20,13 +20,17 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("rollout: want the subcommand \"status\", got %q", strings.Join(args, " "))
 	}
 	fs := flag.NewFlagSet("rollout status", flag.ContinueOnError)
-	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	af := addAdminFlags(fs)
 	source := fs.String("source", "", "only this source")
 	if err := parse(fs, args[1:], stderr); err != nil {
 		return err
 	}
 	var v []xds.RolloutStatus
-	if err := getJSON(ctx, "http://"+*adminAddr+"/debug/rollout", &v); err != nil {
+	client, err := af.client()
+	if err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	if err := client.getJSON(ctx, "/debug/rollout", &v); err != nil {
 		return fmt.Errorf("rollout: %w", err)
 	}
 	printRollouts(stdout, v, *source, time.Now())

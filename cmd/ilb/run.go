@@ -37,6 +37,7 @@ func commands() []command {
 		{"render", "istio --config FILE --hosts H [flags]", "render Istio VirtualService, DestinationRules, EnvoyFilter for routing: cluster sources", runRender},
 		{"rollout", "status [--admin ADDR] [--source S]", "print each source's xDS rollout: stable, canary, rejected versions", runRollout},
 		{"signals", "[--admin ADDR] [--cluster C]", "print the engines' replica and cluster state, and measured demand", runSignals},
+		{"certs", "--dir DIR --sources S,... [--hosts H,...] [--force]", "make a development CA, certificates for ILB, each source's Envoys and the admin CLI, and an admin token", runCerts},
 	}
 }
 
@@ -61,6 +62,8 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-13s %-52s %s\n", c.name, c.args, c.summary)
 	}
+	fmt.Fprintln(w, "\nexplain, weights, why, rollout and signals read the admin API: --admin [https://]HOST:PORT,")
+	fmt.Fprintln(w, "--admin-ca FILE, --admin-cert FILE --admin-key FILE, --admin-token-file FILE ($ILB_ADMIN, $ILB_ADMIN_*).")
 	fmt.Fprintln(w, "\nRun ilb COMMAND -h for the flags of a command.")
 }
 

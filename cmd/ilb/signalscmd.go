@@ -23,13 +23,17 @@ type signalsView struct {
 // admin API.
 func runSignals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signals", flag.ContinueOnError)
-	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	af := addAdminFlags(fs)
 	cluster := fs.String("cluster", "", "only this engine cluster")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
 	var v signalsView
-	if err := getJSON(ctx, "http://"+*adminAddr+"/debug/signals", &v); err != nil {
+	client, err := af.client()
+	if err != nil {
+		return fmt.Errorf("signals: %w", err)
+	}
+	if err := client.getJSON(ctx, "/debug/signals", &v); err != nil {
 		return fmt.Errorf("signals: %w", err)
 	}
 	printSignals(stdout, v, *cluster, time.Now())

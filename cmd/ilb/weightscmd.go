@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"time"
 
@@ -25,7 +23,7 @@ type weightsView struct {
 // runWeights prints the weights in force, from the admin API.
 func runWeights(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("weights", flag.ContinueOnError)
-	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	af := addAdminFlags(fs)
 	source := fs.String("source", "", "only this source")
 	model := fs.String("model", "", "only this model")
 	explain := fs.Bool("explain", false, "show every cluster's cost terms and binding constraint")
@@ -43,7 +41,11 @@ func runWeights(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		q.Set("model", *model)
 	}
 	var v weightsView
-	if err := getJSON(ctx, "http://"+*adminAddr+"/debug/weights?"+q.Encode(), &v); err != nil {
+	client, err := af.client()
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	if err := client.getJSON(ctx, "/debug/weights?"+q.Encode(), &v); err != nil {
 		return fmt.Errorf("weights: %w", err)
 	}
 	fmt.Fprintf(stdout, "weights %s (policy %s, computed %s)\n", v.Version, v.Policy, v.Computed.UTC().Format(time.RFC3339))
@@ -58,34 +60,4 @@ func runWeights(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	printCells(stdout, cells, *explain)
 	return nil
-}
-
-// getJSON GETs u and decodes its JSON body into v; an error answer's
-// message is returned as the error.
-func getJSON(ctx context.Context, u string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
-			return fmt.Errorf("%s", e.Error.Message)
-		}
-		return fmt.Errorf("%s answered %s", u, resp.Status)
-	}
-	return json.Unmarshal(body, v)
 }

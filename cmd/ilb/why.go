@@ -30,7 +30,7 @@ type historyEntry struct {
 // last versions.
 func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("why", flag.ContinueOnError)
-	adminAddr := fs.String("admin", "127.0.0.1:18002", "ILB admin address")
+	af := addAdminFlags(fs)
 	source := fs.String("source", "", "the source (required)")
 	model := fs.String("model", "", "the model, by its canonical name or an alias (required)")
 	versions := fs.Int("versions", 5, "how many recent versions to show (1..1000)")
@@ -43,15 +43,12 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *versions < 1 || *versions > 1000 {
 		return fmt.Errorf("why: --versions %d is not in 1..1000", *versions)
 	}
+	client, err := af.client()
+	if err != nil {
+		return fmt.Errorf("why: %w", err)
+	}
 	get := func(path string, q url.Values, v any) error {
-		err := getJSON(ctx, "http://"+*adminAddr+path+"?"+q.Encode(), v)
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			if ue.Timeout() {
-				return fmt.Errorf("admin API at %s did not answer in time: %w", *adminAddr, err)
-			}
-			return fmt.Errorf("admin API at %s is unreachable: %w", *adminAddr, err)
-		}
-		return err
+		return client.getJSON(ctx, path+"?"+q.Encode(), v)
 	}
 	// The model may be an alias (as clients name it): the weights know
 	// canonical names only.
