@@ -35,6 +35,12 @@ type Options struct {
 	// Timing of the engines; nil: engine defaults.
 	Timing *engine.FixedTiming
 	Logger *slog.Logger // nil: discard
+	// EnvoyTLS, when set, gives the Envoy nodeID of source its TLS to ILB
+	// (the configuration given to Start then serves TLS: security.tls):
+	// typically its own client certificate, the CA of ILB's and ILB's
+	// SAN. Nil: plaintext, which a configuration with security.tls
+	// refuses.
+	EnvoyTLS func(source, nodeID string) (*envoy.UpstreamTLS, error)
 }
 
 // Envoy is the Envoy of one source.
@@ -173,9 +179,17 @@ func (s *Stack) StartEnvoy(ctx context.Context, source, extprocAddr string) (Env
 	if !ok {
 		return Envoy{}, fmt.Errorf("stack: unknown source %q", source)
 	}
-	b, err := envoy.Bootstrap(s.Config, source, envoy.BootstrapOptions{
-		NodeID: fmt.Sprintf("%s-envoy-%d", source, len(s.Envoys)), XDS: s.App.XDSAddr(), ExtProc: extprocAddr,
-	})
+	o := envoy.BootstrapOptions{NodeID: fmt.Sprintf("%s-envoy-%d", source, len(s.Envoys)), XDS: s.App.XDSAddr(), ExtProc: extprocAddr}
+	if s.opts.EnvoyTLS != nil {
+		var err error
+		if o.TLS, err = s.opts.EnvoyTLS(source, o.NodeID); err != nil {
+			return Envoy{}, fmt.Errorf("stack: TLS of %s: %w", o.NodeID, err)
+		}
+	}
+	if err := envoy.RequireTLS(s.Config, o); err != nil {
+		return Envoy{}, fmt.Errorf("stack: %s: %w (set Options.EnvoyTLS)", o.NodeID, err)
+	}
+	b, err := envoy.Bootstrap(s.Config, source, o)
 	if err != nil {
 		return Envoy{}, err
 	}
