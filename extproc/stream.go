@@ -159,6 +159,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if err := stream.Send(resp); err != nil {
 			return fmt.Errorf("extproc: send: %w", err)
 		}
+		if resp.GetImmediateResponse() != nil {
+			// Envoy answers the client with it and ends the stream: ILB
+			// owes nothing more, and keeps nothing open for a peer that
+			// would go on.
+			return nil
+		}
 	}
 }
 
