@@ -199,7 +199,8 @@ func TestCheckTLS(t *testing.T) {
 }
 
 // TestSecureExampleIsTheDemo keeps examples/secure/ilb.yaml the demo world:
-// it may differ only by its listen addresses and security.
+// it may differ only by its listen addresses, its sources' listeners
+// and security.
 func TestSecureExampleIsTheDemo(t *testing.T) {
 	demo, err := config.Load("../examples/demo/ilb.yaml")
 	if err != nil {
@@ -210,6 +211,9 @@ func TestSecureExampleIsTheDemo(t *testing.T) {
 		t.Errorf("security %+v: want mutual TLS and one peer rule per source", ex.Security)
 	}
 	ex.Security, ex.Listen = demo.Security, demo.Listen
+	for i := range ex.Sources {
+		ex.Sources[i].Listener = demo.Sources[i].Listener
+	}
 	if !reflect.DeepEqual(demo, ex) {
 		t.Error("examples/secure/ilb.yaml differs from examples/demo/ilb.yaml beyond listen and security")
 	}
