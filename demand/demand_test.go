@@ -19,11 +19,17 @@ import (
 
 func demoConfig(t *testing.T) *config.Config {
 	t.Helper()
-	c, err := config.Load("../examples/demo/ilb.yaml")
+	c, err := demoConfigFor(t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// demoConfigFor loads the demo world for a test, benchmark or fuzz target.
+func demoConfigFor(tb testing.TB) (*config.Config, error) {
+	tb.Helper()
+	return config.Load("../examples/demo/ilb.yaml")
 }
 
 var (
