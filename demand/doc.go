@@ -12,4 +12,13 @@
 // reports (per engine cluster, from its cluster_manager.load_stats_config)
 // are accepted too and kept as observed request rates per (source, engine
 // cluster).
+//
+// Reports are untrusted: every entry is checked before any is summed
+// (finite, non-negative, within extproc.max_report_rate over the interval
+// a report is believed to cover, token cost within that rate times the
+// model's largest request, known names), refused entries are counted and
+// explained, sums saturate, and an [Authorizer] may restrict which
+// sources a peer reports for. A demand reporter silent for more than
+// three report intervals is forgotten; the demand goes stale only when
+// every reporter is gone. docs/controller.md states the rules.
 package demand

@@ -110,17 +110,17 @@ type batch struct {
 	counts   map[Key]Counts
 	observed map[[2]string]uint64 // (source, engine cluster) -> issued requests
 	sources  []string             // configured sources named, in order of appearance
+	named    map[string]bool      // the same, as a set
 	refused  int                  // entries refused
 	reasons  []string             // the first maxReasons reasons
 }
 
+// speaks notes a configured source the report speaks for.
 func (b *batch) speaks(source string) {
-	for _, s := range b.sources {
-		if s == source {
-			return
-		}
+	if !b.named[source] {
+		b.named[source] = true
+		b.sources = append(b.sources, source)
 	}
-	b.sources = append(b.sources, source)
 }
 
 // refuse counts n refused entries and keeps the reason while there is
@@ -141,7 +141,7 @@ func where(loc *corev3.Locality) string {
 // checkNode). No report is believed to cover more than maxInterval: the
 // time its reporter may still claim (see coverage).
 func (l *limits) check(req *loadstatsv3.LoadStatsRequest, node *corev3.Node, maxInterval time.Duration) *batch {
-	b := &batch{counts: map[Key]Counts{}, observed: map[[2]string]uint64{}}
+	b := &batch{counts: map[Key]Counts{}, observed: map[[2]string]uint64{}, named: map[string]bool{}}
 	for _, cs := range req.GetClusterStats() {
 		iv := interval{claimed: claimed(cs)}
 		iv.believed = max(0, min(iv.claimed, maxInterval))
