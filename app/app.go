@@ -24,9 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/admin"
+	"github.com/ilbproject/ilb/auth"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/dashboard"
 	"github.com/ilbproject/ilb/demand"
@@ -67,6 +67,10 @@ type App struct {
 	History *weights.History
 	// Dashboard is the web page at the admin server's /ui/.
 	Dashboard *dashboard.Dashboard
+	// Auth is the transport security of the three ports (security:):
+	// TLS material reloaded from files, the authorizers of the gRPC
+	// services, the admin API's token.
+	Auth *auth.Auth
 
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
@@ -95,7 +99,14 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	now := time.Now
-	xs, err := xds.New(ctx, xds.Options{Config: c, Logger: o.Logger.With("component", "xds"), Registry: reg, TracerProvider: o.TracerProvider})
+	au, err := auth.New(auth.Options{Config: c, Logger: o.Logger.With("component", "auth"), Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	xs, err := xds.New(ctx, xds.Options{
+		Config: c, Logger: o.Logger.With("component", "xds"), Registry: reg, TracerProvider: o.TracerProvider,
+		Authorizer: au.Authorizer(auth.PortXDS),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +114,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	meter := demand.NewMeter(now())
 	ep, err := extproc.New(extproc.Options{
 		Config: c, Logger: o.Logger.With("component", "extproc"), Registry: reg, Rand: o.Rand, Meter: meter,
-		TracerProvider: o.TracerProvider,
+		TracerProvider: o.TracerProvider, Authorizer: au.Authorizer(auth.PortExtProc),
 	})
 	if err != nil {
 		return nil, err
@@ -123,7 +134,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	if err := reg.Register(demand.NewCollector(agg, now)); err != nil {
 		return nil, fmt.Errorf("app: demand metrics: %w", err)
 	}
-	a := &App{Config: c, Registry: reg, XDS: xs, ExtProc: ep, Demand: agg, History: history, log: o.Logger}
+	a := &App{Config: c, Registry: reg, XDS: xs, ExtProc: ep, Demand: agg, History: history, Auth: au, log: o.Logger}
 	copts := weights.ControllerOptions{
 		Config: c, Policy: policy, Sinks: []weights.Sink{xs, ep, wmetrics, history},
 		Logger: o.Logger.With("component", "controller"), Registry: reg, TracerProvider: o.TracerProvider,
@@ -140,6 +151,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 			return nil, err
 		}
 		a.Signals = mon
+		copts.Blind = mon.Blind // a blind monitor's held state is not believed: fail static
 		copts.State = func() (map[string]weights.ClusterState, time.Time) {
 			snap := mon.Snapshot()
 			return snap.ClusterStates(c), snap.At
@@ -168,16 +180,19 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		aopts.Signals = a.Signals
 	}
 	adminSrv := &http.Server{
-		Handler: admin.Handler(aopts), ReadHeaderTimeout: 10 * time.Second,
+		Handler: au.Admin(admin.Handler(aopts)), ReadHeaderTimeout: 10 * time.Second, ErrorLog: au.AdminErrorLog(),
 		// Streams (/debug/decisions?follow=1) end with the process, not
 		// after the shutdown grace period.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
-	xdsGRPC := grpc.NewServer()
+	xdsGRPC := grpcServer(au, auth.PortXDS)
 	xs.Register(xdsGRPC)
 	demand.NewServer(demand.ServerOptions{
 		Sink: agg, Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "lrs"),
+		Authorizer: au.Authorizer(auth.PortLRS),
 	}).Register(xdsGRPC)
+	extprocGRPC := grpcServer(au, auth.PortExtProc, ep.GRPCOptions()...)
+	ep.Register(extprocGRPC)
 	reporter := &demand.Reporter{
 		Meter: meter, Sink: agg, Node: demand.ReporterNode("ilb-all-in-one"),
 		Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "demand"),
@@ -185,8 +200,14 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, xdsGRPC, a.xdsLn) })
 	g.Go(func() error { return xs.Run(gctx) })
-	g.Go(func() error { return ep.Serve(gctx, a.extprocLn) })
-	g.Go(func() error { return serve.HTTP(gctx, adminSrv, a.adminLn) })
+	g.Go(func() error {
+		if err := serve.GRPC(gctx, extprocGRPC, a.extprocLn); err != nil {
+			return fmt.Errorf("extproc: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return serve.HTTP(gctx, adminSrv, secureAdmin(au, a.adminLn)) })
+	g.Go(func() error { return au.Run(gctx) })
 	g.Go(func() error { return ctl.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return a.Dashboard.Run(gctx) })
@@ -195,7 +216,9 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		g.Go(func() error { return a.followRamps(gctx) })
 	}
 	a.group = g
-	o.Logger.InfoContext(ctx, "ilb serving", "xds", a.XDSAddr(), "extproc", a.ExtProcAddr(), "admin", a.AdminAddr(), "weights", ctl.Current().Version())
+	warnInsecure(ctx, o.Logger, c)
+	o.Logger.InfoContext(ctx, "ilb serving", "xds", a.XDSAddr(), "extproc", a.ExtProcAddr(), "admin", a.AdminURL(),
+		"tls", au.TLSEnabled(), "client_certs", au.ClientCerts(), "weights", ctl.Current().Version())
 	return a, nil
 }
 
