@@ -51,7 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "ilb serving: xds %s, extproc %s, admin http://%s (weights %s)\n",
-		a.XDSAddr(), a.ExtProcAddr(), a.AdminAddr(), a.Controller.Current().Version())
+	fmt.Fprintf(stdout, "ilb serving: xds %s, extproc %s, admin %s (weights %s)\n",
+		a.XDSAddr(), a.ExtProcAddr(), a.AdminURL(), a.Controller.Current().Version())
 	return a.Wait()
 }
