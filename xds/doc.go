@@ -7,6 +7,12 @@
 //
 // Versions are per-type content hashes, so an Envoy receives only the
 // types that changed and a version never names two contents, across
-// restarts too. The server tracks which version each node acknowledged or
-// rejected ([Server.Nodes]) and refuses nodes of unknown sources.
+// restarts too. The server admits each stream's peer for its node's
+// source ([Options.Authorizer]), refuses nodes of unknown sources, and
+// tracks which version each node acknowledged or rejected ([Server.Nodes]).
+// A node's NACK holds that node on the version it runs (it is not sent the
+// rejected version again); a version is banned for a whole source only
+// when a canary, or a quorum (envoy.rollout.nack_quorum) of the source's
+// connected nodes, rejects it ([Server.Rollouts]). Nodes gone for
+// envoy.rollout.node_ttl are forgotten.
 package xds

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,8 +42,10 @@ func isCanary(nodeID string, percent int) bool {
 	return int(h.Sum32()%100) < percent
 }
 
-// sourceOf is the source of a snapshot key.
-func sourceOf(key string) string { return strings.TrimSuffix(key, canarySuffix) }
+// CanaryNode reports whether an Envoy of this node id is one of its
+// source's canaries at the given share: a stable hash of the id, so the
+// same Envoys are canaries across restarts.
+func CanaryNode(nodeID string, percent int) bool { return isCanary(nodeID, percent) }
 
 // rollout is the state of one source's versions. Guarded by Server.mu.
 type rollout struct {
@@ -51,28 +54,80 @@ type rollout struct {
 	// pending: the canaries run a newer version, soaking since since.
 	pending bool
 	since   time.Time
-	// lastGood is, per key, the last snapshot some node of that key
-	// acknowledged in full: the rollback target.
-	lastGood map[string]*cache.Snapshot
-	// rejected versions, per "type version": never sent again.
-	rejected map[string]NACK
+	// good is, per key, the snapshots some node of that key acknowledged
+	// in full, oldest first (at most maxGoodSnap): the rollback targets.
+	good map[string][]*cache.Snapshot
+	// banned versions, by "type version": never sent again. banOrder
+	// lists them oldest first; only the newest maxBanned are kept.
+	banned   map[string]*RejectedVersion
+	banOrder []string
 }
 
 func newRollout() *rollout {
-	return &rollout{lastGood: map[string]*cache.Snapshot{}, rejected: map[string]NACK{}}
+	return &rollout{good: map[string][]*cache.Snapshot{}, banned: map[string]*RejectedVersion{}}
 }
 
 func typeVersion(typ resource.Type, version string) string { return shortType(typ) + " " + version }
 
-// scrub replaces, in snap, every type whose version was rejected by the
-// same type of fallback, so that a rejected version is never sent again
+// ban adds a banned version, forgetting the oldest past maxBanned (a
+// version forgotten so may be sent again, and banned again).
+func (r *rollout) ban(v RejectedVersion) {
+	key := v.Type + " " + v.Version
+	if _, ok := r.banned[key]; ok {
+		return
+	}
+	r.banned[key] = &v
+	r.banOrder = append(r.banOrder, key)
+	for len(r.banOrder) > maxBanned {
+		delete(r.banned, r.banOrder[0])
+		r.banOrder = slices.Delete(r.banOrder, 0, 1)
+	}
+}
+
+// clean reports whether snap holds no banned version.
+func (r *rollout) clean(snap *cache.Snapshot) bool {
+	for _, typ := range allTypes {
+		if _, bad := r.banned[typeVersion(typ, snap.GetVersion(typ))]; bad {
+			return false
+		}
+	}
+	return true
+}
+
+// remember records that a node of key acknowledged snap in full.
+func (r *rollout) remember(key string, snap *cache.Snapshot) {
+	g := r.good[key]
+	if len(g) > 0 && g[len(g)-1] == snap {
+		return
+	}
+	g = append(slices.DeleteFunc(g, func(s *cache.Snapshot) bool { return s == snap }), snap)
+	if len(g) > maxGoodSnap {
+		g = slices.Delete(g, 0, len(g)-maxGoodSnap)
+	}
+	r.good[key] = g
+}
+
+// target is the rollback target of key: the newest snapshot a node of
+// key acknowledged in full that holds no banned version; nil if none.
+func (r *rollout) target(key string) *cache.Snapshot {
+	g := r.good[key]
+	for i := len(g) - 1; i >= 0; i-- {
+		if r.clean(g[i]) {
+			return g[i]
+		}
+	}
+	return nil
+}
+
+// scrub replaces, in snap, every type whose version is banned by the
+// same type of fallback, so that a banned version is never sent again
 // while the other types still move. It returns nil when it cannot (no
 // fallback, or the result would not be consistent).
 func (r *rollout) scrub(snap, fallback *cache.Snapshot) *cache.Snapshot {
 	out := &cache.Snapshot{Resources: snap.Resources}
 	changed := false
 	for _, typ := range allTypes {
-		if _, bad := r.rejected[typeVersion(typ, snap.GetVersion(typ))]; !bad {
+		if _, bad := r.banned[typeVersion(typ, snap.GetVersion(typ))]; !bad {
 			continue
 		}
 		if fallback == nil {
@@ -109,8 +164,8 @@ func (s *Server) offer(ctx context.Context, source string, snap *cache.Snapshot,
 	snap = r.scrub(snap, r.stable)
 	if snap == nil {
 		span.SetAttributes(attribute.String("ilb.xds.action", "withheld"))
-		span.SetStatus(codes.Error, "holds a version Envoy rejected, nothing to fall back on")
-		s.log.WarnContext(ctx, "xds: new snapshot holds a version Envoy rejected and there is nothing to fall back on; not sent", "source", source)
+		span.SetStatus(codes.Error, "holds a banned version, nothing to fall back on")
+		s.log.WarnContext(ctx, "xds: new snapshot holds a version banned for the source and there is nothing to fall back on; not sent", "source", source)
 		return
 	}
 	if r.stable != nil && sameVersions(snap, r.stable) && !r.pending {
@@ -134,7 +189,7 @@ func (s *Server) offer(ctx context.Context, source string, snap *cache.Snapshot,
 	r.canary, r.pending = snap, true
 	span.SetAttributes(attribute.String("ilb.xds.action", "canary"))
 	s.setKey(ctx, source+canarySuffix, snap)
-	s.tracker.mCanary.WithLabelValues(source).Set(1)
+	s.m.canary.WithLabelValues(source).Set(1)
 	s.log.InfoContext(ctx, "xds: canary rollout started", "source", source, "routes", snap.GetVersion(resource.RouteType))
 }
 
@@ -153,28 +208,23 @@ func sameVersions(a, b *cache.Snapshot) bool {
 	return true
 }
 
-// ackedAll reports whether a node acknowledged every type of snap.
-func ackedAll(n NodeStatus, snap *cache.Snapshot) bool {
-	for _, typ := range allTypes {
-		if n.Acked[shortType(typ)] != snap.GetVersion(typ) {
-			return false
-		}
-	}
-	return true
-}
-
-// event is what a node said of a version, for the rollout loop.
+// event is what a node said of a version.
 type event struct {
-	node    *corev3.Node
+	ref     nodeRef
+	key     string // the node's snapshot key
 	typ     resource.Type
 	version string
-	nack    *NACK
+	nack    *NACK // nil for an ACK
+	// first: the node had not rejected this version of the type just
+	// before (the NACK is logged and traced; a repeat is not).
+	first bool
 }
 
-// Run follows the nodes' answers until ctx is done: a NACK rolls the key
-// that sent the version back to its last good snapshot and bans the
-// version; an ACK of a whole snapshot makes it the key's last good one; a
-// canary version that every canary ACKed and that soaked is promoted.
+// Run follows the nodes' answers until ctx is done: an ACK of a whole
+// snapshot makes it a rollback target of the node's key; every 250 ms, a
+// canary version that every canary ACKed and that soaked is promoted,
+// nodes gone for envoy.rollout.node_ttl are forgotten and the node
+// gauges are refreshed. (NACKs are handled on their stream: see nacked.)
 func (s *Server) Run(ctx context.Context) error {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -183,103 +233,75 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case e := <-s.events:
-			s.handle(ctx, e)
+			s.acked(e)
 		case <-tick.C:
-			s.promote(ctx, time.Now())
+			s.tick(ctx, s.now())
 		}
 	}
 }
 
-func (s *Server) handle(ctx context.Context, e event) {
+// acked makes the snapshot in force for the node's key a rollback target
+// once the node acknowledged all of it. O(1) in the number of nodes.
+func (s *Server) acked(e event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := nodeKey{s.cfg.Envoy.Rollout.CanaryPercent}.ID(e.node)
-	source := sourceOf(key)
-	r := s.rollouts[source]
+	r := s.rollouts[sourceOf(e.key)]
 	if r == nil {
 		return
 	}
 	current := r.stable
-	if strings.HasSuffix(key, canarySuffix) {
+	if strings.HasSuffix(e.key, canarySuffix) {
 		current = r.canary
 	}
-	if e.nack == nil {
-		for _, n := range s.tracker.nodes() {
-			if n.ID == e.node.GetId() && current != nil && ackedAll(n, current) {
-				r.lastGood[key] = current
-			}
+	if current != nil && s.tracker.ackedAll(e.ref, versions(current)) {
+		r.remember(e.key, current)
+	}
+}
+
+// sourceOf is the source of a snapshot key.
+func sourceOf(key string) string { return strings.TrimSuffix(key, canarySuffix) }
+
+// tick forgets the nodes past their TTL, refreshes the node gauges and
+// promotes soaked canary versions. O(nodes).
+func (s *Server) tick(ctx context.Context, now time.Time) {
+	if n := s.tracker.sweep(now); n > 0 {
+		s.log.InfoContext(ctx, "xds: nodes forgotten after envoy.rollout.node_ttl", "nodes", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := s.tracker.census(s.inForce())
+	for _, src := range s.cfg.Sources {
+		held := 0
+		if c := counts[src.Name]; c != nil {
+			held = c.held
 		}
-		return
+		s.m.held.WithLabelValues(src.Name).Set(float64(held))
 	}
-	ctx, span := s.nackSpan(ctx, source, key, e)
-	defer span.End()
-	r.rejected[typeVersion(e.typ, e.version)] = *e.nack
-	s.tracker.mRejected.WithLabelValues(source).Set(float64(len(r.rejected)))
-	if current == nil || current.GetVersion(e.typ) != e.version {
-		span.AddEvent("older version: nothing to undo")
-		return // an older version: nothing in force to undo
-	}
-	s.tracker.mRollbacks.WithLabelValues(source).Inc()
-	if strings.HasSuffix(key, canarySuffix) && r.pending {
-		span.AddEvent("canary rollout held; canaries rolled back to stable", trace.WithAttributes(versionAttrs(r.stable)...))
-		// The canary failed: hold the rollout, canaries back to stable.
-		r.canary, r.pending = r.stable, false
-		s.tracker.mCanary.WithLabelValues(source).Set(0)
-		s.setKey(ctx, key, r.stable)
-		s.log.WarnContext(ctx, "xds: canary rejected a version; rollout held, canaries rolled back",
-			"source", source, "node", e.node.GetId(), "type", shortType(e.typ), "version", e.version, "error", e.nack.Message)
-		return
-	}
-	good := r.lastGood[key]
-	if good == nil || good == current {
-		span.AddEvent("kept: no earlier acknowledged version")
-		s.log.ErrorContext(ctx, "xds: a node rejected the version in force and no earlier version of its key was acknowledged; kept",
-			"source", source, "node", e.node.GetId(), "type", shortType(e.typ), "version", e.version, "error", e.nack.Message)
-		return
-	}
-	r.stable, r.canary, r.pending = good, good, false
-	span.AddEvent("rolled back to the last acknowledged snapshot", trace.WithAttributes(versionAttrs(good)...))
-	s.setKey(ctx, source, good)
-	s.setKey(ctx, source+canarySuffix, good)
-	s.log.WarnContext(ctx, "xds: a node rejected a version; source rolled back to its last acknowledged snapshot",
-		"source", source, "node", e.node.GetId(), "type", shortType(e.typ), "version", e.version, "error", e.nack.Message,
-		"back_to_routes", good.GetVersion(resource.RouteType))
+	s.promote(ctx, now, counts)
 }
 
 // promote moves soaked canary versions to every Envoy of their source.
-func (s *Server) promote(ctx context.Context, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// Called under mu.
+func (s *Server) promote(ctx context.Context, now time.Time, counts map[string]*census) {
 	soak := s.cfg.Envoy.Rollout.Soak.Std()
-	nodes := s.tracker.nodes()
 	for source, r := range s.rollouts {
 		if !r.pending || now.Sub(r.since) < soak {
 			continue
 		}
-		canaries, acked := 0, 0
-		for _, n := range nodes {
-			if n.Cluster == source && n.Streams > 0 && isCanary(n.ID, s.cfg.Envoy.Rollout.CanaryPercent) {
-				canaries++
-				if ackedAll(n, r.canary) {
-					acked++
-				}
+		canaries := 0
+		if c := counts[source]; c != nil {
+			if c.canariesAcked < c.canaries {
+				continue // a canary has not taken it yet: keep waiting
 			}
-		}
-		if acked < canaries {
-			continue // a canary has not taken it yet: keep waiting
+			canaries = c.canaries
 		}
 		r.stable, r.pending = r.canary, false
 		_, span := s.tracer.Start(ctx, "ilb.xds.promote", trace.WithAttributes(attribute.String("ilb.source", source), attribute.Int("ilb.xds.canaries", canaries)))
 		span.SetAttributes(versionAttrs(r.stable)...)
 		span.End()
 		s.setKey(ctx, source, r.stable)
-		s.tracker.mCanary.WithLabelValues(source).Set(0)
-		s.tracker.mPromotions.WithLabelValues(source).Inc()
+		s.m.canary.WithLabelValues(source).Set(0)
+		s.m.promotions.WithLabelValues(source).Inc()
 		s.log.InfoContext(ctx, "xds: canary version promoted", "source", source, "canaries", canaries, "routes", r.stable.GetVersion(resource.RouteType))
 	}
 }
-
-// CanaryNode reports whether an Envoy of this node id is one of its
-// source's canaries at the given share: a stable hash of the id, so the
-// same Envoys are canaries across restarts.
-func CanaryNode(nodeID string, percent int) bool { return isCanary(nodeID, percent) }

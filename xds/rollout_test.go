@@ -3,6 +3,7 @@ package xds_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,17 +27,27 @@ import (
 // and ACKs every response — or NACKs the ones reject says, answering with
 // the version it last accepted, as Envoy does.
 type fakeEnvoy struct {
-	t      *testing.T
-	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	reject func(typ, version string) bool
+	t       *testing.T
+	stream  discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	reject  func(typ, version string) bool
+	message string // of its NACKs
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the stream ended
 
 	mu       sync.Mutex
 	accepted map[string]string
-	received map[string]int // "type version" -> responses
+	routes   []string // the version of every route response, in order
 	eds, rds bool
 }
 
 func connect(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func(typ, version string) bool) *fakeEnvoy {
+	t.Helper()
+	return dial(t, conn, node, reject, "")
+}
+
+// dial connects a fakeEnvoy whose NACKs carry message ("fake envoy
+// refuses <version>" when empty).
+func dial(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func(typ, version string) bool, message string) *fakeEnvoy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -44,7 +55,10 @@ func connect(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &fakeEnvoy{t: t, stream: stream, reject: reject, accepted: map[string]string{}, received: map[string]int{}}
+	e := &fakeEnvoy{
+		t: t, stream: stream, reject: reject, message: message, cancel: cancel, done: make(chan struct{}),
+		accepted: map[string]string{},
+	}
 	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
 		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ}); err != nil {
 			t.Fatal(err)
@@ -54,7 +68,14 @@ func connect(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func
 	return e
 }
 
+// close ends the fake's stream and waits until it is over on its side.
+func (e *fakeEnvoy) close() {
+	e.cancel()
+	<-e.done
+}
+
 func (e *fakeEnvoy) loop() {
+	defer close(e.done)
 	for {
 		resp, err := e.stream.Recv()
 		if err != nil {
@@ -62,12 +83,18 @@ func (e *fakeEnvoy) loop() {
 		}
 		typ, v := resp.GetTypeUrl(), resp.GetVersionInfo()
 		e.mu.Lock()
-		e.received[typ+" "+v]++
+		if typ == resource.RouteType {
+			e.routes = append(e.routes, v)
+		}
 		nack := e.reject != nil && e.reject(typ, v)
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce(), VersionInfo: v, ResourceNames: names(resp)}
 		if nack {
+			msg := e.message
+			if msg == "" {
+				msg = "fake envoy refuses " + v
+			}
 			req.VersionInfo = e.accepted[typ]
-			req.ErrorDetail = &status.Status{Code: 3, Message: "fake envoy refuses " + v}
+			req.ErrorDetail = &status.Status{Code: 3, Message: msg}
 		} else {
 			e.accepted[typ] = v
 		}
@@ -90,6 +117,14 @@ func (e *fakeEnvoy) loop() {
 			}
 		}
 	}
+}
+
+// routeLog is the version of every route response the fake received, in
+// the order of the stream.
+func (e *fakeEnvoy) routeLog() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.routes)
 }
 
 // names lists the clusters of a CDS response (EDS names them too).
@@ -117,13 +152,6 @@ func (e *fakeEnvoy) has(typ, version string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.accepted[typ] == version
-}
-
-// routesSent counts the route responses of version the fake received.
-func (e *fakeEnvoy) routesSent(version string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.received[resource.RouteType+" "+version]
 }
 
 func startRollout(t *testing.T, c *config.Config) (*xds.Server, *grpc.ClientConn, *prometheus.Registry) {
@@ -158,10 +186,12 @@ func routeVersion(t *testing.T, srv *xds.Server) string {
 	return snap.GetVersion(resource.RouteType)
 }
 
-// TestNACKRollsBackWithoutLoop: an Envoy that rejects a new route version
-// gets its source rolled back to the last version it acknowledged; the
-// rejected version is not sent in a loop, nor again when the controller
-// publishes the same content.
+// TestNACKRollsBackWithoutLoop: the only Envoy of a source (a quorum by
+// itself) rejects a new route version: the version is banned and the
+// source rolled back to the last version it acknowledged. The rejected
+// version is sent once: not in a loop, nor again when the controller
+// publishes the same content. Proven by the order of the stream: the next
+// route response after it is the next new version.
 func TestNACKRollsBackWithoutLoop(t *testing.T) {
 	c, _ := demo(t)
 	srv, conn, reg := startRollout(t, c)
@@ -171,7 +201,6 @@ func TestNACKRollsBackWithoutLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := routeVersion(t, srv)
-	var bad string
 	// The fake Envoy refuses every route version but the good one: the
 	// bad version's name is only known after Publish, and Envoy may get it
 	// before Publish returns.
@@ -189,32 +218,31 @@ func TestNACKRollsBackWithoutLoop(t *testing.T) {
 	// The NACK and the rollback may land before Publish returns: read the
 	// rejected version from the rollout status.
 	waitFor(t, func() bool { return len(rolloutOf(t, srv).Rejected) == 1 && routeVersion(t, srv) == good })
-	bad = rolloutOf(t, srv).Rejected[0].Version
+	st := rolloutOf(t, srv)
+	bad := st.Rejected[0].Version
 	if bad == good {
 		t.Fatal("the second weights did not change the routes")
 	}
-	// No loop: the NACK rolls back before its own request is served, so
-	// the rejected version went out once and never again.
-	sent := env.routesSent(bad)
-	time.Sleep(time.Second)
-	if n := env.routesSent(bad); sent != 1 || n != 1 {
-		t.Errorf("the rejected version was sent %d times, then %d; want once", sent, n)
+	if r := st.Rejected[0]; !strings.Contains(r.Message, "fake envoy refuses") || r.Node != "e1" || r.By != "quorum" || r.Rejectors != 1 || r.Connected != 1 {
+		t.Errorf("rejected %+v; want e1's NACK, banned by a quorum of 1 of 1", r)
 	}
-	st := rolloutOf(t, srv)
-	if len(st.Rejected) != 1 || st.Rejected[0].Version != bad || !strings.Contains(st.Rejected[0].Message, "fake envoy refuses") || st.Rejected[0].Node != "e1" {
-		t.Errorf("rollout status %+v", st)
-	}
-	// The same content again is not sent again.
-	before := env.routesSent(bad)
+	// The same content again changes nothing; a third version is sent.
 	if err := srv.Publish(ctx, ws[1]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if env.routesSent(bad) != before || routeVersion(t, srv) != good {
-		t.Error("a rejected version was published again")
+	if routeVersion(t, srv) != good {
+		t.Error("a banned version was published again")
 	}
-	if got := counter(t, reg, "ilb_xds_rollbacks_total", "edge-us"); got != 1 {
-		t.Errorf("rollbacks = %v; want 1", got)
+	if err := srv.Publish(ctx, ws[2]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(rolloutOf(t, srv).Rejected) == 2 })
+	third := rolloutOf(t, srv).Rejected[1].Version
+	if got, want := env.routeLog(), []string{good, bad, third}; !slices.Equal(got, want) {
+		t.Errorf("route responses %v; want %v: each version once, the banned one never again", got, want)
+	}
+	if got := sample(t, reg, `ilb_xds_rollbacks_total{source="edge-us"}`); got != 2 {
+		t.Errorf("rollbacks = %v; want 2", got)
 	}
 }
 
@@ -276,7 +304,7 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	if st := rolloutOf(t, srv); st.Pending || st.Stable["route"] != v3 {
 		t.Errorf("after promotion: %+v", st)
 	}
-	if got := counter(t, reg, "ilb_xds_canary_promotions_total", "edge-us"); got != 1 {
+	if got := sample(t, reg, `ilb_xds_canary_promotions_total{source="edge-us"}`); got != 1 {
 		t.Errorf("promotions = %v", got)
 	}
 
@@ -289,7 +317,7 @@ func TestCanaryPromotesAndHolds(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		st := rolloutOf(t, srv)
-		return !st.Pending && len(st.Rejected) == 1 && st.Rejected[0].Version == v2
+		return !st.Pending && len(st.Rejected) == 1 && st.Rejected[0].Version == v2 && st.Rejected[0].By == "canary"
 	})
 	time.Sleep(3 * 300 * time.Millisecond) // more than the soak
 	if main.has(resource.RouteType, v2) || !main.has(resource.RouteType, v3) || !canary.has(resource.RouteType, v3) {
@@ -319,25 +347,4 @@ func mustVersion(t *testing.T, srv *xds.Server, typ string) string {
 		t.Fatal(err)
 	}
 	return snap.GetVersion(typ)
-}
-
-func counter(t *testing.T, reg *prometheus.Registry, name, source string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" && l.GetValue() == source {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

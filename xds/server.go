@@ -40,8 +40,16 @@ type Options struct {
 	// error status with Envoy's message); nil: no-op.
 	TracerProvider trace.TracerProvider
 	// Authorizer checks that the peer of each xDS stream may subscribe
-	// as its node's source (node.cluster); nil: every peer may.
+	// as its node's source (node.cluster); nil: every peer may. It is
+	// asked on the first request of each stream that names a node, and
+	// on each unary Fetch, before anything else: a refused peer gets its
+	// error and nothing more, and leaves no record. The source it is
+	// given is node.cluster as sent (not bounded, not yet checked against
+	// the configuration).
 	Authorizer Authorizer
+	// Now is the clock of node records (NACK times, node_ttl) and of
+	// canary soaks; nil: time.Now.
+	Now func() time.Time
 }
 
 // Authorizer decides whether the peer of a stream (its identity travels
@@ -59,6 +67,8 @@ type Authorizer interface {
 type Server struct {
 	cfg     *config.Config
 	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
 	cache   cache.SnapshotCache
 	xds     serverv3.Server
 	tracker *tracker
@@ -70,7 +80,7 @@ type Server struct {
 	epsGen    uint64              // bumped by every SetEndpoints that changed them
 	rollouts  map[string]*rollout // per source
 
-	events chan event // node answers, for Run
+	events chan event // ACKs, for Run
 }
 
 var _ weights.Sink = (*Server)(nil)
@@ -86,15 +96,25 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.TracerProvider == nil {
 		o.TracerProvider = noop.NewTracerProvider()
 	}
-	events := make(chan event, 1024)
-	t, err := newTracker(o.Config, o.Logger, o.Registry, events)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	m, err := newMetrics(o.Config, o.Registry)
 	if err != nil {
 		return nil, err
 	}
-	c := cache.NewSnapshotCache(true, nodeKey{o.Config.Envoy.Rollout.CanaryPercent}, cacheLogger{o.Logger})
+	events := make(chan event, 1024)
+	t := newTracker(o.Config, o.Logger, m, o.Now, o.Authorizer, events)
+	key := nodeKey{o.Config.Envoy.Rollout.CanaryPercent}
+	c := &holdingCache{
+		SnapshotCache: cache.NewSnapshotCache(true, key, newCacheLogger(o.Logger, o.Now)),
+		key:           key, heldOn: t.heldOn,
+	}
 	srv := &Server{
 		cfg:      o.Config,
 		log:      o.Logger,
+		now:      o.Now,
+		m:        m,
 		cache:    c,
 		xds:      serverv3.NewServer(ctx, c, t.callbacks()),
 		tracker:  t,
@@ -102,9 +122,10 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		rollouts: map[string]*rollout{},
 		events:   events,
 	}
-	// NACKs roll back on the stream's own goroutine, before its request is
-	// served (see tracker.answered); their spans start a trace of their own.
-	t.onNACK = func(e event) { srv.handle(context.Background(), e) }
+	// NACKs are decided on the stream's own goroutine, before its request
+	// is served (see tracker.request); their spans start a trace of their
+	// own.
+	t.onNACK = func(e event) { srv.nacked(context.Background(), e) }
 	return srv, nil
 }
 
@@ -174,13 +195,13 @@ func (s *Server) commit(ctx context.Context, w *weights.Weights, snaps map[strin
 	}
 	s.set(ctx, snaps)
 	s.weights = w
-	s.tracker.published(w.Version())
+	s.m.publish.Inc()
 	s.log.InfoContext(ctx, "xds snapshots set", "weights", w.Version(), "sources", len(snaps))
 }
 
 // set hands every source's new snapshot to its rollout. Called under mu.
 func (s *Server) set(ctx context.Context, snaps map[string]*cache.Snapshot) {
-	now := time.Now()
+	now := s.now()
 	for _, src := range s.cfg.Sources {
 		s.offer(ctx, src.Name, snaps[src.Name], now)
 	}
@@ -226,9 +247,6 @@ func (s *Server) Snapshot(source string) (*cache.Snapshot, error) {
 	return cs, nil
 }
 
-// Nodes reports what each connected Envoy has acknowledged or rejected.
-func (s *Server) Nodes() []NodeStatus { return s.tracker.nodes() }
-
 // Register adds the ADS service, and the per-type services for Envoys
 // that do not use ADS, to g.
 func (s *Server) Register(g *grpc.Server) {
@@ -266,27 +284,5 @@ func versionAttrs(snap *cache.Snapshot) []attribute.KeyValue {
 	return out
 }
 
-// nackSpan starts the span of a NACK: the node, the type and version it
-// rejected, and Envoy's message as the error status and an event.
-func (s *Server) nackSpan(ctx context.Context, source, key string, e event) (context.Context, trace.Span) {
-	attrs := []attribute.KeyValue{
-		attribute.String("ilb.source", source), attribute.String("ilb.xds.key", key),
-		attribute.String("ilb.xds.node", e.node.GetId()), attribute.String("ilb.xds.type", shortType(e.typ)),
-		attribute.String("ilb.xds.version", e.version),
-	}
-	ctx, span := s.tracer.Start(ctx, "ilb.xds.nack", trace.WithAttributes(attrs...))
-	span.AddEvent("envoy.nack", trace.WithAttributes(append(attrs, attribute.String("ilb.xds.error", e.nack.Message))...))
-	span.SetStatus(codes.Error, e.nack.Message)
-	return ctx, span
-}
-
 // tracerName is the instrumentation scope of the xDS server's spans.
 const tracerName = "github.com/ilbproject/ilb/xds"
-
-// cacheLogger adapts slog to go-control-plane's logger.
-type cacheLogger struct{ l *slog.Logger }
-
-func (c cacheLogger) Debugf(f string, a ...any) { c.l.Debug(fmt.Sprintf(f, a...)) }
-func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
-func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
-func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }

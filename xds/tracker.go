@@ -1,341 +1,356 @@
 package xds
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	"github.com/prometheus/client_golang/prometheus"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ilbproject/ilb/config"
 )
 
-// NodeStatus is what one Envoy (node id) has acknowledged and rejected.
-type NodeStatus struct {
-	ID      string `json:"id"`
-	Cluster string `json:"cluster"`
-	Streams int    `json:"streams"`
-	// Acked maps a resource type (cluster, endpoint, route, listener) to
-	// the last version the node acknowledged.
-	Acked map[string]string `json:"acked"`
-	// LastNACK is the last version the node rejected, if any.
-	LastNACK *NACK `json:"last_nack,omitempty"`
-	// Canary: the node is one of its source's canaries.
-	Canary bool `json:"canary,omitempty"`
-}
-
-// NACK is a rejected version with Envoy's error detail.
-type NACK struct {
-	Node    string    `json:"node"`
-	Type    string    `json:"type"`
-	Version string    `json:"version"`
-	Message string    `json:"message"`
-	At      time.Time `json:"at"`
-}
-
-// tracker follows xDS streams: which node each is, which version each
-// response carried (by nonce), and what nodes ACK and NACK.
+// tracker follows xDS streams and the nodes (Envoys) behind them: which
+// node each stream speaks for (admitted once, on its first request), which
+// version its last response of each type carried (by nonce), and what
+// each node acknowledged and rejected. Safe for concurrent use; its lock
+// is never held across a call out of the package (Authorizer, logger,
+// onNACK, go-control-plane).
 type tracker struct {
-	cfg *config.Config
-	log *slog.Logger
+	cfg  *config.Config
+	log  *slog.Logger
+	m    *metrics
+	now  func() time.Time
+	auth Authorizer // nil: every peer may speak for any source
+	// refusals limits the log lines of refused unknown sources: one per
+	// distinct value per minute, for at most 256 values at a time; drops
+	// those of a full ACK queue: one per 10 s.
+	refusals, drops *logLimiter
 
 	mu      sync.Mutex
-	streams map[int64]*streamState
-	byID    map[string]*NodeStatus
+	streams map[streamID]*streamState
+	records map[nodeRef]*nodeState
 
-	mStreams    prometheus.Gauge
-	mAcks       *prometheus.CounterVec
-	mNacks      *prometheus.CounterVec
-	mPublish    prometheus.Counter
-	mRollbacks  *prometheus.CounterVec
-	mPromotions *prometheus.CounterVec
-	mRejected   *prometheus.GaugeVec
-	mCanary     *prometheus.GaugeVec
-
-	events chan<- event
-	// onNACK, when set, handles NACKs synchronously (see answered); set
-	// once before the server serves.
+	events chan<- event // ACKs, for Run; never blocks
+	// onNACK handles a NACK on the stream's goroutine, before
+	// go-control-plane serves the NACK's request; set once before serving.
 	onNACK func(event)
 }
 
+// nodeRef names a node record: its source (node.cluster) and its id,
+// bounded (boundedID).
+type nodeRef struct{ source, id string }
+
+// nodeState is what ILB knows of one node. Guarded by tracker.mu.
+type nodeState struct {
+	ref     nodeRef
+	key     string // its snapshot key: the source, or the source's canary key
+	canary  bool
+	streams int       // open streams that named it
+	left    time.Time // when its last stream closed; zero while connected
+	acked   map[string]string
+	// lastNACK is its last rejection of any type; rejected is, per type,
+	// the last version of that type it rejected (cleared when it
+	// acknowledges that very version): what holds it.
+	lastNACK *NACK
+	rejected map[string]*NACK
+}
+
+// streamID names a stream: go-control-plane numbers state-of-the-world
+// and delta streams each from 1, so the kind is part of the name.
+type streamID struct {
+	delta bool
+	id    int64
+}
+
+// streamState is one open stream. Guarded by tracker.mu.
 type streamState struct {
-	node   *corev3.Node
-	nonces map[string]string // nonce -> version sent
+	// ctx is the stream's context, kept because go-control-plane's
+	// request callbacks do not carry it and the Authorizer reads the
+	// peer's identity from it; dropped when the stream closes.
+	ctx  context.Context
+	node *nodeState // nil until a request names an admitted node
+	// sent is, per type URL, the last response on the stream: the only
+	// one an answer can still refer to (go-control-plane ignores answers
+	// with an older nonce), so the map holds at most one entry per type.
+	sent map[string]sentResponse
 }
 
-func newTracker(c *config.Config, l *slog.Logger, reg *prometheus.Registry, events chan<- event) (*tracker, error) {
-	t := &tracker{
-		cfg: c, log: l, events: events,
-		streams: map[int64]*streamState{},
-		byID:    map[string]*NodeStatus{},
-		mStreams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ilb_xds_streams", Help: "Open xDS streams (state of the world and delta).",
-		}),
-		mAcks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ilb_xds_acks_total", Help: "xDS responses acknowledged by Envoys, by resource type.",
-		}, []string{"type"}),
-		mNacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ilb_xds_nacks_total", Help: "xDS responses rejected by Envoys, by resource type.",
-		}, []string{"type"}),
-		mPublish: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ilb_xds_snapshots_published_total", Help: "Weights versions turned into snapshots for every source.",
-		}),
-		mRollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ilb_xds_rollbacks_total", Help: "Versions rejected by a node while in force, rolled back (canaries to stable, or the source to its last acknowledged snapshot).",
-		}, []string{"source"}),
-		mPromotions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ilb_xds_canary_promotions_total", Help: "Canary versions promoted to every Envoy of a source.",
-		}, []string{"source"}),
-		mRejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ilb_xds_rejected_versions", Help: "Versions (per type) Envoys of a source rejected: never sent again.",
-		}, []string{"source"}),
-		mCanary: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ilb_xds_canary_pending", Help: "1 while a source's canaries run a version its other Envoys do not have yet.",
-		}, []string{"source"}),
-	}
-	// Every series exists from the start at zero, so that increase() and
-	// rate() see the first NACK or rollback (a series born at 1 has no
-	// increase).
-	for _, s := range c.Sources {
-		t.mRejected.WithLabelValues(s.Name).Set(0)
-		t.mCanary.WithLabelValues(s.Name).Set(0)
-		t.mRollbacks.WithLabelValues(s.Name)
-		t.mPromotions.WithLabelValues(s.Name)
-	}
-	for _, typ := range []resource.Type{resource.ClusterType, resource.EndpointType, resource.RouteType, resource.ListenerType, ""} {
-		t.mAcks.WithLabelValues(shortType(typ))
-		t.mNacks.WithLabelValues(shortType(typ))
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{t.mStreams, t.mAcks, t.mNacks, t.mPublish, t.mRollbacks, t.mPromotions, t.mRejected, t.mCanary} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("xds metrics: %w", err)
-			}
-		}
-	}
-	return t, nil
+type sentResponse struct{ nonce, version string }
+
+// answer is one request on a stream, as the tracker reads it.
+type answer struct {
+	node    *corev3.Node // nil when the request does not name one (delta)
+	typeURL string
+	nonce   string
+	version string // the version the node says it runs (state of the world)
+	nack    *rpcstatus.Status
 }
 
-func (t *tracker) published(string) { t.mPublish.Inc() }
+func newTracker(c *config.Config, l *slog.Logger, m *metrics, now func() time.Time, auth Authorizer, events chan<- event) *tracker {
+	return &tracker{
+		cfg: c, log: l, m: m, now: now, auth: auth, events: events,
+		refusals: newLogLimiter(time.Minute, 256),
+		drops:    newLogLimiter(10*time.Second, 1),
+		streams:  map[streamID]*streamState{},
+		records:  map[nodeRef]*nodeState{},
+	}
+}
 
 func (t *tracker) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc:      func(context.Context, int64, string) error { t.open(); return nil },
-		StreamClosedFunc:    func(id int64, _ *corev3.Node) { t.closed(id) },
-		DeltaStreamOpenFunc: func(context.Context, int64, string) error { t.open(); return nil },
-		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
-			t.closed(id)
-		},
+		StreamOpenFunc:        func(ctx context.Context, id int64, _ string) error { t.open(ctx, streamID{id: id}); return nil },
+		StreamClosedFunc:      func(id int64, _ *corev3.Node) { t.closed(streamID{id: id}) },
+		DeltaStreamOpenFunc:   func(ctx context.Context, id int64, _ string) error { t.open(ctx, streamID{true, id}); return nil },
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.closed(streamID{true, id}) },
 		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
-			return t.answered(t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), r.GetVersionInfo(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+			return t.request(streamID{id: id}, answer{
+				node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(),
+				version: r.GetVersionInfo(), nack: r.GetErrorDetail(),
+			})
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
-			t.sent(id, r.GetNonce(), r.GetVersionInfo())
+			t.sent(streamID{id: id}, r.GetTypeUrl(), r.GetNonce(), r.GetVersionInfo())
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-			return t.answered(t.request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), "", r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+			return t.request(streamID{true, id}, answer{
+				node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(), nack: r.GetErrorDetail(),
+			})
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
-			t.sent(id, r.GetNonce(), r.GetSystemVersionInfo())
+			t.sent(streamID{true, id}, r.GetTypeUrl(), r.GetNonce(), r.GetSystemVersionInfo())
+		},
+		// The unary Fetch RPCs of the per-type services answer from the
+		// same snapshots: they are admitted like a stream, and leave no
+		// record.
+		FetchRequestFunc: func(ctx context.Context, r *discoveryv3.DiscoveryRequest) error {
+			return t.admit(ctx, r.GetNode())
 		},
 	}
 }
 
-func (t *tracker) open() { t.mStreams.Inc() }
-
-func (t *tracker) closed(id int64) {
-	t.mStreams.Dec()
+func (t *tracker) open(ctx context.Context, id streamID) {
+	t.m.streams.Inc()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if st, ok := t.streams[id]; ok && st.node != nil {
-		if ns := t.byID[st.node.GetId()]; ns != nil {
-			ns.Streams--
+	t.streams[id] = &streamState{ctx: ctx, sent: map[string]sentResponse{}}
+}
+
+func (t *tracker) closed(id streamID) {
+	t.m.streams.Dec()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.streams[id]; st != nil && st.node != nil {
+		if st.node.streams--; st.node.streams == 0 {
+			st.node.left = t.now()
 		}
 	}
 	delete(t.streams, id)
 }
 
-func (t *tracker) sent(id int64, nonce, version string) {
+func (t *tracker) sent(id streamID, typeURL, nonce, version string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if st, ok := t.streams[id]; ok {
-		st.nonces[nonce] = version
+	if st := t.streams[id]; st != nil {
+		st.sent[typeURL] = sentResponse{nonce: nonce, version: version}
 	}
 }
 
-// answered hands a NACK to onNACK, synchronously, once the tracker's lock
-// is released: the rollback then lands before go-control-plane handles
-// the NACK's request, which names the last version the node accepted, so
-// the rejected version is not answered again (with the asynchronous
-// rollout loop it could be, once per NACK, until the loop caught up).
-func (t *tracker) answered(nack *event, err error) error {
-	if nack != nil && t.onNACK != nil {
-		t.onNACK(*nack)
+// admit checks that the peer of ctx may speak for node's source: first
+// the Authorizer (so that a peer it refuses learns nothing, not even
+// whether the source exists), then that node.cluster is a source of this
+// ILB. The error is a gRPC status that ends the stream or the call.
+func (t *tracker) admit(ctx context.Context, node *corev3.Node) error {
+	source := node.GetCluster()
+	if t.auth != nil {
+		if err := t.auth.Authorize(ctx, source); err != nil {
+			if _, ok := status.FromError(err); ok {
+				return err
+			}
+			return status.Error(codes.PermissionDenied, "xds: this peer may not subscribe as that source")
+		}
 	}
-	return err
+	if _, known := t.cfg.Source(source); known {
+		return nil
+	}
+	// InvalidArgument, not PermissionDenied: the request names no source
+	// of this ILB, a fault of the Envoy's bootstrap that its operator
+	// fixes, while PermissionDenied stays the Authorizer's answer about
+	// an identity. Neither the other sources nor more than an excerpt of
+	// the value are told.
+	excerpt := bounded(source, maxExcerpt)
+	if ok, suppressed := t.refusals.allow(excerpt, t.now()); ok {
+		t.log.WarnContext(ctx, "xds: node of an unknown source refused",
+			"cluster", excerpt, "node", boundedID(node.GetId()), "suppressed", suppressed)
+	}
+	if source == "" {
+		return status.Error(codes.InvalidArgument, "xds: node.cluster is empty: the first request of a stream must name the node and its source in node.cluster")
+	}
+	return status.Errorf(codes.InvalidArgument, "xds: node.cluster %q is not a source of this ILB", excerpt)
 }
 
-// request records the node of a stream, refuses nodes of unknown sources
-// (the stream is closed with the error, which Envoy logs), and counts ACKs
-// and NACKs. ackVersion is the accepted version (state of the world only).
-// A NACK is returned for onNACK (or queued for Run when none is set); an
-// ACK is queued for Run.
-func (t *tracker) request(id int64, node *corev3.Node, typeURL, nonce, ackVersion, nackMsg string, nack bool) (*event, error) {
+// request follows one request of stream id. The first request that names
+// a node admits it (see admit; a refused stream ends with the error, and
+// its node gets nothing and leaves no record); a later request may not
+// name another node. An answer to the stream's last response of its type
+// counts as an ACK (queued for Run) or a NACK (handed to onNACK before
+// this returns, so that its rollback, if any, lands before
+// go-control-plane serves the request).
+func (t *tracker) request(id streamID, a answer) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	st, ok := t.streams[id]
-	if !ok {
-		st = &streamState{nonces: map[string]string{}}
-		t.streams[id] = st
+	st := t.streams[id]
+	if st == nil {
+		t.mu.Unlock()
+		return status.Error(codes.Internal, "xds: request on a stream that was not opened")
 	}
-	if st.node == nil && node != nil {
-		if _, known := t.cfg.Source(node.GetCluster()); !known {
-			names := make([]string, len(t.cfg.Sources))
-			for i, s := range t.cfg.Sources {
-				names[i] = s.Name
-			}
-			t.log.Warn("xds: node of an unknown source refused", "node", node.GetId(), "cluster", node.GetCluster())
-			return nil, fmt.Errorf("node.cluster %q is not a source of this ILB (known sources: %s)", node.GetCluster(), strings.Join(names, ", "))
+	if st.node == nil {
+		ctx := st.ctx
+		t.mu.Unlock()
+		if a.node == nil {
+			return status.Error(codes.InvalidArgument, "xds: the first request of a stream must name its node (node.id, node.cluster)")
 		}
-		st.node = node
-		ns := t.byID[node.GetId()]
-		if ns == nil {
-			ns = &NodeStatus{
-				ID: node.GetId(), Cluster: node.GetCluster(), Acked: map[string]string{},
-				Canary: isCanary(node.GetId(), t.cfg.Envoy.Rollout.CanaryPercent),
-			}
-			t.byID[node.GetId()] = ns
+		if err := t.admit(ctx, a.node); err != nil {
+			return err
 		}
-		ns.Streams++
+		t.mu.Lock()
+		st.node = t.attach(a.node)
+	} else if a.node != nil && (a.node.GetCluster() != st.node.ref.source || boundedID(a.node.GetId()) != st.node.ref.id) {
+		t.mu.Unlock()
+		return status.Error(codes.InvalidArgument, "xds: a stream may not change its node: node.id and node.cluster must stay those of its first request")
 	}
-	if nonce == "" || st.node == nil {
-		return nil, nil // a subscription, not an answer to a response
-	}
-	typ := shortType(typeURL)
-	ns := t.byID[st.node.GetId()]
-	sentVersion := st.nonces[nonce]
-	delete(st.nonces, nonce)
-	if nack {
-		t.mNacks.WithLabelValues(typ).Inc()
-		ns.LastNACK = &NACK{Node: ns.ID, Type: typ, Version: sentVersion, Message: nackMsg, At: time.Now()}
-		t.log.Warn("xds: envoy rejected a version", "node", ns.ID, "source", ns.Cluster, "type", typ, "version", sentVersion, "error", nackMsg)
-		e := event{node: st.node, typ: typeURL, version: sentVersion, nack: ns.LastNACK}
-		if t.onNACK == nil {
-			t.emit(e)
-			return nil, nil
+	e, ok := t.answered(st, a)
+	t.mu.Unlock()
+	switch {
+	case !ok:
+	case e.nack != nil:
+		if t.onNACK != nil {
+			t.onNACK(e)
 		}
-		return &e, nil
+	default:
+		t.emit(e)
 	}
-	t.mAcks.WithLabelValues(typ).Inc()
-	if ackVersion == "" {
-		ackVersion = sentVersion
-	}
-	ns.Acked[typ] = ackVersion
-	t.emit(event{node: st.node, typ: typeURL, version: ackVersion})
-	return nil, nil
+	return nil
 }
 
-// emit hands an answer to the rollout loop without blocking the stream;
-// a full queue drops it (the next answer carries the same state).
+// attach records that a stream speaks for node. Called under mu.
+func (t *tracker) attach(node *corev3.Node) *nodeState {
+	ref := nodeRef{source: node.GetCluster(), id: boundedID(node.GetId())}
+	n := t.records[ref]
+	if n == nil {
+		canary := isCanary(node.GetId(), t.cfg.Envoy.Rollout.CanaryPercent)
+		key := ref.source
+		if canary {
+			key += canarySuffix
+		}
+		n = &nodeState{ref: ref, key: key, canary: canary, acked: map[string]string{}, rejected: map[string]*NACK{}}
+		t.records[ref] = n
+		t.m.nodes.WithLabelValues(ref.source).Inc()
+	}
+	n.streams++
+	n.left = time.Time{}
+	return n
+}
+
+// answered reads a as an ACK or a NACK of the stream's last response of
+// its type; ok is false for anything else (a subscription, or an answer
+// to an older response). Called under mu.
+func (t *tracker) answered(st *streamState, a answer) (e event, ok bool) {
+	last, sent := st.sent[a.typeURL]
+	if a.nonce == "" || !sent || last.nonce != a.nonce {
+		return event{}, false
+	}
+	delete(st.sent, a.typeURL)
+	n, typ := st.node, shortType(a.typeURL)
+	e = event{ref: n.ref, key: n.key, typ: a.typeURL, version: last.version}
+	if a.nack != nil {
+		t.m.nacks.WithLabelValues(typ).Inc()
+		nk := &NACK{Node: n.ref.id, Type: typ, Version: last.version, Message: bounded(a.nack.GetMessage(), maxMessage), At: t.now()}
+		prev := n.rejected[typ]
+		e.first = prev == nil || prev.Version != nk.Version
+		n.lastNACK, n.rejected[typ] = nk, nk
+		e.nack = nk
+		return e, true
+	}
+	t.m.acks.WithLabelValues(typ).Inc()
+	if a.version != "" { // state of the world: the version the node runs
+		e.version = a.version
+	}
+	n.acked[typ] = e.version
+	if r := n.rejected[typ]; r != nil && r.Version == e.version {
+		delete(n.rejected, typ)
+	}
+	return e, true
+}
+
+// emit hands an ACK to the rollout loop without blocking the stream; a
+// full queue drops it (the node's next ACK carries the same state), with
+// a log line at most every 10 s.
 func (t *tracker) emit(e event) {
 	select {
 	case t.events <- e:
 	default:
-		t.log.Warn("xds: rollout event queue full; event dropped", "node", e.node.GetId())
+		if ok, suppressed := t.drops.allow("", t.now()); ok {
+			t.log.Warn("xds: rollout event queue full; ACK dropped", "node", e.ref.id, "source", e.ref.source, "also_dropped", suppressed)
+		}
 	}
 }
 
-func (t *tracker) nodes() []NodeStatus {
+// heldOn is the version of typeURL that node last rejected, if it still
+// holds it ("" otherwise): what the holding cache must not send it again.
+func (t *tracker) heldOn(node *corev3.Node, typeURL string) string {
+	ref := nodeRef{source: node.GetCluster(), id: boundedID(node.GetId())}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]NodeStatus, 0, len(t.byID))
-	for _, n := range t.byID {
-		c := *n
-		c.Acked = make(map[string]string, len(n.Acked))
-		for k, v := range n.Acked {
-			c.Acked[k] = v
+	if n := t.records[ref]; n != nil {
+		if r := n.rejected[shortType(typeURL)]; r != nil {
+			return r.Version
 		}
-		if n.LastNACK != nil {
-			nk := *n.LastNACK
-			c.LastNACK = &nk
-		}
-		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b NodeStatus) int { return cmp.Compare(a.ID, b.ID) })
-	return out
+	return ""
 }
 
-// RolloutStatus is where one source's rollout stands.
-type RolloutStatus struct {
-	Source string `json:"source"`
-	// Stable and Canary are the versions, per type, that the source's
-	// Envoys and its canaries are sent; they differ while Pending.
-	Stable  map[string]string `json:"stable"`
-	Canary  map[string]string `json:"canary,omitempty"`
-	Pending bool              `json:"pending"`
-	// LastGood are the last versions an Envoy of the source (not a
-	// canary) acknowledged for every type: where a NACK rolls back to.
-	LastGood map[string]string `json:"last_good,omitempty"`
-	Since    time.Time         `json:"since,omitzero"`
-	// Rejected are the versions Envoys refused, never sent again.
-	Rejected []RejectedVersion `json:"rejected,omitempty"`
-	Nodes    []NodeStatus      `json:"nodes"`
+// ackedAll reports whether the node acknowledged every version of want
+// (type -> version). O(1).
+func (t *tracker) ackedAll(ref nodeRef, want map[string]string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.records[ref]
+	return n != nil && len(want) > 0 && ackedEvery(n.acked, want)
 }
 
-// RejectedVersion is a version an Envoy refused, with its error.
-type RejectedVersion struct {
-	NACK
-}
-
-// Rollouts reports every source's rollout, sources in configuration
-// order, with their connected nodes.
-func (s *Server) Rollouts() []RolloutStatus {
-	nodes := s.tracker.nodes()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []RolloutStatus
-	for _, src := range s.cfg.Sources {
-		st := RolloutStatus{Source: src.Name}
-		if r := s.rollouts[src.Name]; r != nil {
-			st.Stable = versions(r.stable)
-			if g := r.lastGood[src.Name]; g != nil {
-				st.LastGood = versions(g)
-			}
-			if r.pending {
-				st.Pending, st.Since, st.Canary = true, r.since, versions(r.canary)
-			}
-			for _, n := range r.rejected {
-				st.Rejected = append(st.Rejected, RejectedVersion{n})
-			}
-			slices.SortFunc(st.Rejected, func(a, b RejectedVersion) int { return a.At.Compare(b.At) })
+func ackedEvery(acked, want map[string]string) bool {
+	for typ, v := range want {
+		if acked[typ] != v {
+			return false
 		}
-		for _, n := range nodes {
-			if n.Cluster == src.Name {
-				st.Nodes = append(st.Nodes, n)
-			}
-		}
-		out = append(out, st)
 	}
-	return out
+	return true
 }
 
-func versions(snap *cache.Snapshot) map[string]string {
-	if snap == nil {
-		return nil
+// gone reports whether a record is past its TTL at now: no open stream,
+// and its last one closed NodeTTL ago or more.
+func (t *tracker) gone(n *nodeState, now time.Time) bool {
+	return n.streams == 0 && now.Sub(n.left) >= t.cfg.Envoy.Rollout.NodeTTL.Std()
+}
+
+// sweep forgets the nodes past their TTL, and returns how many it forgot.
+func (t *tracker) sweep(now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	forgotten := 0
+	for ref, n := range t.records {
+		if t.gone(n, now) {
+			delete(t.records, ref)
+			t.m.nodes.WithLabelValues(ref.source).Dec()
+			t.m.forgotten.Inc()
+			forgotten++
+		}
 	}
-	out := make(map[string]string, len(allTypes))
-	for _, typ := range allTypes {
-		out[shortType(typ)] = snap.GetVersion(typ)
-	}
-	return out
+	return forgotten
 }
