@@ -71,7 +71,7 @@ func printRollouts(w io.Writer, v []xds.RolloutStatus, only string, now time.Tim
 			fmt.Fprintln(w, "  no Envoy connected")
 		} else {
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  NODE\tROLE\tSTREAMS\tACKED\tLAST NACK")
+			fmt.Fprintln(tw, "  NODE\tROLE\tSTREAMS\tACKED\tHELD\tLAST NACK")
 			for _, n := range r.Nodes {
 				role := "stable"
 				if n.Canary {
@@ -81,15 +81,36 @@ func printRollouts(w io.Writer, v []xds.RolloutStatus, only string, now time.Tim
 				if n.LastNACK != nil {
 					nack = fmt.Sprintf("%s %s %s ago: %s", n.LastNACK.Type, n.LastNACK.Version, age(now, n.LastNACK.At), firstLine(n.LastNACK.Message))
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", n.ID, role, n.Streams, acked(n.Acked), nack)
+				fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", n.ID, role, n.Streams, acked(n.Acked), held(n.Held), nack)
 			}
 			_ = tw.Flush()
 		}
 		for _, x := range r.Rejected {
-			fmt.Fprintf(w, "  rejected %s %s by %s %s ago, never sent again: %s\n", x.Type, x.Version, x.Node, age(now, x.At), firstLine(x.Message))
+			by := "a canary (" + x.Node + ")"
+			if x.By == "quorum" {
+				by = fmt.Sprintf("a quorum (%d of %d Envoys; last %s)", x.Rejectors, x.Connected, x.Node)
+			}
+			fmt.Fprintf(w, "  banned %s %s by %s %s ago, never sent again: %s\n", x.Type, x.Version, by, age(now, x.At), firstLine(x.Message))
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// held says what a node keeps after rejecting the version in force: it
+// gets nothing new of that type until the content changes.
+func held(hs []xds.Hold) string {
+	if len(hs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		keeps := h.Keeps
+		if keeps == "" {
+			keeps = "none"
+		}
+		parts[i] = fmt.Sprintf("%s rejected %s, keeps %s", h.Type, h.Rejected, keeps)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func acked(m map[string]string) string {

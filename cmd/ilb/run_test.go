@@ -188,9 +188,9 @@ func TestRolloutCommand(t *testing.T) {
 		}
 		_, _ = w.Write([]byte(`[{"source":"edge-eu","stable":{"cluster":"c1","route":"r1"},"last_good":{"cluster":"c1","route":"r0"},"canary":{"cluster":"c1","route":"r2"},"pending":true,"since":"` + at + `",
 			"nodes":[{"id":"eu-0","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r2"},"canary":true},
-			         {"id":"eu-1","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r1"}}]},
+			         {"id":"eu-1","cluster":"edge-eu","streams":1,"acked":{"cluster":"c1","route":"r1"},"held":[{"type":"route","rejected":"r1","keeps":"r0","since":"` + at + `","message":"bad"}]}]},
 			{"source":"edge-us","stable":{"route":"r7"},"pending":false,
-			"rejected":[{"node":"us-0","type":"route","version":"r8","message":"Proto constraint validation failed\nmore","at":"` + at + `"}],"nodes":[]}]`))
+			"rejected":[{"node":"us-0","type":"route","version":"r8","message":"Proto constraint validation failed\nmore","at":"` + at + `","by":"quorum","rejectors":2,"connected":3}],"nodes":[]}]`))
 	}))
 	defer admin.Close()
 	addr := strings.TrimPrefix(admin.URL, "http://")
@@ -204,7 +204,8 @@ func TestRolloutCommand(t *testing.T) {
 		{name: "all sources", args: []string{"rollout", "status", "--admin", addr}, want: []string{
 			"source edge-eu: canary soaking for 30", "route    r1      r2      r0", "cluster  c1      -       c1",
 			"eu-0  canary  1        cluster=c1 route=r2", "source edge-us: stable", "no Envoy connected",
-			"rejected route r8 by us-0", "never sent again: Proto constraint validation failed …",
+			"route rejected r1, keeps r0",
+			"banned route r8 by a quorum (2 of 3 Envoys; last us-0)", "never sent again: Proto constraint validation failed …",
 		}},
 		{name: "one source", args: []string{"rollout", "status", "--admin", addr, "--source", "edge-us"}, want: []string{"source edge-us"}, not: []string{"edge-eu"}},
 		{name: "no subcommand", args: []string{"rollout"}, err: `want the subcommand "status"`},
