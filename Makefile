@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench bench-routing golden clean
+.PHONY: all build test lint vet fmt demo bench bench-routing golden fuzz clean
 
 all: build
 
@@ -44,6 +44,40 @@ bench-routing:
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:
 	$(GO) test ./xds/ ./envoy/ ./istio/ ./signals/ ./weights/ ./demand/ -update
+
+## fuzz: run every fuzz target of an untrusted input, one after another,
+## for FUZZTIME each: default 1000000x, a million inputs (about 5 to 30
+## minutes a target with one worker on a busy 2-core machine). A duration
+## (FUZZTIME=30s) works too, but Go 1.26 may then fail a clean run with
+## "context deadline exceeded" and no crasher (golang/go#75804, fixed in
+## Go 1.27). Seed corpora (f.Add and testdata/fuzz/) run in `make test`.
+## A crasher is written to <pkg>/testdata/fuzz/<Target>/; logs and a
+## summary go to out/fuzz/. FUZZPARALLEL workers per target (default 1);
+## FUZZ_TARGETS="<pkg>:<Target> ..." runs some only.
+FUZZTIME         ?= 1000000x
+FUZZMINIMIZETIME ?= 50x
+FUZZPARALLEL     ?= 1
+FUZZ_TARGETS     ?= \
+	./config:FuzzParse \
+	./envoy:FuzzBundle \
+	./signals:FuzzParseTargets \
+	./signals:FuzzParseExposition \
+	./weights:FuzzParseDemandFile \
+	./extproc:FuzzRequestBody
+
+fuzz:
+	@mkdir -p out/fuzz; : > out/fuzz/summary.txt; failed=0; \
+	for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; start=$$(date +%s); \
+		{ $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) \
+			-parallel $(FUZZPARALLEL) -timeout 0 $$pkg 2>&1; echo $$? > out/fuzz/$$name.rc; } | tee out/fuzz/$$name.log; \
+		rc=$$(cat out/fuzz/$$name.rc); result=ok; [ "$$rc" = 0 ] || { result=FAIL; failed=1; }; \
+		secs=$$(( $$(date +%s) - start )); \
+		execs=$$(grep -o 'execs: [0-9]*' out/fuzz/$$name.log | tail -1 | tr -dc 0-9); \
+		echo "$$result $$pkg $$name: $${execs:-0} execs in $${secs}s ($$(( $${execs:-0} / ($$secs > 0 ? $$secs : 1) ))/s)" >> out/fuzz/summary.txt; \
+	done; \
+	echo "== fuzz summary"; cat out/fuzz/summary.txt; exit $$failed
 
 clean:
 	rm -rf bin

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 
 	"go.yaml.in/yaml/v3"
 
@@ -54,8 +53,11 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf("demand file: %w", err)
 	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, nil, errors.New("demand file: the file holds more than one YAML document")
+	}
 	var errs []error
-	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 	demand := Demand{}
 	for i, r := range f.Demand {
 		at := fmt.Sprintf("demand[%d]", i)
@@ -74,15 +76,17 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s.priority: %w", at, err))
 		}
+		numbersOK := true
 		for _, v := range []struct {
 			field string
 			v     float64
 		}{{"requests_per_second", r.RequestsPerSecond}, {"prompt_tokens", r.PromptTokens}, {"output_tokens", r.OutputTokens}} {
 			if bad(v.v) {
 				errs = append(errs, fmt.Errorf("%s.%s: %v is not a finite number >= 0", at, v.field, v.v))
+				numbersOK = false
 			}
 		}
-		if !okS || !okM || err != nil {
+		if !okS || !okM || err != nil || !numbersOK {
 			continue
 		}
 		k := DemandKey{Source: s.Name, Model: name, Priority: p}
@@ -91,9 +95,16 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 			continue
 		}
 		m, _ := modelOf(c, name)
-		demand[k] = RateOf(m, r.RequestsPerSecond, r.PromptTokens, r.OutputTokens)
+		rate := RateOf(m, r.RequestsPerSecond, r.PromptTokens, r.OutputTokens)
+		if bad(rate.CostPerSecond) {
+			errs = append(errs, fmt.Errorf("%s: %v requests/s of %v prompt and %v output tokens cost %v token-cost units/s: want a finite cost",
+				at, r.RequestsPerSecond, r.PromptTokens, r.OutputTokens, rate.CostPerSecond))
+			continue
+		}
+		demand[k] = rate
 	}
 	states := StaticState(c)
+	rowOf := map[string]int{}
 	for i, r := range f.Replicas {
 		at := fmt.Sprintf("replicas[%d]", i)
 		e, ok := c.Cluster(r.Cluster)
@@ -101,6 +112,11 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 			errs = append(errs, fmt.Errorf("%s.cluster: unknown cluster %q", at, r.Cluster))
 			continue
 		}
+		if j, dup := rowOf[e.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s: a second row for cluster %s (the first is replicas[%d])", at, e.Name, j))
+			continue
+		}
+		rowOf[e.Name] = i
 		if r.Ready < 0 || r.Draining < 0 || r.Unhealthy < 0 {
 			errs = append(errs, fmt.Errorf("%s: replica counts must be >= 0 (ready %d, draining %d, unhealthy %d)", at, r.Ready, r.Draining, r.Unhealthy))
 			continue
