@@ -79,6 +79,11 @@ func endpointsOf(snap *signals.Snapshot) xds.Endpoints {
 
 // liveOf is the fast loop's view: a cluster with no serving replica is
 // excluded (with the counts that say why); saturation as the signals see it.
+// It follows the same guard as the controller: while the monitor is blind
+// (snap.Blind), replicas whose probes fail silently keep their last known
+// state, so no cluster is excluded for them; a cluster is excluded only
+// for what the monitor saw (refusals, HTTP errors, draining), and the
+// reason says the monitor was blind then.
 func liveOf(snap *signals.Snapshot) *extproc.Live {
 	l := &extproc.Live{At: snap.At, Clusters: make(map[string]extproc.ClusterLive, len(snap.Clusters))}
 	for name, c := range snap.Clusters {
@@ -99,6 +104,9 @@ func liveOf(snap *signals.Snapshot) *extproc.Live {
 			}
 			if c.DiscoveryError != "" {
 				why += " (discovery: " + c.DiscoveryError + ")"
+			}
+			if snap.Blind != nil {
+				why += " (signals blind since " + snap.Blind.Since.UTC().Format(time.RFC3339) + ")"
 			}
 			cl.Excluded = why
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -130,6 +131,12 @@ func (d *dnsDiscoverer) lookup(ctx context.Context, host string) ([]string, erro
 // fileDiscoverer reads host:port lines from a file: '#' starts a comment,
 // blank lines are ignored, " draining" after the address drains it. The
 // file is re-read only when its modification time or size changes.
+//
+// A file that is empty or only whitespace is an error, not an empty
+// fleet: that is what a file being rewritten in place (truncated, then
+// written) looks like, and what a lost volume or a failed template gives.
+// An explicit empty list is a file with a comment line and no address:
+// it drains every replica.
 type fileDiscoverer struct {
 	path    string
 	modTime time.Time
@@ -138,8 +145,13 @@ type fileDiscoverer struct {
 	read    bool
 }
 
-// Discover returns the file's targets; an unreadable or malformed file is
-// an error (the last known targets stay).
+// maxDiscoveryFile bounds the size of a discovery file (about 700,000
+// addresses): a larger one is an error, never a large read.
+const maxDiscoveryFile = 16 << 20
+
+// Discover returns the file's targets; an unreadable, empty (or only
+// whitespace), oversized or malformed file is an error (the last known
+// targets stay).
 func (f *fileDiscoverer) Discover(context.Context) ([]Target, error) {
 	st, err := os.Stat(f.path)
 	if err != nil {
@@ -148,9 +160,19 @@ func (f *fileDiscoverer) Discover(context.Context) ([]Target, error) {
 	if f.read && st.ModTime().Equal(f.modTime) && st.Size() == f.size {
 		return slices.Clone(f.targets), nil
 	}
-	data, err := os.ReadFile(f.path)
+	if st.Size() > maxDiscoveryFile {
+		return nil, fmt.Errorf("discovery file %s: %d bytes, over the %d-byte limit", f.path, st.Size(), maxDiscoveryFile)
+	}
+	data, err := readBounded(f.path, maxDiscoveryFile)
 	if err != nil {
-		return nil, fmt.Errorf("discovery file: %w", err)
+		return nil, fmt.Errorf("discovery file %s: %w", f.path, err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		what := "empty (0 bytes)"
+		if len(data) > 0 {
+			what = fmt.Sprintf("only whitespace (%d bytes)", len(data))
+		}
+		return nil, fmt.Errorf("discovery file %s is %s: want host:port lines, or a comment line such as \"# no replicas\" to drain every replica on purpose", f.path, what)
 	}
 	targets, err := parseTargets(data)
 	if err != nil {
@@ -160,12 +182,55 @@ func (f *fileDiscoverer) Discover(context.Context) ([]Target, error) {
 	return slices.Clone(targets), nil
 }
 
-// parseTargets reads the file format, reporting every bad line.
+// readBounded reads at most limit bytes of the file at path; a longer
+// file (it grew since its stat) is an error.
+func readBounded(path string, limit int64) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("over the %d-byte limit", limit)
+	}
+	return data, nil
+}
+
+// maxLineErrors is how many bad lines a discovery error names; the rest
+// are counted. maxQuoted bounds the part of a bad line quoted.
+// maxAddress bounds an address (a DNS name is at most 253 bytes).
+const (
+	maxLineErrors = 5
+	maxQuoted     = 64
+	maxAddress    = 300
+)
+
+// quoteBounded quotes s, at most maxQuoted bytes of it.
+func quoteBounded(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:maxQuoted], len(s))
+}
+
+// parseTargets reads the file format, reporting the first bad lines
+// (maxLineErrors, each quoted up to maxQuoted bytes) and how many more.
 func parseTargets(data []byte) ([]Target, error) {
 	var out []Target
 	var errs []error
+	bad := 0
+	fail := func(err error) {
+		if bad++; bad <= maxLineErrors {
+			errs = append(errs, err)
+		}
+	}
 	index := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, maxDiscoveryFile)
 	for n := 1; sc.Scan(); n++ {
 		line, _, _ := strings.Cut(sc.Text(), "#")
 		fields := strings.Fields(line)
@@ -173,15 +238,19 @@ func parseTargets(data []byte) ([]Target, error) {
 			continue
 		}
 		t := Target{Address: fields[0]}
+		if len(t.Address) > maxAddress {
+			fail(fmt.Errorf("line %d: address %s is longer than %d bytes", n, quoteBounded(t.Address), maxAddress))
+			continue
+		}
 		if _, port, err := net.SplitHostPort(t.Address); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("line %d: %q is not host:port", n, fields[0]))
+			fail(fmt.Errorf("line %d: %s is not host:port", n, quoteBounded(fields[0])))
 			continue
 		}
 		switch {
 		case len(fields) == 2 && fields[1] == "draining":
 			t.Draining = true
 		case len(fields) > 1:
-			errs = append(errs, fmt.Errorf("line %d: unexpected %q after the address (want nothing or \"draining\")", n, strings.Join(fields[1:], " ")))
+			fail(fmt.Errorf("line %d: unexpected %s after the address (want nothing or \"draining\")", n, quoteBounded(strings.Join(fields[1:], " "))))
 			continue
 		}
 		if i, dup := index[t.Address]; dup {
@@ -193,6 +262,9 @@ func parseTargets(data []byte) ([]Target, error) {
 	}
 	if err := sc.Err(); err != nil {
 		errs = append(errs, err)
+	}
+	if bad > maxLineErrors {
+		errs = append(errs, fmt.Errorf("and %d more bad lines", bad-maxLineErrors))
 	}
 	return out, errors.Join(errs...)
 }

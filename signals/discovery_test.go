@@ -158,3 +158,80 @@ func TestDNSDiscoverySRV(t *testing.T) {
 	}
 	h.wantState(a.addr(), StateReady)
 }
+
+// TestFileDiscoveryKeepsTargetsOnABadFile: a discovery file that becomes
+// empty (an in-place rewrite caught between truncate and write), only
+// whitespace or unparsable keeps the last targets and says why; a file of
+// comment lines only is an explicit empty list and drains every replica.
+func TestFileDiscoveryKeepsTargetsOnABadFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		err     string // substring of the cluster's DiscoveryError; "" drains
+	}{
+		{"truncated to 0 bytes", "", "is empty (0 bytes): want host:port lines, or a comment line such as \"# no replicas\" to drain every replica on purpose"},
+		{"only whitespace", " \n\t\n\n", "is only whitespace (5 bytes)"},
+		{"unparsable", "10.0.0.1:8000\nnot-an-address\n", `line 2: "not-an-address" is not host:port`},
+		{"comment lines only: drain", "# no replicas\n# (scaled to zero)\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newFakeReplica(t, "vllm.txt"), newFakeReplica(t, "vllm.txt")
+			path := filepath.Join(t.TempDir(), "replicas")
+			mtime := time.Unix(1700000000, 0)
+			writeTargets(t, path, mtime, a.addr(), b.addr())
+			h := newHarness(t, Options{Config: testConfig(t, fileCluster(path), baseSignals)})
+			h.step(0)
+			h.wantState(a.addr(), StateReady)
+
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(path, mtime.Add(time.Second), mtime.Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			s := h.step(5 * time.Second)
+			c := s.Clusters["c1"]
+			if tt.err == "" {
+				if c.DiscoveryError != "" {
+					t.Errorf("discovery error %q", c.DiscoveryError)
+				}
+				for _, f := range []*fakeReplica{a, b} {
+					if r := h.wantState(f.addr(), StateDraining); r.Reason != "discovery: removed" {
+						t.Errorf("%s: %q", f.addr(), r.Reason)
+					}
+				}
+				return
+			}
+			if !strings.Contains(c.DiscoveryError, tt.err) || !strings.Contains(c.DiscoveryError, path) {
+				t.Errorf("discovery error %q; want the file and %q", c.DiscoveryError, tt.err)
+			}
+			h.wantState(a.addr(), StateReady)
+			h.wantState(b.addr(), StateReady)
+			s = h.step(5 * time.Second) // still bad: still kept
+			if s.Clusters["c1"].Ready != 2 {
+				t.Errorf("second refresh: %+v", s.Clusters["c1"])
+			}
+			writeTargets(t, path, mtime.Add(2*time.Second), a.addr(), b.addr())
+			if s = h.step(5 * time.Second); s.Clusters["c1"].DiscoveryError != "" || s.Clusters["c1"].Ready != 2 {
+				t.Errorf("rewritten: %+v", s.Clusters["c1"])
+			}
+		})
+	}
+}
+
+// TestParseTargetsBoundsItsErrors: a file of junk gives an error of a
+// bounded size that names the first bad lines.
+func TestParseTargetsBoundsItsErrors(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	data := long + ":80\n" + strings.Repeat(long+"\n", 1000)
+	_, err := parseTargets([]byte(data))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if len(msg) > 2000 || !strings.Contains(msg, "line 1: address \"xxxx") || !strings.Contains(msg, "(10003 bytes) is longer than 300 bytes") ||
+		!strings.Contains(msg, "and 996 more bad lines") {
+		t.Errorf("error (%d bytes): %.600s", len(msg), msg)
+	}
+}

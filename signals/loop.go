@@ -3,6 +3,7 @@ package signals
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -21,17 +22,22 @@ func (m *Monitor) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	gap := m.publishGap()
+	interval := m.sig.Interval.Std()
 	for {
 		now := m.now()
 		if !now.Before(m.wake) {
 			m.tick(ctx, now)
+		} else if m.blindDirty {
+			m.evalBlind(now)
 		}
 		m.maybePublish(now, gap)
 		next := m.wake
 		if m.dirty && m.lastPublish.Add(gap).Before(next) {
 			next = m.lastPublish.Add(gap)
 		}
-		timer.Reset(min(max(next.Sub(now), m.sig.Interval.Std()/100), m.sig.Interval.Std()))
+		armed := m.now()
+		d := min(max(next.Sub(armed), interval/100), interval)
+		timer.Reset(d)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -47,6 +53,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 		case <-timer.C:
 		}
+		// A loop that wakes much later than it asked to is starved (CPU,
+		// a slow OnChange): what its probes report then is not the fleet.
+		if late := m.now().Sub(armed.Add(d)); late > interval {
+			m.noteLag(m.now(), fmt.Sprintf("the signals loop woke %s late (interval %s)", late.Round(time.Millisecond), m.sig.Interval))
+		}
 	}
 }
 
@@ -59,6 +70,7 @@ func (m *Monitor) step(ctx context.Context) {
 	m.waitAll(ctx)
 	m.tick(ctx, now) // scrape the replicas the discoveries just added
 	m.waitAll(ctx)
+	m.evalBlind(now)
 	for _, cl := range m.clusters { // time transitions after the results
 		for _, r := range cl.replicas {
 			m.timeTransitions(r, now)
@@ -106,6 +118,10 @@ func (m *Monitor) tick(ctx context.Context, now time.Time) {
 		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
 			wake = t
 		}
+	}
+	m.evalBlind(now)
+	if m.lagUntil.After(now) {
+		soonest(m.lagUntil)
 	}
 	for _, cl := range m.clusters {
 		if !cl.static && !cl.discovering {
@@ -159,7 +175,9 @@ func (m *Monitor) dispatchScrape(ctx context.Context, r *replica, at time.Time) 
 		case <-ctx.Done():
 			return
 		}
+		waited := m.now().Sub(at) // the requests' timeouts start now
 		res := m.scrape(ctx, cl, addr)
+		res.slotWait = waited
 		<-m.sem
 		select {
 		case m.done <- func() { m.applyScrape(r, res, at); m.wakeBy(m.deadline(r)) }:

@@ -23,10 +23,13 @@ type Options struct {
 	// Logger receives state transitions (info) and discovery errors
 	// (warn); nil discards.
 	Logger *slog.Logger
-	// Client makes the probes and scrapes; nil builds one with keep-alive
-	// connections (2 idle per replica), dial and response-header timeouts
-	// of Signals.Timeout, no proxy, no compression and no redirects. The
-	// per-request deadline always comes from Signals.Timeout via context.
+	// Client makes the probes and scrapes; nil builds two, one for the
+	// health probes and one for the metrics, each with its own pool of
+	// keep-alive connections (so a slow or broken metrics body never
+	// costs a probe its connection), dial and response-header timeouts of
+	// Signals.Timeout, no proxy, no compression and no redirects. The
+	// per-request deadline always comes from Signals.Timeout via context,
+	// and starts once the scrape has a worker slot.
 	Client *http.Client
 	// Now is the clock; nil is time.Now. Inject it for tests.
 	Now func() time.Time
@@ -47,17 +50,18 @@ type Options struct {
 // [New], run it with [Monitor.Run]; [Monitor.Snapshot] may be called from
 // any goroutine at any time.
 type Monitor struct {
-	cfg      *config.Config
-	sig      config.Signals
-	log      *slog.Logger
-	client   *http.Client
-	now      func() time.Time
-	jitter   func(addr string, n uint64) float64
-	onChange func(*Snapshot, []string)
-	prom     *promMetrics
-	clusters []*cluster
-	snap     atomic.Pointer[Snapshot]
-	running  atomic.Bool
+	cfg         *config.Config
+	sig         config.Signals
+	log         *slog.Logger
+	client      *http.Client // metrics
+	probeClient *http.Client // health probes
+	now         func() time.Time
+	jitter      func(addr string, n uint64) float64
+	onChange    func(*Snapshot, []string)
+	prom        *promMetrics
+	clusters    []*cluster
+	snap        atomic.Pointer[Snapshot]
+	running     atomic.Bool
 
 	// Worker bookkeeping: sem bounds scrapes in flight; done carries each
 	// finished job's result, applied on the loop goroutine.
@@ -73,6 +77,14 @@ type Monitor struct {
 	lastPublish    time.Time
 	wake           time.Time // earliest pending deadline of any replica or cluster
 	lastServing    []int     // per cluster, at the last state publish
+
+	// Blindness (blind.go): blind is nil while the monitor trusts what it
+	// sees; lagUntil is when the last sign of its own lag stops counting,
+	// lagReason that sign; blindDirty asks for a re-evaluation.
+	blind      *Blind
+	lagUntil   time.Time
+	lagReason  string
+	blindDirty bool
 }
 
 // cluster is the loop's view of one engine cluster.
@@ -114,8 +126,9 @@ func New(o Options) (*Monitor, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.probeClient = m.client
 	if m.client == nil {
-		m.client = defaultClient(s)
+		m.client, m.probeClient = defaultClient(s), defaultClient(s)
 	}
 	resolver := o.Resolver
 	if resolver == nil {
@@ -174,7 +187,19 @@ func New(o Options) (*Monitor, error) {
 // immutable and safe to read from any goroutine.
 func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 
-// defaultClient is the HTTP client used when Options.Client is nil.
+// Blind returns why the monitor takes itself for blind in the latest
+// snapshot, or "" when it does not (see "Blindness" in the package
+// documentation). Safe from any goroutine; it is what the controller's
+// blind guard reads (weights.ControllerOptions.Blind).
+func (m *Monitor) Blind() string {
+	if b := m.Snapshot().Blind; b != nil {
+		return b.Reason
+	}
+	return ""
+}
+
+// defaultClient is an HTTP client of the kind used when Options.Client is
+// nil; the monitor builds one for probes and one for metrics.
 func defaultClient(s config.Signals) *http.Client {
 	idle := max(90*time.Second, 3*s.Interval.Std())
 	return &http.Client{

@@ -26,6 +26,7 @@ type promMetrics struct {
 	running   *prometheus.GaugeVec
 	kv        *prometheus.GaugeVec
 	age       *prometheus.GaugeVec
+	blind     prometheus.Gauge
 }
 
 // newPromMetrics creates the metrics and registers them on reg unless it
@@ -69,6 +70,10 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 			Name: "ilb_signals_cluster_age_seconds",
 			Help: "Age of the oldest good scrape among the cluster's serving replicas when the snapshot was built (freshness of the cluster's signals); absent when one has never been scraped successfully.",
 		}, []string{"cluster"}),
+		blind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ilb_signals_blind",
+			Help: "1 while ILB takes itself for blind: health probes of more than signals.blind_fraction of the serving replicas, in two clusters or more, fail silently (time out) at once, or its scrape loop falls behind. Replicas failing silently keep their last known state and the controller fails static (blind).",
+		}),
 	}
 	for _, c := range clusters {
 		for _, r := range []string{resultOK, resultProbeFailed, resultMetricsError} {
@@ -82,7 +87,7 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 	if reg == nil {
 		return p, nil
 	}
-	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age} {
+	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age, p.blind} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("signals metrics: %w", err)
 		}
@@ -93,6 +98,11 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 // observe updates the gauges from a snapshot; capacity is the
 // controller's view of it (Snapshot.ClusterStates), per cluster.
 func (p *promMetrics) observe(s *Snapshot, capacity map[string]float64) {
+	if s.Blind != nil {
+		p.blind.Set(1)
+	} else {
+		p.blind.Set(0)
+	}
 	for name, c := range s.Clusters {
 		for _, st := range states {
 			p.replicas.WithLabelValues(name, string(st)).Set(float64(c.count(st)))

@@ -30,7 +30,7 @@ func TestMetricsGolden(t *testing.T) {
 			OldestScrape: at.Add(-1500 * time.Millisecond),
 		},
 		"c2": {Name: "c2", Starting: 1, Saturated: true},
-	}}
+	}, Blind: &Blind{Reason: "the signals loop woke 2s late (interval 1s)", Since: at.Add(-time.Second)}}
 	p.observe(s, map[string]float64{"c1": 2500, "c2": 1000})
 	p.scrapes.WithLabelValues("c1", resultOK).Add(7)
 	p.scrapes.WithLabelValues("c2", resultProbeFailed).Inc()

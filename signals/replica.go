@@ -25,6 +25,12 @@ type replica struct {
 	removeAt time.Time
 	okRun    int // consecutive good health probes
 	failRun  int // consecutive failed health probes
+	// The current failure streak (failRun > 0): when its first failure
+	// was dispatched (restarted when blindness ends), whether the replica
+	// took traffic before it, and whether every failure of it was silent.
+	failSince     time.Time
+	servingBefore bool
+	silent        bool
 	// readySince is when it last became ready (the staleness clock starts
 	// no earlier); warmStart when it started warming.
 	readySince, warmStart time.Time
@@ -83,7 +89,7 @@ func (m *Monitor) becomeServing(r *replica, at time.Time, reason string) {
 }
 
 // applyScrape applies one scrape's outcome to r (see the package
-// documentation for the state machine).
+// documentation for the state machine and blindness).
 func (m *Monitor) applyScrape(r *replica, res scrapeResult, at time.Time) {
 	r.inFlight = false
 	if r.cl.replicas[r.addr] != r {
@@ -93,23 +99,23 @@ func (m *Monitor) applyScrape(r *replica, res scrapeResult, at time.Time) {
 	m.prom.scrapes.WithLabelValues(r.cl.cfg.Name, res.result).Inc()
 	m.prom.duration.WithLabelValues(r.cl.cfg.Name).Observe(res.duration.Seconds())
 	m.dirty = true
-	initial := r.initial && !r.probed
-	r.probed, r.initial = true, false
 	interval := time.Duration(float64(m.sig.Interval.Std()) * (1 + m.jitter(r.addr, r.scrapes)))
+	if res.slotWait > m.sig.Interval.Std() {
+		m.noteLag(at.Add(res.slotWait), fmt.Sprintf("scrapes waited %s for a worker slot (concurrency %d, interval %s)",
+			res.slotWait.Round(time.Millisecond), m.sig.Concurrency, m.sig.Interval))
+		if !res.alive && res.silent {
+			// ILB's own queue, not the replica: this probe is not held
+			// against it.
+			r.nextAt = at.Add(interval)
+			return
+		}
+	}
 	if !res.alive {
-		r.okRun = 0
-		r.failRun++
-		r.lastErr = "health probe: " + res.err
-		r.nextAt = at.Add(interval)
-		if r.state != StateUnhealthy && r.failRun < m.sig.UnhealthyAfter {
-			r.nextAt = at.Add(m.sig.RetryDelay.Std())
-		}
-		if r.state != StateDraining && r.state != StateUnhealthy && r.failRun >= m.sig.UnhealthyAfter {
-			m.transition(r, at, StateUnhealthy, fmt.Sprintf("health probe: %s (%d in a row)", res.err, r.failRun))
-		}
-		m.updateSaturation(r)
+		m.applyFailure(r, res, at, interval)
 		return
 	}
+	initial := r.initial && !r.probed
+	r.probed, r.initial = true, false
 	r.failRun = 0
 	r.okRun++
 	r.nextAt = at.Add(interval)
@@ -132,6 +138,49 @@ func (m *Monitor) applyScrape(r *replica, res scrapeResult, at time.Time) {
 	}
 	m.timeTransitions(r, at)
 	m.updateSaturation(r)
+}
+
+// applyFailure applies a failed health probe. A definite failure counts
+// as it always has: UnhealthyAfter in a row make the replica unhealthy. A
+// streak of silent failures makes it unhealthy only once it has lasted a
+// window and the monitor is not blind; until then the replica keeps its
+// state (held), and a starting replica stays one that may be ready at
+// once.
+func (m *Monitor) applyFailure(r *replica, res scrapeResult, at time.Time, interval time.Duration) {
+	if r.failRun == 0 {
+		r.failSince, r.servingBefore, r.silent = at, r.state.taking(), true
+	}
+	r.silent = r.silent && res.silent
+	if !r.silent {
+		// A silent failure says nothing about the replica: one that
+		// answers after it is still ready on its first good probe.
+		r.probed, r.initial = true, false
+	}
+	r.okRun = 0
+	r.failRun++
+	r.lastErr = "health probe: " + res.err
+	r.nextAt = at.Add(interval)
+	if r.state != StateUnhealthy && r.failRun < m.sig.UnhealthyAfter {
+		r.nextAt = at.Add(m.sig.RetryDelay.Std())
+	}
+	if r.silent {
+		m.blindDirty = true
+		if m.held(r) {
+			if m.blind == nil {
+				m.evalBlind(at) // a streak may be due: decide with this result counted
+			}
+			m.timeTransitions(r, at)
+		}
+	} else if r.state != StateDraining && r.state != StateUnhealthy && r.failRun >= m.sig.UnhealthyAfter {
+		m.transition(r, at, StateUnhealthy, m.unhealthyReason(r))
+	}
+	m.updateSaturation(r)
+}
+
+// unhealthyReason is the reason of a transition to unhealthy, e.g.
+// "health probe: HTTP 500 (2 in a row)".
+func (m *Monitor) unhealthyReason(r *replica) string {
+	return fmt.Sprintf("%s (%d in a row)", r.lastErr, r.failRun)
 }
 
 // applyMetrics stores the metrics of a live replica's scrape and reports
@@ -170,21 +219,34 @@ func (m *Monitor) applyMetrics(r *replica, res scrapeResult, at time.Time) bool 
 	return true
 }
 
-// timeTransitions applies the transitions that depend on time alone:
-// warmup done, and staleness of a ready replica without good metrics.
+// timeTransitions applies the transitions that depend on time alone: a
+// silent failure streak that has lasted a window while the monitor is not
+// blind, warmup done, and staleness of a ready replica without good
+// metrics (see staleDue).
 func (m *Monitor) timeTransitions(r *replica, now time.Time) {
+	if due := m.silentDueAt(r); !due.IsZero() && !now.Before(due) {
+		m.transition(r, now, StateUnhealthy, m.unhealthyReason(r))
+		m.updateSaturation(r)
+		return
+	}
 	switch r.state {
 	case StateWarming:
 		if !now.Before(r.warmStart.Add(m.sig.Warmup.Std())) {
 			m.transition(r, now, StateReady, "warmup done")
 		}
 	case StateReady:
-		if !now.Before(m.staleAt(r)) {
+		if m.staleDue(r) && !now.Before(m.staleAt(r)) {
 			m.transition(r, now, StateStale, fmt.Sprintf("no good metrics for %d intervals: %s", m.sig.StaleAfter, r.lastErr))
 			m.updateSaturation(r) // a stale replica's load is unknown
 		}
 	}
 }
+
+// staleDue reports whether a ready replica may go stale: its latest
+// health probe answered (stale is "alive without good metrics"; a failing
+// one goes unhealthy, or is held) and the monitor is not blind (the last
+// known state holds).
+func (m *Monitor) staleDue(r *replica) bool { return r.failRun == 0 && m.blind == nil }
 
 // staleAt is when a ready replica without new good metrics goes stale.
 func (m *Monitor) staleAt(r *replica) time.Time {
@@ -210,7 +272,12 @@ func (m *Monitor) deadline(r *replica) time.Time {
 	case StateWarming:
 		t = r.warmStart.Add(m.sig.Warmup.Std())
 	case StateReady:
-		t = m.staleAt(r)
+		if m.staleDue(r) {
+			t = m.staleAt(r)
+		}
+	}
+	if due := m.silentDueAt(r); !due.IsZero() && (t.IsZero() || due.Before(t)) {
+		t = due
 	}
 	if d.IsZero() || (!t.IsZero() && t.Before(d)) {
 		d = t

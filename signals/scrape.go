@@ -11,16 +11,26 @@ import (
 	"time"
 )
 
+// UserAgent is the User-Agent header of every probe and scrape.
+const UserAgent = "ilb-signals"
+
 // scrapeResult is the outcome of one scrape of one replica.
 type scrapeResult struct {
 	// alive: the health probe answered 2xx.
 	alive bool
+	// silent: the health probe failed without an answer (a timeout, no
+	// route); false when it failed with one (refused, reset, an HTTP
+	// status). Meaningful only when !alive.
+	silent bool
 	// x is what the mapping read from the metrics; nil when they could
 	// not be fetched or parsed (err says why).
 	x        *extraction
 	err      string
 	result   string // resultOK, resultProbeFailed or resultMetricsError
 	duration time.Duration
+	// slotWait is how long the scrape waited for a worker slot (the
+	// monitor's clock); the requests' own timeouts start after it.
+	slotWait time.Duration
 }
 
 // scrapeBuffers are a worker's reusable buffers.
@@ -41,7 +51,7 @@ func (m *Monitor) scrape(ctx context.Context, cl *cluster, addr string) scrapeRe
 
 func (m *Monitor) scrapeOnce(ctx context.Context, cl *cluster, addr string) scrapeResult {
 	if err := m.probe(ctx, "http://"+addr+cl.cfg.Metrics.HealthPath); err != nil {
-		return scrapeResult{err: err.Error(), result: resultProbeFailed}
+		return scrapeResult{err: err.Error(), silent: isSilent(err), result: resultProbeFailed}
 	}
 	b, _ := m.buffers.Get().(*scrapeBuffers)
 	if b == nil {
@@ -64,18 +74,19 @@ func (m *Monitor) scrapeOnce(ctx context.Context, cl *cluster, addr string) scra
 	return res
 }
 
-// probe GETs a health URL: nil for a 2xx answer.
+// probe GETs a health URL on the probe client: nil for a 2xx answer,
+// else a *probeError that says whether the failure was silent.
 func (m *Monitor) probe(ctx context.Context, u string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.sig.Timeout.Std())
 	defer cancel()
-	resp, err := m.get(ctx, u, "")
+	resp, err := m.get(ctx, m.probeClient, u, "")
 	if err != nil {
-		return m.describe(err)
+		return m.fail(err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("HTTP %d", resp.StatusCode)
+		return definite(fmt.Sprintf("HTTP %d", resp.StatusCode))
 	}
 	return nil
 }
@@ -85,14 +96,14 @@ func (m *Monitor) probe(ctx context.Context, u string) error {
 func (m *Monitor) fetch(ctx context.Context, u string, buf *bytes.Buffer) (http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.sig.Timeout.Std())
 	defer cancel()
-	resp, err := m.get(ctx, u, acceptHeader)
+	resp, err := m.get(ctx, m.client, u, acceptHeader)
 	if err != nil {
-		return nil, m.describe(err)
+		return nil, m.fail(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+		return nil, definite(fmt.Sprintf("HTTP %d", resp.StatusCode))
 	}
 	limit := int64(m.sig.MaxBodyBytes)
 	if resp.ContentLength > limit {
@@ -100,7 +111,7 @@ func (m *Monitor) fetch(ctx context.Context, u string, buf *bytes.Buffer) (http.
 	}
 	buf.Reset()
 	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
-		return nil, fmt.Errorf("reading the body: %w", m.describe(err))
+		return nil, &probeError{msg: "reading the body: " + m.describe(err).Error(), silent: classifyTransport(err)}
 	}
 	if int64(buf.Len()) > limit {
 		return nil, fmt.Errorf("metrics body over %d bytes", limit)
@@ -108,7 +119,7 @@ func (m *Monitor) fetch(ctx context.Context, u string, buf *bytes.Buffer) (http.
 	return resp.Header, nil
 }
 
-func (m *Monitor) get(ctx context.Context, u, accept string) (*http.Response, error) {
+func (m *Monitor) get(ctx context.Context, client *http.Client, u, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
 	if err != nil {
 		return nil, err
@@ -116,8 +127,14 @@ func (m *Monitor) get(ctx context.Context, u, accept string) (*http.Response, er
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	req.Header.Set("User-Agent", "ilb-signals")
-	return m.client.Do(req)
+	req.Header.Set("User-Agent", UserAgent)
+	return client.Do(req)
+}
+
+// fail turns a transport error into a *probeError: the short text of
+// describe, classified by classifyTransport.
+func (m *Monitor) fail(err error) error {
+	return &probeError{msg: m.describe(err).Error(), silent: classifyTransport(err)}
 }
 
 // describe shortens transport errors for reasons: the URL is dropped (the

@@ -45,6 +45,10 @@ func (m *Monitor) build(now time.Time) *Snapshot {
 		n += len(cl.replicas)
 	}
 	s := &Snapshot{At: now, Replicas: make([]Replica, 0, n), Clusters: make(map[string]Cluster, len(m.clusters))}
+	if m.blind != nil {
+		b := *m.blind
+		s.Blind = &b
+	}
 	for _, cl := range m.clusters {
 		start := len(s.Replicas)
 		for _, r := range cl.replicas {

@@ -67,15 +67,30 @@ func TestUnhealthyAfterTwoFailedProbes(t *testing.T) {
 	}
 }
 
+// TestHealthProbeTimeout: a replica whose probes time out (a silent
+// failure) is unhealthy once its streak has lasted the blind window (two
+// intervals) and the monitor is not blind; one that refuses (definite)
+// after UnhealthyAfter failures (TestConnectionRefusedReason).
 func TestHealthProbeTimeout(t *testing.T) {
 	h, f := oneVLLM(t, baseSignals)
 	h.step(0)
 	f.set(answerHang, answerOK, nil)
-	h.step(time.Second)
+	h.step(time.Second) // t=1s: first timeout, the streak begins
 	h.wantState(f.addr(), StateReady)
-	h.step(100 * time.Millisecond)
-	if r := h.wantState(f.addr(), StateUnhealthy); r.Reason != "health probe: timeout after 300ms (2 in a row)" {
+	h.step(100 * time.Millisecond) // 1.1s: second, held for the window
+	if r := h.wantState(f.addr(), StateReady); r.LastError != "health probe: timeout after 300ms" {
+		t.Errorf("last error %q", r.LastError)
+	}
+	h.step(time.Second) // 2.1s: third
+	h.wantState(f.addr(), StateReady)
+	h.step(899 * time.Millisecond) // 2.999s: not yet two intervals
+	h.wantState(f.addr(), StateReady)
+	h.step(time.Millisecond) // 3s
+	if r := h.wantState(f.addr(), StateUnhealthy); r.Reason != "health probe: timeout after 300ms (3 in a row)" {
 		t.Errorf("reason %q", r.Reason)
+	}
+	if b := h.m.Snapshot().Blind; b != nil {
+		t.Errorf("one cluster cannot make the monitor blind: %+v", b)
 	}
 }
 

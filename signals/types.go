@@ -40,6 +40,13 @@ func (s State) serving() bool {
 	return s == StateReady || s == StateWarming || s == StateStale
 }
 
+// taking reports whether a replica in state s counts as serving for the
+// rest of ILB: serving, or starting (not probed yet: the controller counts
+// it as ready and the fast loop does not exclude its cluster).
+func (s State) taking() bool {
+	return s.serving() || s == StateStarting
+}
+
 // Metrics are one replica's latest good values, summed over the series of
 // each metric (one per model when a model label splits them, one per
 // engine with data parallelism).
@@ -126,6 +133,19 @@ type Cluster struct {
 	DiscoveryError string
 }
 
+// Blind says that the monitor takes itself for blind (see "Blindness" in
+// the package documentation): replicas whose failures are silent keep
+// their last known state, and the controller keeps its last good weights.
+type Blind struct {
+	// Reason names the rule that holds, with its figures, e.g. "silent
+	// health probe failures (timeouts, no answer) at once: 2 of 2 serving
+	// replicas of us-east-vllm, 2 of 2 of eu-west-vllm" or "the signals
+	// loop woke 2.3s late (interval 1s)". At most a few hundred bytes.
+	Reason string
+	// Since is when the monitor became blind (the monitor's clock).
+	Since time.Time
+}
+
 // Snapshot is the state of every replica at one instant. It is immutable:
 // the monitor never changes a published snapshot, and readers must not
 // either (slices are shared between snapshots).
@@ -135,6 +155,9 @@ type Snapshot struct {
 	Replicas []Replica
 	// Clusters has one entry per configured engine cluster.
 	Clusters map[string]Cluster
+	// Blind is set while the monitor takes itself for blind; nil when it
+	// trusts what it sees.
+	Blind *Blind
 }
 
 // ClusterStates turns the snapshot into the controller's input: per

@@ -50,6 +50,13 @@ type ControllerOptions struct {
 	// Demand reports measured demand; nil means none (every cell is
 	// planned for controller.min_cell_demand).
 	Demand DemandFunc
+	// Blind says why the cluster state cannot be trusted now, "" when it
+	// can (signals.Monitor.Blind: ILB's own probes fail silently for most
+	// of the fleet, or its signals loop is behind). While it gives a
+	// reason every tick fails static with reason "blind", whatever the
+	// state says, and the last good weights stay. nil: never blind. It is
+	// called once per tick and must be cheap and safe for concurrent use.
+	Blind func() string
 	// Sinks get every new version: all prepare it, then all commit it; a
 	// sink that fails to prepare stops the version for every sink.
 	Sinks    []Sink
@@ -123,7 +130,7 @@ func NewController(o ControllerOptions) (*Controller, error) {
 	return &Controller{
 		opts: o, metrics: m, trigger: make(chan struct{}, 1), tracer: o.TracerProvider.Tracer(tracerName),
 		smooth: NewSmoother(o.Config.Controller.DemandHalfLife.Std()),
-		guard:  guard{cfg: o.Config.Controller},
+		guard:  guard{cfg: o.Config.Controller, blind: o.Blind},
 	}, nil
 }
 

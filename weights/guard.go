@@ -17,10 +17,11 @@ const (
 	reasonBadInput       = "bad_input"
 	reasonSolver         = "solver_error"
 	reasonRejected       = "rejected"
+	reasonBlind          = "blind"
 	implausibleTolerance = 3 // consecutive ticks after which a jump is believed
 )
 
-var failStaticReasons = []string{reasonStaleState, reasonStaleDemand, reasonDemandJump, reasonCapacityDrop, reasonBadInput, reasonSolver, reasonRejected}
+var failStaticReasons = []string{reasonStaleState, reasonStaleDemand, reasonDemandJump, reasonCapacityDrop, reasonBadInput, reasonSolver, reasonRejected, reasonBlind}
 
 // guard checks a tick's inputs before they are used: fresh, and plausible
 // against the inputs last accepted. Both demand and capacity are compared
@@ -29,15 +30,25 @@ var failStaticReasons = []string{reasonStaleState, reasonStaleDemand, reasonDema
 // persists for implausibleTolerance ticks is believed (a real surge or
 // outage) and becomes the level later ticks are compared with, so the
 // controller never stays frozen on a change that is true, nor flaps on it.
+//
+// Before all that, a blind signals monitor (blind returns a reason) fails
+// every tick: the cluster state it reports is its last known one, held
+// because it cannot see, and is not believed however long it lasts.
 type guard struct {
 	cfg          config.Controller
-	lastCapacity float64 // total capacity last accepted, 0 before
-	lastDemand   float64 // total raw demand last accepted, 0 before
-	demandJumps  int     // consecutive ticks with an implausible demand
+	blind        func() string // ControllerOptions.Blind; nil: never blind
+	lastCapacity float64       // total capacity last accepted, 0 before
+	lastDemand   float64       // total raw demand last accepted, 0 before
+	demandJumps  int           // consecutive ticks with an implausible demand
 	capDrops     int
 }
 
 func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt time.Time, raw Demand, demandAt time.Time) (string, error) {
+	if g.blind != nil {
+		if why := g.blind(); why != "" {
+			return reasonBlind, fmt.Errorf("the engine signals are blind: %s", why)
+		}
+	}
 	if age := now.Sub(stateAt); age > g.cfg.StaleAfter.Std() {
 		return reasonStaleState, fmt.Errorf("cluster state observed %s ago (stale after %s)", age.Round(time.Second), g.cfg.StaleAfter)
 	}
