@@ -34,15 +34,23 @@
 //	any ── discovery says drain, or the target left discovery ──► draining
 //
 // A replica that left discovery stays draining for one discovery Refresh,
-// then disappears. A discovery error keeps the last known replicas and is
-// shown as the cluster's DiscoveryError and logged (WARN, once per new
-// message): a DNS failure, and for a file, one that cannot be read, is
-// over 16 MiB, has a malformed line, or is empty or only whitespace — what
-// a file rewritten in place (truncated, then written) looks like for a
-// moment. An explicit empty list is a file with only comment lines: it
-// drains every replica. Rewrite files by rename for atomic changes. Warming replicas count for a linear share of a ready
+// then disappears. Warming replicas count for a linear share of a ready
 // replica, 0.1 → 1 over Signals.Warmup; stale replicas count as full
 // capacity but their load is unknown (never saturated, not in the sums).
+// A ready replica goes stale only while its health probes answer; one
+// whose probes fail goes unhealthy instead (or is held, see Blindness).
+//
+// # Discovery errors
+//
+// A discovery error keeps the last known replicas; it is shown as the
+// cluster's DiscoveryError and logged (WARN, once per new message). It is
+// a DNS failure, or for a file: one that cannot be read, is over 16 MiB,
+// has a malformed line (the first five are named, each quoted up to 64
+// bytes), or is empty or only whitespace — what a file rewritten in place
+// (truncated, then written) looks like for a moment, or a lost volume. An
+// explicit empty list is a file with only comment lines: it drains every
+// replica. A partial rewrite that happens to parse cannot be told from a
+// smaller fleet: write the file elsewhere and rename it over the old one.
 //
 // # Blindness
 //
