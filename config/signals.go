@@ -47,11 +47,13 @@ type Signals struct {
 	// SaturationKV: a replica whose KV cache usage is at least this is
 	// saturated; default 0.95.
 	SaturationKV float64 `yaml:"saturation_kv" json:"saturation_kv"`
-	// BlindFraction: when probes or scrapes of more than this share of
-	// the serving replicas, in two clusters or more, fail silently
-	// (timeouts, not refusals) at once, ILB takes itself for blind rather
-	// than the fleet for dead: it keeps every replica's last known state
-	// and the controller fails static. In (0, 1]; default 0.5.
+	// BlindFraction: when health probes of more than this share (or all)
+	// of the replicas taking traffic, in two clusters or more, fail
+	// silently (timeouts, no answer; not refusals or HTTP errors) at once,
+	// ILB takes itself for blind rather than the fleet for dead: replicas
+	// failing silently keep their last known state and the controller
+	// fails static (blind). ILB is blind too while its signals loop falls
+	// behind. In (0, 1], 1 meaning all; default 0.5.
 	BlindFraction float64 `yaml:"blind_fraction" json:"blind_fraction"`
 	// Mappings are custom metric mappings, referenced by
 	// clusters[].metrics.mapping.
@@ -83,7 +85,13 @@ type Discovery struct {
 	Port int    `yaml:"port,omitempty" json:"port,omitempty"`
 	SRV  bool   `yaml:"srv,omitempty" json:"srv,omitempty"`
 	// File is a file of host:port lines (file); a line may end with
-	// " draining" to drain that replica. Re-read when it changes.
+	// " draining" to drain that replica; '#' starts a comment. Re-read when
+	// it changes. A file that is empty or only whitespace (as an in-place
+	// rewrite looks while truncated), unreadable, over 16 MiB or with a
+	// malformed line keeps the last targets and is reported (the cluster's
+	// discovery error and a log line); a file with only comment lines is an
+	// explicit empty list and drains every replica. Replace the file by
+	// rename.
 	File string `yaml:"file,omitempty" json:"file,omitempty"`
 	// Refresh is how often DNS is re-resolved or the file checked;
 	// default 10s.

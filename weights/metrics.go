@@ -25,7 +25,7 @@ func newControllerMetrics(reg *prometheus.Registry) (*controllerMetrics, error) 
 		}),
 		reasons: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ilb_controller_fail_static",
-			Help: "1 for the reason the controller is keeping its last good weights (stale_state, stale_demand, demand_jump, capacity_drop, bad_input, solver_error, rejected); all 0 when the weights are fresh.",
+			Help: "1 for the reason the controller is keeping its last good weights (stale_state, stale_demand, demand_jump, capacity_drop, bad_input, solver_error, rejected, blind); all 0 when the weights are fresh.",
 		}, []string{"reason"}),
 	}
 	for _, r := range failStaticReasons {

@@ -45,7 +45,12 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 		fmt.Fprintln(w, "engine signals are off (signals.disabled): every configured endpoint counts as ready")
 	} else {
 		s := v.Signals
-		fmt.Fprintf(w, "engine signals at %s (%s ago)\n\n", s.At.UTC().Format(time.RFC3339), age(now, s.At))
+		fmt.Fprintf(w, "engine signals at %s (%s ago)\n", s.At.UTC().Format(time.RFC3339), age(now, s.At))
+		if b := s.Blind; b != nil {
+			fmt.Fprintf(w, "BLIND since %s (%s): %s\n", b.Since.UTC().Format(time.RFC3339), age(now, b.Since), b.Reason)
+			fmt.Fprintln(w, "  replicas failing silently keep their last known state; the controller keeps its last weights")
+		}
+		fmt.Fprintln(w)
 		names := make([]string, 0, len(s.Clusters))
 		for n := range s.Clusters {
 			if only == "" || n == only {
