@@ -210,3 +210,19 @@ func checkNumbers(t *testing.T, path string, v reflect.Value) {
 		}
 	}
 }
+
+// TestValidateIsStable: found by FuzzParse: the problems of
+// signals.mappings came in map order, so one file gave its problems in a
+// different order from one run to the next.
+func TestValidateIsStable(t *testing.T) {
+	data := []byte("signals:\n  mappings: {a: {}, b: {}, c: {}, d: {}, e: {}}\n")
+	_, want := config.Parse(data)
+	if want == nil || !strings.Contains(want.Error(), "signals.mappings.a: waiting and running are required metric names\nsignals.mappings.b:") {
+		t.Fatalf("Parse = %v; want the mappings' problems in name order", want)
+	}
+	for range 20 {
+		if _, err := config.Parse(data); errString(err) != errString(want) {
+			t.Fatalf("Parse gave\n%v\nthen\n%v", want, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -168,8 +169,8 @@ func (c *Config) validateSignals(p *problems) {
 	if !finite(s.BlindFraction) || s.BlindFraction <= 0 || s.BlindFraction > 1 {
 		p.addf("signals.blind_fraction", "%v is out of range: want a number in (0, 1]", s.BlindFraction)
 	}
-	for name, m := range s.Mappings {
-		if m.Waiting == "" || m.Running == "" {
+	for _, name := range slices.Sorted(maps.Keys(s.Mappings)) { // the same problems in the same order every time
+		if m := s.Mappings[name]; m.Waiting == "" || m.Running == "" {
 			p.addf("signals.mappings."+name, "waiting and running are required metric names")
 		}
 	}

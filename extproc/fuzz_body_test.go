@@ -24,7 +24,8 @@ var bodyFields = []string{
 // endpoint. Invariants: no panic; the same bytes give the same answer; a
 // refusal is a *RequestError with status 400, a code, a message of at most
 // fuzzMaxErrMsg bytes and a param that is "" or a body field; an accepted
-// body is a JSON object with a non-empty model no longer than the body,
+// body is a JSON object with a non-empty model no longer than the body
+// once decoded (3 bytes for each invalid UTF-8 byte),
 // max_tokens >= 0, and a prompt estimate of at least 1 and at most the
 // body's size / 4; the OpenAI endpoints accept only bodies with their
 // prompt field.
@@ -76,18 +77,21 @@ func FuzzRequestBody(f *testing.F) {
 				}
 				continue
 			}
+			// A decoded string is no longer than the body, but for invalid
+			// UTF-8: each bad byte becomes U+FFFD, 3 bytes.
+			maxDecoded := 3 * len(data)
 			var obj map[string]json.RawMessage
 			if json.Unmarshal(data, &obj) != nil || obj == nil {
 				t.Fatalf("%s: accepted %q, which is not a JSON object", ep, data)
 			}
 			switch {
-			case b.Model == "" || len(b.Model) > len(data):
+			case b.Model == "" || len(b.Model) > maxDecoded:
 				t.Fatalf("%s: model %.100q of %d bytes from a %d-byte body", ep, b.Model, len(b.Model), len(data))
 			case b.MaxTokens < 0:
 				t.Fatalf("%s: max tokens %d", ep, b.MaxTokens)
 			case b.PromptTokens < 1 || b.PromptTokens > max(1, len(data)/4):
 				t.Fatalf("%s: prompt estimate %d tokens from a %d-byte body", ep, b.PromptTokens, len(data))
-			case len(b.User) > len(data) || len(b.PromptCacheKey) > len(data):
+			case len(b.User) > maxDecoded || len(b.PromptCacheKey) > maxDecoded:
 				t.Fatalf("%s: user or cache key longer than the body: %+v", ep, b)
 			}
 			if field, _ := promptOf(ep, openAIBody{}); field != "" && !hasPromptField(obj, field) {
