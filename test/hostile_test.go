@@ -11,6 +11,14 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/sim/engine"
 	"github.com/ilbproject/ilb/sim/loadgen"
@@ -149,4 +157,63 @@ func TestInflatedDemandShedsNoOne(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestIdleStreamsDoNotStarveRouting: thousands of ext_proc streams that
+// send request headers and never the body they announce (a client, or a
+// broken Envoy, holding them) while ordinary traffic flows: every ordinary
+// request is routed (no 503 no_capacity, no 429), and ILB ends every idle
+// stream after extproc.stream_idle_timeout.
+func TestIdleStreamsDoNotStarveRouting(t *testing.T) {
+	const idle = 2000
+	s := startWorld(t, nil, func(c *config.Config) { c.Controller.Policy = config.PolicyProportional })
+	us := envoyURL(t, s, "edge-us")
+	conn, err := grpc.NewClient(s.App.ExtProcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := extprocv3.NewExternalProcessorClient(conn)
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-ilb-source", "edge-us"))
+	defer cancel()
+	ended := make(chan codes.Code, idle)
+	for range idle {
+		st, err := client.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+			}},
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				if _, err := st.Recv(); err != nil {
+					ended <- status.Code(err)
+					return
+				}
+			}
+		}()
+	}
+	results, err := loadgen.Run(context.Background(), loadgen.Options{
+		Targets: []loadgen.Target{{Source: "edge-us", URL: us}}, Models: []string{"llama-3.1-8b-instruct"},
+		Concurrency: 4, MaxTokens: 8, Duration: 3 * time.Second, Seed: 9,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("an ordinary request got %d (%v) while %d streams idled", r.Status, r.Err, idle)
+		}
+	}
+	for i := range idle {
+		if c := <-ended; c != codes.DeadlineExceeded {
+			t.Fatalf("idle stream %d ended with %s; want DeadlineExceeded from ILB", i, c)
+		}
+	}
+	t.Logf("%d ordinary requests served while %d idle streams were open and then timed out", len(results), idle)
 }
