@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +22,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/sim/engine"
 	"github.com/ilbproject/ilb/sim/loadgen"
+	"github.com/ilbproject/ilb/sim/stack"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -216,4 +220,79 @@ func TestIdleStreamsDoNotStarveRouting(t *testing.T) {
 		}
 	}
 	t.Logf("%d ordinary requests served while %d idle streams were open and then timed out", len(results), idle)
+}
+
+// TestFakeLRSReportsChangeNothing: a reporter on the xDS port sends
+// +Inf, NaN, 1e308 (twice) and then falls silent: its entries are refused
+// with reasons, the controller keeps ticking on fresh demand (it never
+// fails static), /debug/signals still answers, and edge-us's llama cell
+// stays where real demand puts it.
+func TestFakeLRSReportsChangeNothing(t *testing.T) {
+	s := startWorld(t, nil, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyOptimizer
+		c.Controller.Tick = config.Duration(200 * time.Millisecond)
+	})
+	before, _ := s.App.Controller.Current().Cell("edge-us", "llama-3.1-8b-instruct")
+	conn, err := grpc.NewClient(s.App.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	node := demand.ReporterNode("fake-reporter")
+	client := demand.NewClient(conn, node)
+	defer client.Close()
+	k := demand.Key{Source: "edge-us", Model: "llama-3.1-8b-instruct", Priority: weights.Standard}
+	for _, cost := range []float64{math.Inf(1), math.NaN(), 1e308, 1e308} {
+		if err := client.Report(demand.Encode(node, map[demand.Key]demand.Counts{k: {Requests: 1, TokenCost: cost}}, time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the fake entries are refused", 10*time.Second, func() bool { return s.App.Demand.Status().Dropped >= 4 })
+	// The reporter now stays silent: it expires within three report
+	// intervals, and the controller ticks on fresh demand meanwhile.
+	waitUntil(t, "the silent reporter expires", 20*time.Second, func() bool { return s.App.Demand.Status().Expired >= 1 })
+	ticks := func() float64 { v, _ := promValue(t, s, `ilb_controller_ticks_total{result="failed"}`); return v }
+	failed := ticks()
+	published := len(s.App.History.Versions(1000))
+	waitUntil(t, "five more ticks", 20*time.Second, func() bool {
+		v, _ := promValue(t, s, `ilb_controller_ticks_total{result="unchanged"}`)
+		return v >= 5 || len(s.App.History.Versions(1000)) >= published+5
+	})
+	if got := ticks(); got != failed {
+		t.Errorf("the controller failed %v ticks after the fake reports; want none (status %q)", got-failed, s.App.Controller.Current().Status())
+	}
+	resp, err := http.Get("http://" + s.App.AdminAddr() + "/debug/signals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "token cost") {
+		t.Errorf("/debug/signals: %d, refusals shown: %v", resp.StatusCode, strings.Contains(string(b), "token cost"))
+	}
+	after, _ := s.App.Controller.Current().Cell("edge-us", "llama-3.1-8b-instruct")
+	if fmt.Sprint(after.Targets) != fmt.Sprint(before.Targets) || after.Shed != before.Shed {
+		t.Errorf("edge-us llama moved from %v to %v (shed %v): fake reports skewed it", before.Targets, after.Targets, after.Shed)
+	}
+}
+
+// promValue reads one sample of the admin /metrics by its exact series.
+func promValue(t *testing.T, s *stack.Stack, series string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.App.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }
