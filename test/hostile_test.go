@@ -251,12 +251,11 @@ func TestFakeLRSReportsChangeNothing(t *testing.T) {
 	// The reporter now stays silent: it expires within three report
 	// intervals, and the controller ticks on fresh demand meanwhile.
 	waitUntil(t, "the silent reporter expires", 20*time.Second, func() bool { return s.App.Demand.Status().Expired >= 1 })
-	ticks := func() float64 { v, _ := promValue(t, s, `ilb_controller_ticks_total{result="failed"}`); return v }
+	ticks := func() float64 { return promValue(t, s, `ilb_controller_ticks_total{result="failed"}`) }
 	failed := ticks()
 	published := len(s.App.History.Versions(1000))
 	waitUntil(t, "five more ticks", 20*time.Second, func() bool {
-		v, _ := promValue(t, s, `ilb_controller_ticks_total{result="unchanged"}`)
-		return v >= 5 || len(s.App.History.Versions(1000)) >= published+5
+		return promValue(t, s, `ilb_controller_ticks_total{result="unchanged"}`) >= 5 || len(s.App.History.Versions(1000)) >= published+5
 	})
 	if got := ticks(); got != failed {
 		t.Errorf("the controller failed %v ticks after the fake reports; want none (status %q)", got-failed, s.App.Controller.Current().Status())
@@ -276,8 +275,9 @@ func TestFakeLRSReportsChangeNothing(t *testing.T) {
 	}
 }
 
-// promValue reads one sample of the admin /metrics by its exact series.
-func promValue(t *testing.T, s *stack.Stack, series string) (float64, bool) {
+// promValue reads one sample of the admin /metrics by its exact series;
+// 0 when the series is not exposed.
+func promValue(t *testing.T, s *stack.Stack, series string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + s.App.AdminAddr() + "/metrics")
 	if err != nil {
@@ -291,8 +291,11 @@ func promValue(t *testing.T, s *stack.Stack, series string) (float64, bool) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			v, err := strconv.ParseFloat(rest, 64)
-			return v, err == nil
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return v
 		}
 	}
-	return 0, false
+	return 0
 }
