@@ -266,8 +266,8 @@ func TestValidate(t *testing.T) {
 			[]string{`extproc.decision_log_bytes: 10 is too small`, `extproc.max_streams: 0 is not positive`},
 		},
 		{
-			"nack quorum", func(c *config.Config) { c.Envoy.Rollout.NACKQuorum = 0 },
-			[]string{`envoy.rollout.nack_quorum: 0 is out of range: want a share in (0, 1]`},
+			"nack quorum", func(c *config.Config) { c.Envoy.Rollout.NACKQuorum = 1 },
+			[]string{`envoy.rollout.nack_quorum: 1 is out of range: want a share in [0, 1)`},
 		},
 		{
 			"blind fraction", func(c *config.Config) { c.Signals.BlindFraction = 2 },

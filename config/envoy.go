@@ -93,12 +93,14 @@ type Rollout struct {
 	// Soak is how long every canary must have run a version (ACKed it)
 	// before it is promoted to the rest; default 30s.
 	Soak Duration `yaml:"soak" json:"soak"`
-	// NACKQuorum is the share of a source's connected Envoys (distinct
-	// node ids) that must reject a version before it is banned for the
-	// whole source and the source rolled back; below it, only the Envoys
-	// that rejected it keep their last accepted version (and get nothing
-	// new until the content changes). A canary's rejection always holds a
-	// canary rollout. In (0, 1]; default 0.5.
+	// NACKQuorum: a version is banned for the whole source, and the
+	// source rolled back, when more than this share of the source's
+	// connected Envoys (distinct node ids) rejected it; below it, only the
+	// Envoys that rejected it keep their last accepted version (and get
+	// nothing new until the content changes). A canary's rejection always
+	// holds a canary rollout. In [0, 1): 0 bans on any rejection; default
+	// 0.5, a strict majority (one Envoy beside another never bans; the only
+	// Envoy of a source does).
 	NACKQuorum float64 `yaml:"nack_quorum" json:"nack_quorum"`
 	// NodeTTL is how long an Envoy that closed all its xDS streams stays
 	// listed (rollout status, /debug/xds, NACK quorum) before it is

@@ -74,8 +74,8 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 	if ev.Rollout.Soak.Std() < 0 {
 		p.addf("envoy.rollout.soak", "%s is negative", ev.Rollout.Soak)
 	}
-	if q := ev.Rollout.NACKQuorum; !finite(q) || q <= 0 || q > 1 {
-		p.addf("envoy.rollout.nack_quorum", "%v is out of range: want a share in (0, 1]", q)
+	if q := ev.Rollout.NACKQuorum; !finite(q) || q >= 1 {
+		p.addf("envoy.rollout.nack_quorum", "%v is out of range: want a share in [0, 1) (more than it of a source's Envoys must reject a version to ban it)", q)
 	}
 	if ev.Rollout.NodeTTL.Std() <= 0 {
 		p.addf("envoy.rollout.node_ttl", "%s is not positive: want a duration such as 5m", ev.Rollout.NodeTTL)

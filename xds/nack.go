@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"math"
 	"strings"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -24,8 +23,8 @@ import (
 //   - Otherwise the version is banned for the source (never sent again;
 //     later snapshots keep the last good version of that type) and the
 //     source rolled back to its newest snapshot that a node acknowledged
-//     in full and that holds no banned version, only when at least
-//     ⌈envoy.rollout.nack_quorum × connected⌉ (and at least one) of the
+//     in full and that holds no banned version, only when more than
+//     envoy.rollout.nack_quorum × connected (and at least one) of the
 //     source's connected nodes (distinct node ids with an open stream)
 //     rejected it: their last rejection of that type is this version. The
 //     count is taken when a NACK arrives, over the nodes connected then.
@@ -119,11 +118,12 @@ func (s *Server) nacked(ctx context.Context, e event) {
 		append(attrs, "back_to_routes", good.GetVersion(resource.RouteType))...)
 }
 
-// quorumReached reports whether rejectors of connected nodes reach the
-// share q: at least ⌈q × connected⌉ of them, and at least one.
+// quorumReached reports whether rejectors of connected nodes are more
+// than the share q of them (and at least one): with the default 0.5, a
+// strict majority, so that one Envoy (or one fake node) beside a real one
+// never bans a version for its source; the only Envoy of a source does.
 func quorumReached(rejectors, connected int, q float64) bool {
-	need := int(math.Ceil(q*float64(connected) - 1e-9))
-	return rejectors >= max(need, 1)
+	return rejectors >= 1 && float64(rejectors) > q*float64(connected)+1e-9
 }
 
 // nackSpan starts the span of a NACK: the node, the type and version it

@@ -17,7 +17,7 @@ import (
 )
 
 // TestNACKQuorum: a version is banned for the source, and the source
-// rolled back, only when at least nack_quorum of its connected Envoys
+// rolled back, only when more than nack_quorum of its connected Envoys
 // rejected it; below that, the Envoys that rejected it are held and the
 // others keep it. The decision of each NACK is read from its span
 // ("ilb.xds.nack", ended once decided), so no test waits for something
@@ -30,9 +30,11 @@ func TestNACKQuorum(t *testing.T) {
 		banned  bool
 	}{
 		{"one of three at quorum 0.5: held", 0.5, 1, false},
+		{"at quorum 0 any rejection bans", 0, 1, true},
 		{"two of three at quorum 0.5: banned", 0.5, 2, true},
 		{"three of three at quorum 0.5: banned", 0.5, 3, true},
-		{"two of three at quorum 1: held", 1, 2, false},
+		{"two of three at quorum 0.9: held", 0.9, 2, false},
+		{"three of three at quorum 0.9: banned", 0.9, 3, true},
 		{"one of three at quorum 0.3: banned", 0.3, 1, true},
 	}
 	for _, tc := range tests {

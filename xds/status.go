@@ -82,7 +82,7 @@ type RejectedVersion struct {
 	NACK
 	// By is "canary" (a canary rejected it during a canary rollout) or
 	// "quorum" (Rejectors of the Connected Envoys of the source had
-	// rejected it, at least envoy.rollout.nack_quorum of them).
+	// rejected it, more than envoy.rollout.nack_quorum of them).
 	By        string `json:"by"`
 	Rejectors int    `json:"rejectors,omitempty"`
 	Connected int    `json:"connected,omitempty"`
