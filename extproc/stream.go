@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -74,13 +75,6 @@ const (
 	awaitResponse              // ILB answered the request path
 )
 
-// received is one message (or the error that ended the stream) read by a
-// stream's receiver.
-type received struct {
-	req *extprocv3.ProcessingRequest
-	err error
-}
-
 // Process handles one ext_proc stream. Envoy sends request headers, then
 // (BUFFERED) the whole request body, then response headers; every message
 // gets exactly one answer of the matching type, or an ImmediateResponse.
@@ -108,50 +102,79 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return err //nolint:wrapcheck // the authorizer's gRPC status is the answer
 		}
 	}
-	defer s.endSpan(x)
-	defer s.unbooked(x)
-	// The receiver reads ahead so that an idle stream can be timed out:
-	// a blocked Recv cannot be interrupted otherwise. It ends with the
-	// stream (Recv fails once the handler returns).
-	msgs := make(chan received, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			select {
-			case msgs <- received{req, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	// The stream is served on its own goroutine while this one watches
+	// that Envoy does not owe a message for too long: a Recv that blocks
+	// cannot be interrupted, but returning from this handler ends the
+	// stream, which makes it fail. Messages reach the serving goroutine
+	// straight from gRPC: no hand-off per message.
+	var w watch
 	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
+	done := make(chan error, 1)
+	go func() { done <- s.serve(ctx, stream, x, &w, idle) }()
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
-		if x.stage == awaitResponse {
-			timer.Stop()
-		} else {
-			timer.Reset(idle)
-		}
-		var m received
 		select {
-		case m = <-msgs:
+		case err := <-done:
+			return err
 		case <-timer.C:
+		}
+		d, st := w.deadline.Load(), stage(w.stage.Load())
+		switch {
+		case d == watchNone: // awaiting the response: no bound any more
+			return <-done
+		case d == watchBusy: // handling a message: look again later
+			timer.Reset(idle)
+		case time.Until(time.Unix(0, d)) > 0:
+			timer.Reset(time.Until(time.Unix(0, d)))
+		default:
 			s.metrics.refused.WithLabelValues(refusedIdle).Inc()
-			return status.Errorf(codes.DeadlineExceeded, "ext_proc: no %s for %s (extproc.stream_idle_timeout)", x.stage, idle)
-		case <-ctx.Done():
+			return status.Errorf(codes.DeadlineExceeded, "ext_proc: no %s for %s (extproc.stream_idle_timeout)", st, idle)
+		}
+	}
+}
+
+// watch is what a stream's serving goroutine tells its watcher: by when
+// (Unix nanoseconds) Envoy owes the next message, or watchBusy while a
+// message is handled, or watchNone once no bound applies.
+type watch struct {
+	deadline atomic.Int64
+	stage    atomic.Uint32
+}
+
+const (
+	watchBusy int64 = 0
+	watchNone int64 = -1
+)
+
+// waitFor notes that the stream now waits for st.
+func (w *watch) waitFor(st stage, idle time.Duration) {
+	w.stage.Store(uint32(st))
+	if st == awaitResponse {
+		w.deadline.Store(watchNone)
+		return
+	}
+	w.deadline.Store(time.Now().Add(idle).UnixNano())
+}
+
+// serve answers the messages of one stream until it ends, an
+// ImmediateResponse is sent or a message breaks the protocol.
+func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, w *watch, idle time.Duration) error {
+	defer s.endSpan(x)
+	defer s.unbooked(x)
+	for {
+		w.waitFor(x.stage, idle)
+		req, err := stream.Recv()
+		if x.stage != awaitResponse {
+			w.deadline.Store(watchBusy)
+		}
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 			return nil
 		}
-		if errors.Is(m.err, io.EOF) || status.Code(m.err) == codes.Canceled {
-			return nil
+		if err != nil {
+			return fmt.Errorf("extproc: receive: %w", err)
 		}
-		if m.err != nil {
-			return fmt.Errorf("extproc: receive: %w", m.err)
-		}
-		resp, err := s.handle(ctx, x, m.req)
+		resp, err := s.handle(ctx, x, req)
 		if err != nil {
 			s.metrics.refused.WithLabelValues(refusedProtocol).Inc()
 			return err
