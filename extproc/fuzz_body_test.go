@@ -14,6 +14,9 @@ import (
 // what the client sent, never all of it.
 const fuzzMaxErrMsg = 2048
 
+// fuzzMaxBody caps the repeated part of a fuzzed body.
+const fuzzMaxBody = 1 << 16
+
 // bodyFields are the request fields parseBody may name in an error.
 var bodyFields = []string{
 	"", "model", "stream", "max_tokens", "max_completion_tokens", "user", "prompt_cache_key",
@@ -21,7 +24,8 @@ var bodyFields = []string{
 }
 
 // FuzzRequestBody feeds arbitrary request bodies to parseBody for every
-// endpoint. Invariants: no panic; the same bytes give the same answer; a
+// endpoint; a body is head + mid×n + tail, so bodies and values reach
+// tens of KiB, beyond the fuzzer's small inputs. Invariants: no panic; the same bytes give the same answer; a
 // refusal is a *RequestError with status 400, a code, a message of at most
 // fuzzMaxErrMsg bytes and a param that is "" or a body field; an accepted
 // body is a JSON object with a non-empty model no longer than the body
@@ -46,14 +50,30 @@ func FuzzRequestBody(f *testing.F) {
 		`"m"`,
 		`null`,
 		`  `,
-		`{"model":"m","messages":[{"content":"` + string(bytes.Repeat([]byte("x"), 4096)) + `"}]}`,
 		`{"model":"m"`,
 		"{\"model\":\"m\",\"messages\":[]}\x00",
 	} {
-		f.Add([]byte(s))
+		f.Add([]byte(s), []byte(nil), []byte(nil), uint16(0))
+	}
+	// Large bodies: head, then mid repeated n times, then tail.
+	for _, s := range []struct {
+		head, mid, tail string
+		n               uint16
+	}{
+		{`{"model":"m","messages":[{"content":"`, "x", `"}]}`, 4096},
+		{`{"model":"m","messages":[`, `{"role":"user","content":"hi"},`, `{}]}`, 500},
+		{`{"model":"`, `m`, `","prompt":"p"}`, 300},
+		{`{"model":"m","input":[`, `[1,2],`, `[]],"user":"u"}`, 1000},
+		{`{"model":"m","prompt":"p","user":"`, `é`, `"}`, 200},
+	} {
+		f.Add([]byte(s.head), []byte(s.mid), []byte(s.tail), s.n)
 	}
 	endpoints := []Endpoint{EndpointChat, EndpointCompletions, EndpointEmbeddings, EndpointOther}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, head, mid, tail []byte, n uint16) {
+		data := head
+		if len(mid)*int(n) <= fuzzMaxBody {
+			data = slices.Concat(head, bytes.Repeat(mid, int(n)), tail)
+		}
 		for _, ep := range endpoints {
 			b, err := parseBody(ep, data)
 			b2, err2 := parseBody(ep, data)
