@@ -63,7 +63,10 @@ FUZZ_TARGETS     ?= \
 	./signals:FuzzParseTargets \
 	./signals:FuzzParseExposition \
 	./weights:FuzzParseDemandFile \
-	./extproc:FuzzRequestBody
+	./extproc:FuzzRequestBody \
+	./extproc:FuzzStream \
+	./demand:FuzzReport \
+	./xds:FuzzRequests
 
 fuzz:
 	@mkdir -p out/fuzz; : > out/fuzz/summary.txt; failed=0; \
