@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -81,7 +82,8 @@ func (k *checker) warnf(where, format string, args ...any) {
 //   - ext_proc mode rules (FULL_DUPLEX_STREAMED needs trailer SEND and no
 //     fail-open; http_service sends no body), the router filter is last.
 //
-// Problems come sorted by where they are, errors and warnings mixed.
+// Problems come sorted by where they are, then by message, errors and
+// warnings mixed.
 func (b *Bundle) Check() []Problem {
 	k := &checker{b: b, clusters: map[string]*clusterv3.Cluster{}, static: map[string]bool{}, routes: map[string]bool{}, eps: map[string]bool{}}
 	k.validate()
@@ -98,7 +100,11 @@ func (b *Bundle) Check() []Problem {
 	for _, rc := range b.Routes {
 		k.checkRouteConfig(fmt.Sprintf("route configuration %q", rc.GetName()), rc)
 	}
-	slices.SortStableFunc(k.problems, func(a, b Problem) int { return strings.Compare(a.Where, b.Where) })
+	// By place, then message: problems found while walking maps (whose
+	// order Go randomises) come out the same on every run.
+	slices.SortStableFunc(k.problems, func(a, b Problem) int {
+		return cmp.Or(strings.Compare(a.Where, b.Where), strings.Compare(a.Message, b.Message))
+	})
 	return k.problems
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // Endpoint is the OpenAI API a request calls.
@@ -74,13 +76,14 @@ func parseBody(ep Endpoint, data []byte) (Body, error) {
 		switch {
 		case errors.As(err, &te):
 			if te.Field == "" {
-				return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is a JSON %s: want a JSON object", te.Value))
+				return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is a JSON %s: want a JSON object", bound.String(te.Value, bound.Excerpt)))
 			}
-			return Body{}, badRequest(te.Field, "invalid_type", fmt.Sprintf("field %q is a JSON %s: want %s", te.Field, te.Value, jsonKind(te.Type.String())))
+			return Body{}, badRequest(bound.String(te.Field, bound.Excerpt), "invalid_type", fmt.Sprintf("field %s is a JSON %s: want %s",
+				bound.Quote(te.Field, bound.Excerpt), bound.String(te.Value, bound.Excerpt), jsonKind(te.Type.String())))
 		case errors.As(err, &se):
 			return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is not valid JSON: %v (at byte %d)", se, se.Offset))
 		default:
-			return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is not valid JSON: %v", err))
+			return Body{}, badRequest("", "invalid_json", "the request body is not valid JSON: "+bound.String(err.Error(), bound.Excerpt))
 		}
 	}
 	var b Body
@@ -89,7 +92,7 @@ func parseBody(ep Endpoint, data []byte) (Body, error) {
 		return Body{}, badRequest("model", "missing_required_parameter", "the request names no model: set the \"model\" field")
 	default:
 		if err := json.Unmarshal(m, &b.Model); err != nil {
-			return Body{}, badRequest("model", "invalid_type", fmt.Sprintf("field \"model\" is %s: want a string", m))
+			return Body{}, badRequest("model", "invalid_type", fmt.Sprintf("field \"model\" is %s: want a string", bound.String(string(m), bound.Excerpt)))
 		}
 		if b.Model == "" {
 			return Body{}, badRequest("model", "missing_required_parameter", "field \"model\" is empty: name a model")

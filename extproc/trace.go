@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // spanName is the name of the decision span. The GenAI semantic
@@ -161,7 +163,7 @@ func (s *Server) spanRejected(x *exchange, re *RequestError) {
 	}
 	s.spanRequest(x)
 	x.span.SetAttributes(attrErrorType.String(re.Code), attrReason.String(re.Code), attrStatusCode.Int(re.Status))
-	x.span.SetStatus(codes.Error, re.Msg)
+	x.span.SetStatus(codes.Error, bound.String(re.Msg, bound.Message))
 	s.endSpan(x)
 }
 

@@ -1,7 +1,6 @@
 package signals
 
 import (
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -74,50 +73,4 @@ func BenchmarkParse(b *testing.B) {
 			}
 		})
 	}
-}
-
-// FuzzExposition feeds arbitrary bodies through parse and every built-in
-// mapping: no panic, and never a NaN, an infinity, a negative count or a
-// KV usage outside [0, 1] in the result.
-func FuzzExposition(f *testing.F) {
-	for _, name := range []string{"vllm.txt", "sglang.txt", "tgi.txt", "trtllm.txt", "triton_trtllm.txt", "nan_values.txt", "missing_metric.txt", "garbage.txt", "truncated.txt"} {
-		f.Add(readFixture(f, name), false)
-	}
-	f.Add(readFixture(f, "openmetrics.txt"), true)
-	f.Add([]byte("vllm:num_requests_waiting 1e308\nvllm:num_requests_waiting{a=\"b\"} 1e308\nvllm:num_requests_running -0\n"), false)
-	mappings := map[config.EngineKind]*mapping{}
-	for k, spec := range builtinMappings {
-		mp, err := spec.compile()
-		if err != nil {
-			f.Fatal(err)
-		}
-		mappings[k] = mp
-	}
-	f.Fuzz(func(t *testing.T, body []byte, openMetrics bool) {
-		ct := ctTxt
-		if openMetrics {
-			if len(body) > 2048 {
-				return // expfmt's OpenMetrics parser costs milliseconds per line
-			}
-			ct = ctOM
-		}
-		for kind, mp := range mappings {
-			x, err := readWith(mp, body, ct)
-			if err != nil {
-				continue
-			}
-			m := x.metrics
-			for _, v := range []float64{m.Waiting, m.Running, m.KVUsage, m.PromptTokens, m.GenerationTokens, m.TokensPerSecond, x.tokens} {
-				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-					t.Fatalf("%s: bad value %v in %+v", kind, v, m)
-				}
-			}
-			if m.KVUsage > 1 || (!m.KVKnown && m.KVUsage != 0) {
-				t.Fatalf("%s: KV %v known=%v", kind, m.KVUsage, m.KVKnown)
-			}
-			if !x.good && len(m.Problems) == 0 {
-				t.Fatalf("%s: bad metrics without a problem: %+v", kind, m)
-			}
-		}
-	})
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // mapping turns parsed metric families into [Metrics] for one engine kind.
@@ -199,6 +201,9 @@ func (r *reader) read(sig signal, fraction bool) (float64, bool) {
 
 type presence struct{ present, valid bool }
 
+// maxModels bounds the models one replica's metrics may name.
+const maxModels = 64
+
 // sum adds (or, with maxOf, takes the largest of) the selector's series,
 // noting models and bad values.
 func (r *reader) sum(sel selector, maxOf bool) (float64, presence) {
@@ -225,8 +230,10 @@ func (r *reader) sum(sel selector, maxOf bool) (float64, presence) {
 		case !maxOf:
 			total += s.value
 		}
-		if s.model != "" && !slices.Contains(r.models, s.model) {
-			r.models = append(r.models, s.model)
+		// The model label comes from the engine: bounded in length, and
+		// in number (a replica serves a few models, not thousands).
+		if model := bound.String(s.model, bound.Name); model != "" && len(r.models) < maxModels && !slices.Contains(r.models, model) {
+			r.models = append(r.models, model)
 		}
 		if !valid {
 			break

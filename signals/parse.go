@@ -9,6 +9,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // acceptHeader asks for the Prometheus text format only. Python's
@@ -55,7 +57,9 @@ type parseScratch struct {
 func originalLine(err error, lines []int32) error {
 	var pe expfmt.ParseError
 	if !errors.As(err, &pe) {
-		return fmt.Errorf("parse error: %w", err)
+		// The parser's messages quote the engine's text: bounded, as they
+		// are kept per replica and shown by /debug/signals.
+		return errors.New("parse error: " + bound.String(err.Error(), bound.Message-64))
 	}
 	line := pe.Line
 	switch {
@@ -64,7 +68,7 @@ func originalLine(err error, lines []int32) error {
 	case len(lines) > 0:
 		line = int(lines[len(lines)-1])
 	}
-	return fmt.Errorf("parse error at line %d: %s", line, pe.Msg)
+	return fmt.Errorf("parse error at line %d: %s", line, bound.String(pe.Msg, bound.Message-64))
 }
 
 // filterLines appends to dst the lines of body worth parsing and to lines
