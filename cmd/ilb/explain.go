@@ -81,7 +81,12 @@ func printRecord(w io.Writer, r extproc.Record) { printStory(w, r, "") }
 func printStory(w io.Writer, r extproc.Record, traceURL string) {
 	p := func(k, f string, a ...any) { fmt.Fprintf(w, "%-11s %s\n", k, fmt.Sprintf(f, a...)) }
 	p("request", "%s  %s %s  at %s", r.RequestID, r.Method, r.Path, r.Start.UTC().Format(time.RFC3339Nano))
-	p("source", "%s  (priority %s)", r.Source, r.Priority)
+	prio := map[string]string{
+		"header":         ", from x-ilb-priority",
+		"ignored-header": ", the source's default: its x-ilb-priority was ignored (the source does not trust it)",
+		"default":        ", the source's default",
+	}[r.PriorityFrom]
+	p("source", "%s  (priority %s%s)", r.Source, r.Priority, prio)
 	if r.Model != "" {
 		asked := ""
 		if r.RequestedModel != r.Model {
@@ -93,6 +98,13 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 			"default": "the request names none: the source's default model",
 		}[r.ModelFrom]
 		p("model", "%s%s, %s; stream %v, max_tokens %d, ~%d prompt tokens", r.Model, asked, how, r.Stream, r.MaxTokens, r.PromptTokens)
+	}
+	if r.TokenCost > 0 {
+		booked := "all of it"
+		if r.DemandBooked < r.TokenCost {
+			booked = fmt.Sprintf("%.0f (an ordinary request's worth: the rest counts only once an engine accepts the request)", r.DemandBooked)
+		}
+		p("demand", "%.0f token-cost units estimated (capped by the model's limits); booked as demand: %s", r.TokenCost, booked)
 	}
 	if r.SessionHash != "" {
 		p("session", "key from %s, hash %s: the draw is the hash, so the session sticks to one cluster", r.SessionFrom, r.SessionHash)

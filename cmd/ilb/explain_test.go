@@ -38,7 +38,8 @@ func TestExplainStory(t *testing.T) {
 			[]string{"r-weighted"},
 			"",
 			[]string{
-				"source      edge-us  (priority standard)",
+				"source      edge-us  (priority standard, the source's default)",
+				"demand      ",
 				"model       " + model + ", read from the body",
 				"session     none: a random draw",
 				"trace       " + rec.TraceID + " (span " + rec.SpanID + ")",
