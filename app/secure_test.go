@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/ilbproject/ilb/auth"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/internal/logtest"
 	"github.com/ilbproject/ilb/internal/promtest"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -140,29 +140,12 @@ func reportLoad(t *testing.T, conn *grpc.ClientConn, source string) error {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestSecureStart: with security set, an Envoy of edge-us may subscribe
 // and report load as edge-us only; a client without a certificate does
 // not get past the handshake; the admin API wants TLS and the token.
 func TestSecureStart(t *testing.T) {
 	ca, c := securePKI(t)
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(t.Context())
 	a, err := Start(ctx, Options{Config: c, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

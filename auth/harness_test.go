@@ -1,7 +1,6 @@
 package auth_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/ilbproject/ilb/auth"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/internal/logtest"
 	"github.com/ilbproject/ilb/internal/promtest"
 	"github.com/ilbproject/ilb/internal/serve"
 )
@@ -94,24 +94,6 @@ func (p *pki) config(peers ...config.Peer) *config.Config {
 	}
 }
 
-// syncBuffer is a log sink safe for the servers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // clock is a settable test clock.
 type clock struct {
 	mu sync.Mutex
@@ -134,13 +116,13 @@ func (c *clock) Add(d time.Duration) {
 type fixture struct {
 	a    *auth.Auth
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *logtest.Buffer
 	clk  *clock
 }
 
 func newFixture(t *testing.T, c *config.Config) *fixture {
 	t.Helper()
-	f := &fixture{reg: prometheus.NewRegistry(), logs: &syncBuffer{}, clk: &clock{t: time.Now()}}
+	f := &fixture{reg: prometheus.NewRegistry(), logs: &logtest.Buffer{}, clk: &clock{t: time.Now()}}
 	a, err := auth.New(auth.Options{
 		Config: c, Registry: f.reg, Now: f.clk.Now,
 		Logger: slog.New(slog.NewTextHandler(f.logs, nil)),

@@ -19,15 +19,24 @@ import (
 // the fixed draw 4242 falls in eu-west-vllm's [4000, 8000).
 func publishQwen(t *testing.T, h *harness, shed weights.ShedFractions) {
 	t.Helper()
+	publishCells(t, h, func(source, model string, cell *weights.Cell) {
+		if source == "edge-us" && model == "qwen2.5-7b-instruct" {
+			cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: 4000}, {Cluster: "eu-west-vllm", Weight: 4000}, {Cluster: "eu-west-tgi", Weight: 2000}}
+			cell.Shed = shed
+		}
+	})
+}
+
+// publishCells publishes the harness weights with each cell changed by
+// edit.
+func publishCells(t *testing.T, h *harness, edit func(source, model string, cell *weights.Cell)) {
+	t.Helper()
 	var cells []weights.Cell
 	for _, s := range h.cfg.Sources {
 		for _, m := range h.cfg.Models {
 			cell, _ := h.w.Cell(s.Name, m.Name)
 			cell.Explanation = nil
-			if s.Name == "edge-us" && m.Name == "qwen2.5-7b-instruct" {
-				cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: 4000}, {Cluster: "eu-west-vllm", Weight: 4000}, {Cluster: "eu-west-tgi", Weight: 2000}}
-				cell.Shed = shed
-			}
+			edit(s.Name, m.Name, &cell)
 			cells = append(cells, cell)
 		}
 	}

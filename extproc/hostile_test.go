@@ -261,24 +261,11 @@ func TestPriorityTrust(t *testing.T) {
 // every cell of source.
 func publishShed(t *testing.T, h *harness, source string, shed weights.ShedFractions) {
 	t.Helper()
-	var cells []weights.Cell
-	for _, s := range h.cfg.Sources {
-		for _, m := range h.cfg.Models {
-			cell, _ := h.w.Cell(s.Name, m.Name)
-			cell.Explanation = nil
-			if s.Name == source {
-				cell.Shed = shed
-			}
-			cells = append(cells, cell)
+	publishCells(t, h, func(s, _ string, cell *weights.Cell) {
+		if s == source {
+			cell.Shed = shed
 		}
-	}
-	w, err := weights.New("test", time.Time{}, cells)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.srv.Publish(context.Background(), w); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // TestDemandCannotBeInflated: what a request claims counts as demand only

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"runtime"
@@ -67,15 +66,7 @@ func TestHugeModelNamesStayBounded(t *testing.T) {
 	if grown > 64<<20 {
 		t.Errorf("the retained heap grew by %d MiB after 20 requests with 4 MiB model names; want <= 64 MiB", grown>>20)
 	}
-	resp, err := http.Get("http://" + s.App.AdminAddr() + "/debug/decisions?limit=50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := do(t, http.MethodGet, "http://"+s.App.AdminAddr()+"/debug/decisions?limit=50", "", nil)
 	if resp.StatusCode != http.StatusOK || len(b) > 4<<20 || strings.Count(string(b), `"model_not_found"`) < 20 {
 		t.Errorf("/debug/decisions?limit=50: %d, %d bytes, %d records naming model_not_found; want 200, <= 4 MiB, >= 20",
 			resp.StatusCode, len(b), strings.Count(string(b), `"model_not_found"`))
@@ -269,12 +260,7 @@ func TestFakeLRSReportsChangeNothing(t *testing.T) {
 	if got := ticks(); got != failed {
 		t.Errorf("the controller failed %v ticks after the fake reports; want none (status %q)", got-failed, s.App.Controller.Current().Status())
 	}
-	resp, err := http.Get("http://" + s.App.AdminAddr() + "/debug/signals")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, b := do(t, http.MethodGet, "http://"+s.App.AdminAddr()+"/debug/signals", "", nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "token cost") {
 		t.Errorf("/debug/signals: %d, refusals shown: %v", resp.StatusCode, strings.Contains(string(b), "token cost"))
 	}
@@ -288,15 +274,7 @@ func TestFakeLRSReportsChangeNothing(t *testing.T) {
 // 0 when the series is not exposed.
 func promValue(t *testing.T, s *stack.Stack, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + s.App.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b := do(t, http.MethodGet, "http://"+s.App.AdminAddr()+"/metrics", "", nil)
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			v, err := strconv.ParseFloat(rest, 64)

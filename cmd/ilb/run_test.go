@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 
 	"github.com/ilbproject/ilb/envoy"
+	"github.com/ilbproject/ilb/internal/logtest"
 )
 
 func runCmd(t *testing.T, args ...string) (string, string, error) {
@@ -236,24 +236,6 @@ func TestRolloutCommand(t *testing.T) {
 	}
 }
 
-// lockedBuffer is an io.Writer safe to read while a command writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestEngineCommand serves a simulated engine and asks it for a chat
 // completion and its metrics over real HTTP.
 func TestEngineCommand(t *testing.T) {
@@ -280,7 +262,7 @@ func TestEngineCommand(t *testing.T) {
 func engineRoundTrip(t *testing.T, args []string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	var out lockedBuffer
+	var out logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, args, &out, io.Discard)
