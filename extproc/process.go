@@ -1,0 +1,160 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// stage is what ILB waits for on a stream. Envoy owes ILB the request
+// headers, then, unless ILB decided on them, the request body; both are
+// bounded by extproc.stream_idle_timeout. The response headers come when
+// the engine answers, which may take as long as a generation: no bound.
+type stage uint8
+
+const (
+	awaitHeaders  stage = iota // the stream is open: request headers next
+	awaitBody                  // the headers announced a body ILB needs
+	awaitResponse              // ILB answered the request path
+)
+
+// Process handles one ext_proc stream. Envoy sends request headers, then
+// (BUFFERED) the whole request body, then response headers; every message
+// gets exactly one answer of the matching type, or an ImmediateResponse.
+//
+// A stream over extproc.max_streams is refused at once
+// (RESOURCE_EXHAUSTED); one whose peer may not speak for the source it
+// names is refused with the Authorizer's status; one on which Envoy owes
+// a message for extproc.stream_idle_timeout ends with DEADLINE_EXCEEDED;
+// messages out of order (a second request headers message, a body before
+// the headers) end it with INVALID_ARGUMENT. Envoy then applies the
+// source's fail mode to the request.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	if n := s.open.Add(1); n > int64(s.opts.Config.ExtProc.MaxStreams) {
+		s.open.Add(-1)
+		s.metrics.refused.WithLabelValues(refusedMaxStreams).Inc()
+		return status.Errorf(codes.ResourceExhausted, "ext_proc: %d streams are open, the most extproc.max_streams allows; retry later", n-1)
+	}
+	defer s.open.Add(-1)
+	s.metrics.streams.Inc()
+	defer s.metrics.streams.Dec()
+	ctx := stream.Context()
+	x := &exchange{source: sourceOf(stream, s.opts.DefaultSource)}
+	if s.opts.Authorizer != nil {
+		if err := s.opts.Authorizer.Authorize(ctx, x.source); err != nil {
+			return err //nolint:wrapcheck // the authorizer's gRPC status is the answer
+		}
+	}
+	// The stream is served on its own goroutine while this one watches
+	// that Envoy does not owe a message for too long: a Recv that blocks
+	// cannot be interrupted, but returning from this handler ends the
+	// stream, which makes it fail. Messages reach the serving goroutine
+	// straight from gRPC: no hand-off per message.
+	var w watch
+	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
+	done := make(chan error, 1)
+	go func() { done <- s.serve(ctx, stream, x, &w, idle) }()
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-timer.C:
+		}
+		d, st := w.deadline.Load(), stage(w.stage.Load())
+		switch {
+		case d == watchNone: // awaiting the response: no bound any more
+			return <-done
+		case d == watchBusy: // handling a message: look again later
+			timer.Reset(idle)
+		case time.Until(time.Unix(0, d)) > 0:
+			timer.Reset(time.Until(time.Unix(0, d)))
+		default:
+			s.metrics.refused.WithLabelValues(refusedIdle).Inc()
+			return status.Errorf(codes.DeadlineExceeded, "ext_proc: no %s for %s (extproc.stream_idle_timeout)", st, idle)
+		}
+	}
+}
+
+// watch is what a stream's serving goroutine tells its watcher: by when
+// (Unix nanoseconds) Envoy owes the next message, or watchBusy while a
+// message is handled, or watchNone once no bound applies.
+type watch struct {
+	deadline atomic.Int64
+	stage    atomic.Uint32
+}
+
+const (
+	watchBusy int64 = 0
+	watchNone int64 = -1
+)
+
+// waitFor notes that the stream now waits for st.
+func (w *watch) waitFor(st stage, idle time.Duration) {
+	w.stage.Store(uint32(st))
+	if st == awaitResponse {
+		w.deadline.Store(watchNone)
+		return
+	}
+	w.deadline.Store(time.Now().Add(idle).UnixNano())
+}
+
+// serve answers the messages of one stream until it ends, an
+// ImmediateResponse is sent or a message breaks the protocol.
+func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, w *watch, idle time.Duration) error {
+	defer s.endSpan(x)
+	defer s.unbooked(x)
+	for {
+		w.waitFor(x.stage, idle)
+		req, err := stream.Recv()
+		if x.stage != awaitResponse {
+			w.deadline.Store(watchBusy)
+		}
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("extproc: receive: %w", err)
+		}
+		resp, err := s.handle(ctx, x, req)
+		if err != nil {
+			s.metrics.refused.WithLabelValues(refusedProtocol).Inc()
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return fmt.Errorf("extproc: send: %w", err)
+		}
+		if resp.GetImmediateResponse() != nil {
+			// Envoy answers the client with it and ends the stream: ILB
+			// owes nothing more, and keeps nothing open for a peer that
+			// would go on.
+			return nil
+		}
+	}
+}
+
+// String names what ILB waits for, for messages.
+func (st stage) String() string {
+	switch st {
+	case awaitHeaders:
+		return "request headers"
+	case awaitBody:
+		return "request body"
+	}
+	return "response headers"
+}
+
+// Reasons of ilb_extproc_streams_refused_total.
+const (
+	refusedMaxStreams = "max_streams"
+	refusedIdle       = "idle_timeout"
+	refusedProtocol   = "protocol_error"
+)
