@@ -46,7 +46,6 @@ func FuzzRequests(f *testing.F) {
 	if err := srv.Publish(ctx, w); err != nil {
 		f.Fatal(err)
 	}
-	cb := srv.tracker.callbacks()
 	f.Add([]byte{0, 1, 2, 3}, "e1", "edge-us", "k", "v", "bad route")
 	f.Add([]byte{0, 1 | 2<<3, 2 | 2<<3, 3 | 2<<3, 4}, "e2", "edge-eu", "", "", "")
 	f.Add([]byte{0, 1, 1 | 8<<3, 3, 4, 0, 1}, "", "edge-mars", "m", "1", "\x00\xff")
@@ -55,6 +54,15 @@ func FuzzRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte, id, cluster, metaKey, version, message string) {
 		base := next
 		next += 8
+		fuzzRequestsOnce(t, ctx, srv, base, ops, id, cluster, metaKey, version, message)
+	})
+}
+
+// fuzzRequestsOnce is one input of FuzzRequests over streams base..base+3.
+func fuzzRequestsOnce(t testing.TB, ctx context.Context, srv *Server, base int64, ops []byte, id, cluster, metaKey, version, message string) {
+	t.Helper()
+	cb := srv.tracker.callbacks()
+	{
 		nonce := 0
 		for i, op := range ops {
 			if i == 32 {
@@ -116,12 +124,12 @@ func FuzzRequests(f *testing.F) {
 				t.Fatalf("source %s keeps %d bans", r.Source, len(r.Rejected))
 			}
 		}
-	})
+	}
 }
 
 // check fails the test unless err is nil or a gRPC status of a code the
 // server uses to refuse a request.
-func check(t *testing.T, err error) {
+func check(t testing.TB, err error) {
 	t.Helper()
 	if err == nil {
 		return
