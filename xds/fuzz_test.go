@@ -54,12 +54,12 @@ func FuzzRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte, id, cluster, metaKey, version, message string) {
 		base := next
 		next += 8
-		fuzzRequestsOnce(t, ctx, srv, base, ops, id, cluster, metaKey, version, message)
+		fuzzRequestsOnce(ctx, t, srv, base, ops, id, cluster, metaKey, version, message)
 	})
 }
 
 // fuzzRequestsOnce is one input of FuzzRequests over streams base..base+3.
-func fuzzRequestsOnce(t testing.TB, ctx context.Context, srv *Server, base int64, ops []byte, id, cluster, metaKey, version, message string) {
+func fuzzRequestsOnce(ctx context.Context, t testing.TB, srv *Server, base int64, ops []byte, id, cluster, metaKey, version, message string) {
 	t.Helper()
 	cb := srv.tracker.callbacks()
 	{
