@@ -29,14 +29,14 @@ func serveDecisions(w http.ResponseWriter, r *http.Request, d Decisions, log *sl
 	follow := false
 	if s := q.Get("follow"); s != "" {
 		if follow, err = strconv.ParseBool(s); err != nil {
-			writeError(w, http.StatusBadRequest, "follow "+strconv.Quote(s)+" is not 1, true, 0 or false")
+			writeError(w, http.StatusBadRequest, "follow "+bound.Quote(s, bound.Excerpt)+" is not 1, true, 0 or false")
 			return
 		}
 	}
 	f := extproc.Filter{Source: q.Get("source"), Model: q.Get("model"), Cluster: q.Get("cluster"), Reason: q.Get("reason")}
 	if s := q.Get("before"); s != "" {
 		if f.Before, err = strconv.ParseUint(s, 10, 64); err != nil || f.Before == 0 {
-			writeError(w, http.StatusBadRequest, "before "+strconv.Quote(bound.String(s, bound.Excerpt))+" is not a record sequence number (the seq of the last record of a page)")
+			writeError(w, http.StatusBadRequest, "before "+bound.Quote(s, bound.Excerpt)+" is not a record sequence number (the seq of the last record of a page)")
 			return
 		}
 	}
@@ -97,7 +97,7 @@ func intParam(q url.Values, name string, def, most int) (int, error) {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 1 || v > most {
-		return 0, fmt.Errorf("%s %q is not a number in 1..%d", name, s, most)
+		return 0, fmt.Errorf("%s %s is not a number in 1..%d", name, bound.Quote(s, bound.Excerpt), most)
 	}
 	return v, nil
 }

@@ -66,6 +66,7 @@ func TestDecisionsQuery(t *testing.T) {
 		{"limit out of range", "limit=0", 400, nil, `limit \"0\"`},
 		{"bad follow", "follow=maybe", 400, nil, `follow \"maybe\"`},
 		{"bad before", "before=x", 400, nil, `before \"x\" is not a record sequence number`},
+		{"a huge bad value is echoed as an excerpt", "limit=" + strings.Repeat("x", 100000), 400, nil, `…(+99954 bytes)\" is not a number`},
 		{"before pages back", "before=3", 200, []string{"r-eu", "r-us"}, ""},
 	}
 	for _, tt := range tests {
@@ -75,6 +76,9 @@ func TestDecisionsQuery(t *testing.T) {
 				t.Fatalf("status %d; want %d: %s", status, tt.status, body)
 			}
 			if tt.errSub != "" {
+				if len(body) > 1024 {
+					t.Errorf("error body of %d bytes; want a bounded one", len(body))
+				}
 				if !strings.Contains(body, tt.errSub) {
 					t.Errorf("error %s lacks %q", body, tt.errSub)
 				}

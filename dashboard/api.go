@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/signals"
 )
 
@@ -84,7 +85,7 @@ func (d *Dashboard) serveHistory(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("window"); s != "" {
 		win, err := time.ParseDuration(s)
 		if err != nil || win <= 0 {
-			writeError(w, http.StatusBadRequest, "window "+strconv.Quote(s)+" is not a positive duration such as 5m or 90s", "window", s)
+			writeError(w, http.StatusBadRequest, "window "+bound.Quote(s, bound.Excerpt)+" is not a positive duration such as 5m or 90s", "window", s)
 			return
 		}
 		since = d.o.Now().Add(-win)
@@ -93,7 +94,7 @@ func (d *Dashboard) serveHistory(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.Query().Get("points"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 2 || n > 100000 {
-			writeError(w, http.StatusBadRequest, "points "+strconv.Quote(p)+" is not a number in 2..100000", "points", p)
+			writeError(w, http.StatusBadRequest, "points "+bound.Quote(p, bound.Excerpt)+" is not a number in 2..100000", "points", p)
 			return
 		}
 		ss = downsample(ss, n)
@@ -145,7 +146,7 @@ func (d *Dashboard) serveDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, ok := d.o.Decisions.Get(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, "no decision record for request id "+strconv.Quote(id)+" (unknown, or evicted from the log)", "id", id)
+		writeError(w, http.StatusNotFound, "no decision record for request id "+bound.Quote(id, bound.Excerpt)+" (unknown, or evicted from the log)", "id", id)
 		return
 	}
 	writeJSON(w, rec)
@@ -160,7 +161,7 @@ func limit(w http.ResponseWriter, r *http.Request, def int) (int, bool) {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 1 || v > maxLimit {
-		writeError(w, http.StatusBadRequest, "limit "+strconv.Quote(s)+" is not a number in 1.."+strconv.Itoa(maxLimit), "limit", s)
+		writeError(w, http.StatusBadRequest, "limit "+bound.Quote(s, bound.Excerpt)+" is not a number in 1.."+strconv.Itoa(maxLimit), "limit", s)
 		return 0, false
 	}
 	return v, true
@@ -184,7 +185,10 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// writeError answers an API error; the value the client sent is echoed
+// as a bounded excerpt, in the message too.
 func writeError(w http.ResponseWriter, status int, msg, param, value string) {
+	msg, value = bound.String(msg, bound.Message), bound.String(value, bound.Excerpt)
 	b, _ := json.Marshal(map[string]APIError{"error": {Message: msg, Parameter: param, Value: value}})
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
