@@ -344,13 +344,15 @@ func TestSlotWaitIsNotTheReplicasFault(t *testing.T) {
 // slot longer than its timeout still gets its whole timeout.
 func TestProbeTimeoutStartsWithTheSlot(t *testing.T) {
 	f := newFakeReplica(t, "vllm.txt")
-	cfg := testConfig(t, staticCluster("c1", f.addr()), `  {interval: 1s, timeout: 100ms, concurrency: 1}`)
+	// A timeout a loaded machine's loopback probe always meets, and a
+	// wait for the slot of three of them.
+	cfg := testConfig(t, staticCluster("c1", f.addr()), `  {interval: 1s, timeout: 500ms, concurrency: 1}`)
 	h := newHarness(t, Options{Config: cfg})
 	h.step(0)
 	h.clock.Advance(time.Second)
 	h.m.sem <- struct{}{}
 	h.m.tick(h.ctx, h.clock.Now())
-	time.Sleep(300 * time.Millisecond) // real time: three timeouts' worth in the queue
+	time.Sleep(1500 * time.Millisecond) // real time: three timeouts' worth in the queue
 	<-h.m.sem
 	h.step(0)
 	if r := h.wantState(f.addr(), StateReady); r.LastError != "" || !r.LastScrape.Equal(h.clock.Now()) {
