@@ -98,8 +98,8 @@ func TestStreamProtocolErrors(t *testing.T) {
 func TestIdleStreamEnds(t *testing.T) {
 	h := startWith(t, true, func(o *extproc.Options) {
 		c := *o.Config
-		c.Envoy.MessageTimeout = config.Duration(50 * time.Millisecond)
-		c.ExtProc.StreamIdleTimeout = config.Duration(100 * time.Millisecond)
+		c.Envoy.MessageTimeout = config.Duration(500 * time.Millisecond)
+		c.ExtProc.StreamIdleTimeout = config.Duration(time.Second)
 		o.Config = &c
 	})
 	tests := []struct {
