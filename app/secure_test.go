@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -103,7 +104,8 @@ func subscribe(t *testing.T, conn *grpc.ClientConn, source string) (*discoveryv3
 		return nil, err
 	}
 	req := &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "gw-1", Cluster: source}, TypeUrl: resource.ClusterType}
-	if err := stream.Send(req); err != nil {
+	// A Send that finds the stream ended returns io.EOF; Recv says why.
+	if err := stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	return stream.Recv()
@@ -120,11 +122,13 @@ func reportLoad(t *testing.T, conn *grpc.ClientConn, source string) error {
 		return err
 	}
 	node := demand.ReporterNode("fake-reporter")
-	if err := stream.Send(&loadstatsv3.LoadStatsRequest{Node: node}); err != nil {
+	// A Send that finds the stream refused returns io.EOF; the loop
+	// below reads the refusal.
+	if err := stream.Send(&loadstatsv3.LoadStatsRequest{Node: node}); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	counts := map[demand.Key]demand.Counts{{Source: source, Model: "llama-3.1-8b-instruct", Priority: weights.Standard}: {Requests: 10, TokenCost: 1000}}
-	if err := stream.Send(demand.Encode(node, counts, time.Second)); err != nil {
+	if err := stream.Send(demand.Encode(node, counts, time.Second)); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	if err := stream.CloseSend(); err != nil {

@@ -3,6 +3,8 @@ package test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -120,7 +122,8 @@ func subscribe(conn *grpc.ClientConn, id, cluster string) (*discoveryv3.Discover
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: cluster}, TypeUrl: resourcev3.ClusterType}); err != nil {
+	// A Send that finds the stream ended returns io.EOF; Recv says why.
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: cluster}, TypeUrl: resourcev3.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	return st.Recv()
@@ -135,7 +138,7 @@ func reportLoad(conn *grpc.ClientConn, req *loadstatsv3.LoadStatsRequest) error 
 	if err != nil {
 		return err
 	}
-	if err := st.Send(req); err != nil {
+	if err := st.Send(req); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	_, err = st.Recv()
@@ -272,7 +275,9 @@ func TestSecureStack(t *testing.T) {
 			{Key: "x-request-id", RawValue: []byte(id)},
 			{Key: header.Model, RawValue: []byte(llama)},
 		}}
-		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hs}}}); err != nil {
+		// ILB may refuse the stream before this message leaves: Send then
+		// returns io.EOF and Recv carries the refusal.
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hs}}}); err != nil && !errors.Is(err, io.EOF) {
 			t.Fatal(err)
 		}
 		if _, err := st.Recv(); status.Code(err) != codes.PermissionDenied {
