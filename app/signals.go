@@ -87,7 +87,10 @@ func endpointsOf(snap *signals.Snapshot) xds.Endpoints {
 func liveOf(snap *signals.Snapshot) *extproc.Live {
 	l := &extproc.Live{At: snap.At, Clusters: make(map[string]extproc.ClusterLive, len(snap.Clusters))}
 	for name, c := range snap.Clusters {
-		cl := extproc.ClusterLive{Saturated: c.Saturated}
+		cl := extproc.ClusterLive{Saturated: c.Saturated, PressureKnown: c.LoadKnown > 0}
+		if cl.PressureKnown {
+			cl.Pressure = c.Waiting / max(c.Running, 1)
+		}
 		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
 			var parts []string
 			for _, p := range []struct {

@@ -15,7 +15,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
-	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/route"
 )
 
 // Reason codes of routed requests.
@@ -66,90 +66,74 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	x.key = demand.Key{Source: src.name, Model: model, Priority: x.prio}
 	x.cost = s.tokenCost(st, model, h, body)
 	rec.TokenCost = x.cost
-	rec.TotalWeight = c.total
+	rec.TotalWeight = c.rc.Total()
 
 	live := s.live(x.start)
 	rec.Candidates = c.annotate(live)
-	// No cluster left is a 503 for every priority, checked before the
-	// planned shedding: a 429 would tell the client the fleet is merely
-	// busy, and critical requests are never shed by default.
-	remaining, why := c.remaining(live)
-	if len(remaining) == 0 {
+	sig := c.signals(live)
+	var draw uint64
+	if session != "" {
+		draw = SessionDraw(session)
+	} else {
+		draw = s.opts.Rand()
+	}
+	d := route.Decide(c.rc, sig, route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform()})
+	if d.Waived > 0 {
+		rec.ShedWaived = d.Waived
+		s.metrics.waived.WithLabelValues(src.name, model, x.prio.String()).Inc()
+	}
+	switch d.Outcome {
+	case route.NoCapacity:
 		return nil, &RequestError{
 			Status: 503, Type: "service_unavailable", Code: codeNoCapacity,
-			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, why),
+			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, c.noCapacityWhy(live)),
 		}
-	}
-	if f := c.shed[x.prio]; f > 0 && s.uniform() < f {
+	case route.Shed:
 		return nil, &RequestError{
 			Status: 429, Type: "rate_limit_error", Code: codeShed, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
-			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*f, x.prio, model, src.name),
+			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*c.rc.Shed()[x.prio], x.prio, model, src.name),
 		}
-	}
-	if x.prio == weights.Sheddable && live != nil && allSaturated(remaining, live) {
+	case route.Overloaded:
 		return nil, &RequestError{
 			Status: 429, Type: "rate_limit_error", Code: codeOverloaded, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
 			Msg: fmt.Sprintf("every cluster serving %q from %q is saturated and this request is sheddable; retry later", model, src.name),
 		}
 	}
-	var draw uint64
 	if session != "" {
-		draw = SessionDraw(session)
 		rec.DrawFrom, rec.Reason = "session", reasonSession
 		rec.SessionHash, rec.SessionFrom = strconv.FormatUint(draw, 16), from
 	} else {
-		draw = s.opts.Rand()
 		rec.DrawFrom, rec.Reason = "random", reasonWeighted
 	}
-	cluster, slot := c.pick(draw)
-	rec.Draw, rec.Slot, rec.Chosen = draw, slot, cluster
+	rec.Draw, rec.Slot, rec.Chosen = draw, d.Slot, c.targets[d.Chosen].Cluster
+	if d.Redrawn {
+		drawn := c.targets[d.Drawn].Cluster
+		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, live.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
+		rec.Reason = reasonRedrawn
+	}
+	if d.Steered {
+		why := fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", c.targets[d.SteeredFrom].Cluster, d.SteerAmong, d.SteerSlot)
+		if d.Graded {
+			from := c.targets[d.SteeredFrom].Cluster
+			why = fmt.Sprintf("%s has %.2f queued requests per running one, others less: moved (probability 1 − %.2f) among %d clusters with less, slot %d",
+				from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
+		}
+		if rec.Redrawn != "" { // redrawn first: keep why
+			why = rec.Redrawn + "; then " + why
+		}
+		rec.Redrawn = why
+		rec.Reason = reasonSteered
+	}
 	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 		setRaw(header.RouteModel, model),
 		setRaw(header.RouteDraw, strconv.FormatUint(draw, 10)),
 	}}
-	named := false
-	if len(remaining) < len(c.targets) && !contains(remaining, cluster) {
-		// Envoy would take an excluded cluster: draw again, with the same
-		// value (sessions stay sticky), among the rest, and name it.
-		again, slot2 := pickAmong(remaining, draw)
-		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", cluster, live.Clusters[cluster].Excluded, len(remaining), slot2)
-		rec.Chosen, rec.Reason, named = again, reasonRedrawn, true
-	}
-	if live != nil && live.Clusters[rec.Chosen].Saturated {
-		// Steering: the cluster this request would go to has a queue now
-		// while others of the cell do not. The weights are planned on
-		// smoothed demand every tick; between ticks, fluctuations build
-		// queues on some clusters while others have room. Draw again, with
-		// the same value, among the unsaturated remaining clusters, by
-		// their weights (so the load spreads as the weights say, not onto
-		// one cluster). When every one is saturated, the weights stand.
-		if cool := unsaturated(remaining, live); len(cool) > 0 {
-			again, slot2 := pickAmong(cool, draw)
-			why := fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", rec.Chosen, len(cool), slot2)
-			if rec.Redrawn != "" { // redrawn first: keep why
-				why = rec.Redrawn + "; then " + why
-			}
-			rec.Redrawn = why
-			rec.Chosen, rec.Reason, named = again, reasonSteered, true
-		}
-	}
-	if named || src.nameCluster {
+	if d.Chosen != d.Drawn || src.nameCluster {
 		// Name the cluster when it is not the one Envoy would draw, or
 		// when the source's routes are not ILB's (Istio).
 		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, rec.Chosen))
 	}
 	return mut, nil
-}
-
-// unsaturated lists the targets with weight that are not saturated.
-func unsaturated(ts []weightedTarget, live *Live) []weightedTarget {
-	var out []weightedTarget
-	for _, t := range ts {
-		if t.weight > 0 && !live.Clusters[t.cluster].Saturated {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt
@@ -213,66 +197,31 @@ func (c *cell) annotate(live *Live) []Candidate {
 	return out
 }
 
-// remaining lists the cell's targets that the live state does not exclude,
-// and, when none is left, why each is out.
-func (c *cell) remaining(live *Live) ([]weightedTarget, string) {
-	var out []weightedTarget
+// signals is the live state of the cell's targets, in order, for the
+// route decision; nil without live state.
+func (c *cell) signals(live *Live) []route.Signal {
+	if live == nil {
+		return nil
+	}
+	out := make([]route.Signal, len(c.targets))
+	for i, t := range c.targets {
+		cl := live.Clusters[t.Cluster]
+		out[i] = route.Signal{Excluded: cl.Excluded != "", Saturated: cl.Saturated, Pressure: cl.Pressure, PressureKnown: cl.PressureKnown}
+	}
+	return out
+}
+
+// noCapacityWhy says why no target of the cell is left.
+func (c *cell) noCapacityWhy(live *Live) string {
+	if len(c.targets) == 0 || live == nil {
+		return " (no cluster has capacity for it in the current weights)"
+	}
 	var why []string
 	for _, t := range c.targets {
-		if live != nil {
-			if ex := live.Clusters[t.Cluster].Excluded; ex != "" {
-				why = append(why, t.Cluster+": "+ex)
-				continue
-			}
-		}
-		out = append(out, weightedTarget{t.Cluster, uint64(t.Weight)})
-	}
-	if len(c.targets) == 0 {
-		return nil, " (no cluster has capacity for it in the current weights)"
-	}
-	if len(out) == 0 {
-		sort.Strings(why)
-		return nil, " (" + strings.Join(why, "; ") + ")"
-	}
-	return out, ""
-}
-
-type weightedTarget struct {
-	cluster string
-	weight  uint64
-}
-
-// pickAmong draws among targets as Envoy would among them alone.
-func pickAmong(ts []weightedTarget, draw uint64) (string, uint64) {
-	var total uint64
-	for _, t := range ts {
-		total += t.weight
-	}
-	slot := draw % total
-	var begin uint64
-	for _, t := range ts {
-		if slot < begin+t.weight {
-			return t.cluster, slot
-		}
-		begin += t.weight
-	}
-	return ts[len(ts)-1].cluster, slot
-}
-
-func contains(ts []weightedTarget, cluster string) bool {
-	for _, t := range ts {
-		if t.cluster == cluster {
-			return true
+		if ex := live.Clusters[t.Cluster].Excluded; ex != "" {
+			why = append(why, t.Cluster+": "+ex)
 		}
 	}
-	return false
-}
-
-func allSaturated(ts []weightedTarget, live *Live) bool {
-	for _, t := range ts {
-		if !live.Clusters[t.cluster].Saturated {
-			return false
-		}
-	}
-	return true
+	sort.Strings(why)
+	return " (" + strings.Join(why, "; ") + ")"
 }

@@ -57,6 +57,14 @@ func qwenRequest(prio string) []*extprocv3.ProcessingRequest {
 	return []*extprocv3.ProcessingRequest{hdr, reqBody(`{"model":"qwen-7b","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`)}
 }
 
+// allSaturated is live state with every qwen cluster of edge-us saturated:
+// the engines confirm the overload.
+func allSaturated() *extproc.Live {
+	return &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
+	}}
+}
+
 // now is the harness clock (extproc.Options.Now).
 var now = time.Unix(1700000000, 0)
 
@@ -81,8 +89,12 @@ func TestFastLoop(t *testing.T) {
 		{"every cluster excluded: 503", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"us-east-vllm": {Excluded: "unhealthy"}, "eu-west-vllm": {Excluded: "unhealthy"}, "eu-west-tgi": {Excluded: "draining"},
 		}}, "", 503, "no_capacity", "", ""},
-		{"planned shedding of sheddable", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 429, "shed", "", ""},
-		{"planned shedding spares other priorities", weights.ShedFractions{weights.Sheddable: 1}, nil, "standard", 0, "weighted", "", ""},
+		{"planned shedding of standard, confirmed by every cluster saturated", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "standard", 429, "shed", "", ""},
+		{"planned shedding spares more important priorities", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "critical", 0, "weighted", "", ""},
+		{"planned shedding while a cluster has headroom: waived", weights.ShedFractions{weights.Standard: 1}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true},
+		}}, "standard", 0, "steered", "eu-west-tgi", "eu-west-vllm is saturated: drawn again among 1 unsaturated clusters"},
+		{"planned shedding without live state: waived", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 0, "weighted", "", ""},
 		{"all saturated: sheddable refused", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
 			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
 		}}, "sheddable", 429, "overloaded", "", ""},
@@ -140,6 +152,9 @@ func TestFastLoop(t *testing.T) {
 			}
 			if rec.Reason != tt.code || (tt.to != "" && (rec.Chosen != tt.to || !strings.Contains(rec.Redrawn, tt.why))) {
 				t.Errorf("record reason %s chosen %s redrawn %q", rec.Reason, rec.Chosen, rec.Redrawn)
+			}
+			if want := tt.shed[mustPrio(tt.prio)]; rec.ShedWaived != want {
+				t.Errorf("record shed_waived %g; want %g (the plan that did not apply)", rec.ShedWaived, want)
 			}
 			// 400/4 prompt... ~ 100 prompt tokens × 1 + 100 output × 4.
 			counts, _ := h.meter.Flush(now)

@@ -221,6 +221,8 @@ func TestAuthorizer(t *testing.T) {
 
 func TestPriorityTrust(t *testing.T) {
 	h := start(t, true)
+	// The engines confirm the overload, so the planned shedding applies.
+	h.srv.SetLive(allClusters(h.cfg, extproc.ClusterLive{Saturated: true}))
 	standardShed := weights.ShedFractions{weights.Standard: 1}
 	tests := []struct {
 		name     string

@@ -21,6 +21,12 @@ type ClusterLive struct {
 	// Saturated: every serving replica has a long queue or a full KV
 	// cache; sheddable requests are refused when all their clusters are.
 	Saturated bool `json:"saturated,omitempty"`
+	// Pressure is the cluster's queued requests per running request,
+	// waiting / max(running, 1) over its serving replicas whose load is
+	// known (PressureKnown: at least one); graded steering moves requests
+	// off clusters with more of it (package route).
+	Pressure      float64 `json:"pressure,omitempty"`
+	PressureKnown bool    `json:"pressure_known,omitempty"`
 }
 
 // SetLive swaps in the live state.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -44,8 +45,8 @@ func TestPickMatchesEnvoy(t *testing.T) {
 		want string
 	}{{0, "a"}, {2999, "a"}, {3000, "b"}, {9999, "b"}, {10000, "a"}, {13000, "b"}, {^uint64(0), "a"}} {
 		// ^uint64(0) % 10000 = 1615
-		got, slot := c.pick(tt.draw)
-		if got != tt.want || slot != tt.draw%10000 {
+		d := route.Decide(c.rc, nil, route.Request{Draw: tt.draw})
+		if got, slot := c.targets[d.Chosen].Cluster, d.Slot; got != tt.want || slot != tt.draw%10000 {
 			t.Errorf("pick(%d) = %s, slot %d; want %s", tt.draw, got, slot, tt.want)
 		}
 	}

@@ -24,7 +24,10 @@ type metrics struct {
 	// priorityIgnored counts x-ilb-priority headers of sources that do not
 	// trust them.
 	priorityIgnored *prometheus.CounterVec
-	logBytes        prometheus.GaugeFunc
+	// waived counts planned sheds not enforced for want of measured
+	// overload.
+	waived   *prometheus.CounterVec
+	logBytes prometheus.GaugeFunc
 }
 
 func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
@@ -62,6 +65,10 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 			Name: "ilb_extproc_priority_ignored_total",
 			Help: "Requests whose x-ilb-priority header was ignored: their source does not trust it (trust_priority_header).",
 		}, []string{"source"}),
+		waived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_shed_waived_total",
+			Help: "Requests the controller's planned shedding would have refused but ILB routed, because a cluster they may go to had headroom (or no live engine state confirmed the overload), by source, model and priority.",
+		}, []string{"source", "model", "priority"}),
 		logBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ilb_extproc_decision_log_bytes",
 			Help: "Estimated memory held by the decision log (bounded by extproc.decision_log_bytes).",
@@ -71,7 +78,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams, m.shed, m.refused, m.priorityIgnored, m.logBytes} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

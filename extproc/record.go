@@ -56,6 +56,11 @@ type Record struct {
 	Slot           uint64      `json:"slot"`                // draw % total weight
 	TotalWeight    uint64      `json:"total_weight,omitempty"`
 	Chosen         string      `json:"chosen,omitempty"`
+	// ShedWaived is the planned shed fraction of the request's priority
+	// that would have refused it but was not enforced: a cluster it may go
+	// to had headroom (or there was no live engine state to confirm the
+	// overload). 0 when no plan applied.
+	ShedWaived float64 `json:"shed_waived,omitempty"`
 	// Redrawn says why the first draw's cluster was passed over.
 	Redrawn string `json:"redrawn,omitempty"`
 	// Reason is a short code: weighted, session, redrawn, steered, or the code of

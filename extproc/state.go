@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -43,13 +44,12 @@ type sourceState struct {
 	cells        map[string]*cell // by canonical model
 }
 
-// cell is one (source, model): targets with the end of each one's draw
-// interval, and every cluster serving the model for decision records.
+// cell is one (source, model): its targets as the route decision takes
+// them, their names in the same order, and every cluster serving the
+// model for decision records.
 type cell struct {
 	targets    []weights.Target
-	shed       weights.ShedFractions
-	ends       []uint64 // ends[i] = sum of weights[0..i]
-	total      uint64
+	rc         *route.Cell
 	candidates []Candidate
 }
 
@@ -99,18 +99,19 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 // why they have none that is known without the controller's explanation
 // (residency); `ilb why` tells the rest.
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
-	c := &cell{targets: slices.Clone(wc.Targets), shed: monotone(wc.Shed)}
+	c := &cell{targets: slices.Clone(wc.Targets)}
 	weight := map[string]uint32{}
-	for _, t := range c.targets {
-		c.total += uint64(t.Weight)
-		c.ends = append(c.ends, c.total)
+	ws := make([]uint64, len(c.targets))
+	for i, t := range c.targets {
+		ws[i] = uint64(t.Weight)
 		weight[t.Cluster] = t.Weight
 	}
+	c.rc = route.NewCell(ws, wc.Shed)
 	for _, e := range cfg.Clusters {
 		if !e.Serves(model) {
 			continue
 		}
-		cand := Candidate{Cluster: e.Name, Weight: weight[e.Name], Share: float64(weight[e.Name]) / float64(max(c.total, 1))}
+		cand := Candidate{Cluster: e.Name, Weight: weight[e.Name], Share: float64(weight[e.Name]) / float64(max(c.rc.Total(), 1))}
 		switch {
 		case !s.Allows(e.Region):
 			cand.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
@@ -120,28 +121,6 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		c.candidates = append(c.candidates, cand)
 	}
 	return c
-}
-
-// pick returns the cluster Envoy takes for draw, exactly as Envoy's
-// weighted_clusters does: slot = draw % total, then the first cluster, in
-// list order, whose interval [begin, end) holds slot. The cell must have
-// a target.
-func (c *cell) pick(draw uint64) (cluster string, slot uint64) {
-	slot = draw % c.total
-	i, _ := slices.BinarySearch(c.ends, slot+1) // first end > slot
-	return c.targets[i].Cluster, slot
-}
-
-// monotone makes shedding follow importance: a priority is shed at least
-// as much as any more important one (sheddable ≥ standard ≥ critical).
-// The controller plans shed fractions from the demand it saw per
-// priority; a priority it saw none of gets 0, which would let its first
-// requests pass while more important ones are shed.
-func monotone(f weights.ShedFractions) weights.ShedFractions {
-	for _, p := range weights.Priorities[1:] {
-		f[p] = max(f[p], f[p-1])
-	}
-	return f
 }
 
 // sameModel reports whether two names a client gave name one model (the

@@ -247,7 +247,7 @@ func TestShedCounter(t *testing.T) {
 		prio   string
 		reason string // "" when the request is routed
 	}{
-		{"planned shedding", true, extproc.ClusterLive{}, "sheddable", "shed"},
+		{"planned shedding, confirmed by saturation", true, extproc.ClusterLive{Saturated: true}, "sheddable", "shed"},
 		{"every cluster saturated", false, extproc.ClusterLive{Saturated: true}, "sheddable", "overloaded"},
 		{"no cluster left", false, extproc.ClusterLive{Excluded: "unhealthy"}, "critical", "no_capacity"},
 		{"routed requests are not counted", false, extproc.ClusterLive{}, "standard", ""},

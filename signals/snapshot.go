@@ -121,6 +121,7 @@ func summarize(cl *cluster, reps []Replica) Cluster {
 		if r.State == StateStale || r.LastScrape.IsZero() {
 			continue // load unknown
 		}
+		c.LoadKnown++
 		c.Waiting += r.Metrics.Waiting
 		c.Running += r.Metrics.Running
 		c.TokensPerSecond += r.Metrics.TokensPerSecond

@@ -115,8 +115,9 @@ type Cluster struct {
 	// Ramps are the Ramp of each warming replica, in address order.
 	Ramps []float64
 	// Waiting, Running and TokensPerSecond are sums over the ready and
-	// warming replicas with known metrics.
+	// warming replicas with known metrics; LoadKnown counts those replicas.
 	Waiting, Running, TokensPerSecond float64
+	LoadKnown                         int
 	// KVUsage is the mean over those replicas that report it; KVKnown is
 	// false when none does.
 	KVUsage float64

@@ -93,6 +93,7 @@ func (r *runner) refreshSignals() {
 	now := r.clock.now
 	for ci, c := range r.clusters {
 		serving, saturated, busy := 0, 0, 0
+		var waiting, running float64
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
 			if rep.state != lcFailed || now-rep.since >= probeRetry {
@@ -106,11 +107,13 @@ func (r *runner) refreshSignals() {
 				continue
 			}
 			serving++
+			waiting += float64(l.Waiting)
+			running += float64(l.Running)
 			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
 				saturated++
 			}
 		}
-		r.live[ci] = liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving}
+		r.live[ci] = liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving, pressure: waiting / max(running, 1)}
 		r.rec.sample(ci, float64(busy)*signalsInterval.Seconds())
 		if r.lastServing == nil {
 			r.lastServing = make([]int, len(r.clusters))

@@ -1,0 +1,313 @@
+// Package route is ILB's per-request decision: given one (source, model)
+// cell of a weights version, the engines' live state of its clusters and
+// a request's priority and draws, it says whether the request is refused
+// (503 no capacity, 429 shed or overloaded) or which cluster it goes to,
+// and why.
+//
+// It is the only implementation of that decision: ext_proc calls it for
+// every request, and the routing benchmark (sim/experiment) calls it for
+// every simulated one. It is pure: no clock, no randomness, no I/O — the
+// caller passes the draws — so the same inputs always give the same
+// decision, which is what the parity test of the two callers checks.
+//
+// The order of the checks is the contract (see Decide):
+//
+//  1. No cluster left (none in the weights, or every one excluded by the
+//     live state) is a 503 for every priority: a 429 would tell the client
+//     the fleet is merely busy.
+//  2. The planned shed fraction of the request's priority, made monotone
+//     (sheddable ≥ standard ≥ critical), applies only when the engines
+//     confirm overload: every cluster the request may go to is saturated.
+//     While one has headroom, the plan is waived and the request routed.
+//  3. A sheddable request is refused when every cluster it may go to is
+//     saturated (measured overload), whatever the plan.
+//  4. The weighted draw, as Envoy's weighted_clusters takes it; drawn
+//     again among the remaining clusters when the drawn one is excluded;
+//     steered among the clusters with headroom when the chosen one is
+//     saturated.
+package route
+
+import (
+	"slices"
+
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Outcome is what happens to a request.
+type Outcome uint8
+
+// Outcomes, in the order Decide checks them.
+const (
+	// Routed: the request goes to Decision.Chosen.
+	Routed Outcome = iota
+	// NoCapacity: no cluster can serve the request now (503).
+	NoCapacity
+	// Shed: the planned shed fraction of its priority, confirmed by the
+	// engines (429).
+	Shed
+	// Overloaded: sheddable, and every cluster it may go to is saturated
+	// (429).
+	Overloaded
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Routed:
+		return "routed"
+	case NoCapacity:
+		return "no_capacity"
+	case Shed:
+		return "shed"
+	case Overloaded:
+		return "overloaded"
+	}
+	return "unknown"
+}
+
+// Cell is one (source, model) of a weights version, indexed for the
+// request path. It is immutable once built and safe for concurrent use.
+type Cell struct {
+	weights []uint64 // per target, in Envoy's list order
+	ends    []uint64 // ends[i] = weights[0] + … + weights[i]
+	total   uint64
+	shed    weights.ShedFractions
+}
+
+// NewCell indexes a cell: weights are the targets' integer weights in the
+// order Envoy's weighted_clusters lists them (a zero weight is a target
+// that draws nothing); shed is the controller's planned shed fraction per
+// priority, made monotone here.
+func NewCell(ws []uint64, shed weights.ShedFractions) *Cell {
+	c := &Cell{weights: slices.Clone(ws), shed: Monotone(shed)}
+	for _, w := range ws {
+		c.total += w
+		c.ends = append(c.ends, c.total)
+	}
+	return c
+}
+
+// Len is the number of targets.
+func (c *Cell) Len() int { return len(c.weights) }
+
+// Total is the sum of the weights.
+func (c *Cell) Total() uint64 { return c.total }
+
+// Shed is the monotone planned shed fractions.
+func (c *Cell) Shed() weights.ShedFractions { return c.shed }
+
+// Monotone makes shedding follow importance: a priority is shed at least
+// as much as any more important one (sheddable ≥ standard ≥ critical).
+// The controller plans shed fractions from the demand it saw per
+// priority; a priority it saw none of gets 0, which would let its first
+// requests pass while more important ones are shed.
+func Monotone(f weights.ShedFractions) weights.ShedFractions {
+	for _, p := range weights.Priorities[1:] {
+		f[p] = max(f[p], f[p-1])
+	}
+	return f
+}
+
+// Signal is the live state of one target cluster, from the engines'
+// signals.
+type Signal struct {
+	// Excluded: no request may go there now (no serving replica).
+	Excluded bool
+	// Saturated: every serving replica has a long queue or a full KV
+	// cache: measured overload.
+	Saturated bool
+	// Pressure is the cluster's queued requests per running request
+	// (waiting / max(running, 1), summed over its serving replicas), ≥ 0;
+	// by Little's law, the time a new request waits there before it is
+	// admitted, in units of a request's time in service. Meaningful only
+	// when PressureKnown (some serving replica's load is known).
+	Pressure      float64
+	PressureKnown bool
+}
+
+// Request is what the decision needs of one request.
+type Request struct {
+	Priority weights.Priority
+	// Draw is the weighted draw, as Envoy receives it in
+	// x-ilb-route-draw: random, or the session key's hash (sticky).
+	Draw uint64
+	// Uniform is a uniform number in [0, 1) for the planned shed.
+	Uniform float64
+}
+
+// Decision is what Decide says of one request.
+type Decision struct {
+	Outcome Outcome
+	// Remaining is how many targets with weight the live state leaves.
+	Remaining int
+	// Drawn is the target Envoy's draw takes (-1 when refused before the
+	// draw), and Slot the draw's slot in the cell's total weight.
+	Drawn int
+	Slot  uint64
+	// Chosen is the target the request goes to (-1 unless Routed).
+	Chosen int
+	// Redrawn: Drawn is excluded; the request was drawn again, with the
+	// same value, among the Remaining targets, at RedrawSlot.
+	Redrawn    bool
+	RedrawSlot uint64
+	// Steered: the target drawn (or redrawn), SteeredFrom, is saturated,
+	// or under more pressure than another (Graded); the request was drawn
+	// again among the SteerAmong targets with headroom (with less
+	// pressure), at SteerSlot.
+	Steered bool
+	Graded  bool
+	// Keep is the probability the steering gave the chosen target of
+	// keeping the request: 0 when it is saturated while another is not, k
+	// of graded steering (see grade), 1 when no steering applied.
+	Keep        float64
+	SteeredFrom int
+	SteerAmong  int
+	SteerSlot   uint64
+	// Waived is the planned shed fraction that applied to this request's
+	// draw but was not enforced because a cluster had headroom (0 when
+	// none was waived).
+	Waived float64
+}
+
+// Decide decides one request on cell c. live holds one Signal per target
+// (same order), or is nil when there is no live state (signals off or
+// stale): then nothing is excluded, steered or confirmed as overloaded,
+// so no planned shed applies either.
+func Decide(c *Cell, live []Signal, req Request) Decision {
+	d := Decision{Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1}
+	var rem []int // targets left, with weight; nil when all are
+	if live != nil {
+		for i, w := range c.weights {
+			if w > 0 && !live[i].Excluded {
+				rem = append(rem, i)
+			}
+		}
+		d.Remaining = len(rem)
+	} else {
+		for _, w := range c.weights {
+			if w > 0 {
+				d.Remaining++
+			}
+		}
+	}
+	if d.Remaining == 0 {
+		d.Outcome = NoCapacity
+		return d
+	}
+	saturated := live != nil && allSaturated(rem, live)
+	if f := c.shed[req.Priority]; f > 0 && req.Uniform < f {
+		if saturated {
+			d.Outcome = Shed
+			return d
+		}
+		d.Waived = f
+	}
+	if saturated && req.Priority == weights.Sheddable {
+		d.Outcome = Overloaded
+		return d
+	}
+	d.Slot = req.Draw % c.total
+	d.Drawn, _ = slices.BinarySearch(c.ends, d.Slot+1) // first end > slot
+	d.Chosen = d.Drawn
+	if live == nil {
+		return d
+	}
+	if live[d.Chosen].Excluded {
+		d.Chosen, d.RedrawSlot = c.pickAmong(rem, req.Draw)
+		d.Redrawn = true
+	}
+	if live[d.Chosen].Saturated && !saturated {
+		// Steering: the weights are planned on smoothed demand every tick;
+		// between ticks, fluctuations build queues on some clusters while
+		// others have room. Draw again, with the same value (sessions stay
+		// sticky), among the remaining clusters with headroom, by their
+		// weights (so the load spreads as the weights say, not onto one).
+		cool := rem[:0:0]
+		for _, i := range rem {
+			if !live[i].Saturated {
+				cool = append(cool, i)
+			}
+		}
+		d.SteeredFrom, d.Keep = d.Chosen, 0
+		d.Chosen, d.SteerSlot = c.pickAmong(cool, req.Draw)
+		d.Steered, d.SteerAmong = true, len(cool)
+		return d
+	}
+	if !saturated {
+		c.grade(&d, rem, live, req.Draw)
+	}
+	return d
+}
+
+// grade is graded steering: a request drawn to a target with a queue
+// moves to the targets with less pressure with probability 1 − k, where
+// k = (1 + p_min) / (1 + p) is the ratio of the expected time in the
+// system (its own service plus the queue ahead, in service times) on the
+// least-pressed remaining target to that on the chosen one. Equal
+// pressure moves nothing; a cluster twice as slow to admit sheds half of
+// its draws to the others, by their weights. The move decision is a
+// hash of the draw, so a session moves only when the pressures change.
+func (c *Cell) grade(d *Decision, rem []int, live []Signal, draw uint64) {
+	ch := live[d.Chosen]
+	if !ch.PressureKnown || ch.Pressure <= 0 {
+		return
+	}
+	pmin := ch.Pressure
+	for _, i := range rem {
+		if live[i].PressureKnown && !live[i].Saturated {
+			pmin = min(pmin, live[i].Pressure)
+		}
+	}
+	k := (1 + pmin) / (1 + ch.Pressure)
+	d.Keep = k
+	if k >= 1 || unit(mix(draw)) < k {
+		return
+	}
+	cool := rem[:0:0]
+	for _, i := range rem {
+		if live[i].PressureKnown && !live[i].Saturated && live[i].Pressure < ch.Pressure {
+			cool = append(cool, i)
+		}
+	}
+	d.SteeredFrom = d.Chosen
+	d.Chosen, d.SteerSlot = c.pickAmong(cool, draw)
+	d.Steered, d.Graded, d.SteerAmong = true, true, len(cool)
+}
+
+// mix is the splitmix64 finalizer: a draw turned into an independent
+// uniform value, so the move decision does not follow the slot.
+func mix(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// unit maps a uniform uint64 to [0, 1).
+func unit(v uint64) float64 { return float64(v>>11) / (1 << 53) }
+
+// pickAmong draws among the targets idx (non-empty, with weight) as Envoy
+// would among them alone: slot = draw % their total, walked in order.
+func (c *Cell) pickAmong(idx []int, draw uint64) (int, uint64) {
+	var total uint64
+	for _, i := range idx {
+		total += c.weights[i]
+	}
+	slot := draw % total
+	var begin uint64
+	for _, i := range idx {
+		if slot < begin+c.weights[i] {
+			return i, slot
+		}
+		begin += c.weights[i]
+	}
+	return idx[len(idx)-1], slot
+}
+
+func allSaturated(idx []int, live []Signal) bool {
+	for _, i := range idx {
+		if !live[i].Saturated {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,207 @@
+package route_test
+
+import (
+	"testing"
+
+	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/weights"
+)
+
+var (
+	ok   = route.Signal{}
+	out  = route.Signal{Excluded: true}
+	full = route.Signal{Saturated: true}
+)
+
+func shed(crit, std, shd float64) weights.ShedFractions {
+	var f weights.ShedFractions
+	f[weights.Critical], f[weights.Standard], f[weights.Sheddable] = crit, std, shd
+	return f
+}
+
+// TestDecideOrder pins the order of the checks: 503 before any 429, a
+// planned shed only on confirmed overload, the fast loop's sheddable 429
+// after it, then the draw, the redraw and the steering.
+func TestDecideOrder(t *testing.T) {
+	w := []uint64{600, 400} // slots [0, 600) → target 0, [600, 1000) → 1
+	tests := []struct {
+		name string
+		ws   []uint64
+		shed weights.ShedFractions
+		live []route.Signal
+		req  route.Request
+		want route.Decision
+	}{
+		{
+			name: "no target at all is 503 even for critical",
+			ws:   nil, req: route.Request{Priority: weights.Critical},
+			want: route.Decision{Outcome: route.NoCapacity, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "every target excluded is 503, not the planned 429",
+			ws:   w, shed: shed(0, 1, 1), live: []route.Signal{out, {Excluded: true, Saturated: true}},
+			req:  route.Request{Priority: weights.Sheddable, Uniform: 0},
+			want: route.Decision{Outcome: route.NoCapacity, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "planned shed confirmed by every remaining target saturated is 429 shed",
+			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, {Excluded: true}},
+			req:  route.Request{Priority: weights.Standard, Uniform: 0.49},
+			want: route.Decision{Outcome: route.Shed, Remaining: 1, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "planned shed while a target has headroom is waived and routed",
+			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 1, Steered: true, SteeredFrom: 0, SteerAmong: 1, SteerSlot: 100, Waived: 0.5},
+		},
+		{
+			name: "planned shed without live state is waived: no evidence of overload",
+			ws:   w, shed: shed(0, 0.9, 0.9),
+			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0.1},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, Waived: 0.9, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a draw past the planned fraction is not shed",
+			ws:   w, shed: shed(0, 0.3, 0.3), live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Standard, Draw: 5, Uniform: 0.3},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 5, Chosen: 0, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "sheddable with every target saturated is 429 overloaded without a plan",
+			ws:   w, live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Sheddable, Uniform: 0.99},
+			want: route.Decision{Outcome: route.Overloaded, Remaining: 2, Drawn: 0 - 1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "standard with every target saturated passes: measured overload sheds sheddable first",
+			ws:   w, live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Standard, Draw: 999},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 999, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "the planned fraction is monotone: a sheddable plan of 0 under a standard plan sheds",
+			ws:   w, shed: shed(0, 0.5, 0), live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Sheddable, Uniform: 0.4},
+			want: route.Decision{Outcome: route.Shed, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "critical is never shed unless planned",
+			ws:   w, shed: shed(0, 1, 1), live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Critical, Draw: 1},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 1, Chosen: 0, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "an excluded drawn target is drawn again among the rest",
+			ws:   []uint64{600, 300, 100}, live: []route.Signal{out, ok, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 550},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 1, Redrawn: true, RedrawSlot: 150, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "redrawn then steered off a saturated target",
+			ws:   []uint64{600, 300, 100}, live: []route.Signal{out, full, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 550},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 2, Redrawn: true, RedrawSlot: 150, Steered: true, SteeredFrom: 1, SteerAmong: 1, SteerSlot: 50},
+		},
+		{
+			name: "graded: equal pressure moves nothing",
+			ws:   w, live: []route.Signal{{Pressure: 2, PressureKnown: true}, {Pressure: 2, PressureKnown: true}},
+			req:  route.Request{Priority: weights.Standard, Draw: 100},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "graded: unknown pressure elsewhere moves nothing",
+			ws:   w, live: []route.Signal{{Pressure: 3, PressureKnown: true}, {}},
+			req:  route.Request{Priority: weights.Standard, Draw: 100},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a weight-0 target is never chosen",
+			ws:   []uint64{0, 10}, live: []route.Signal{ok, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 3},
+			want: route.Decision{Outcome: route.Routed, Remaining: 1, Drawn: 1, Slot: 3, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "only weight-0 targets left is 503",
+			ws:   []uint64{0, 10}, live: []route.Signal{ok, out},
+			req:  route.Request{Priority: weights.Critical},
+			want: route.Decision{Outcome: route.NoCapacity, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := route.Decide(route.NewCell(tt.ws, tt.shed), tt.live, tt.req)
+			if got != tt.want {
+				t.Errorf("Decide:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDecideIsEnvoysDraw checks the draw against Envoy's rule over every
+// slot: slot = draw % total, the first target whose cumulative weight
+// passes the slot.
+func TestDecideIsEnvoysDraw(t *testing.T) {
+	ws := []uint64{3, 0, 5, 2}
+	c := route.NewCell(ws, weights.ShedFractions{})
+	for draw := range uint64(40) {
+		slot, want := draw%10, -1
+		var end uint64
+		for i, w := range ws {
+			end += w
+			if slot < end {
+				want = i
+				break
+			}
+		}
+		if d := route.Decide(c, nil, route.Request{Draw: draw}); d.Chosen != want || d.Slot != slot {
+			t.Errorf("draw %d: chose %d at slot %d; want %d at %d", draw, d.Chosen, d.Slot, want, slot)
+		}
+	}
+}
+
+// TestGradedSteering checks the share graded steering moves over many
+// draws: 1 − (1 + p_min) / (1 + p) of the chosen target's draws, to the
+// targets with less pressure, by weight; none from the least pressed.
+func TestGradedSteering(t *testing.T) {
+	tests := []struct {
+		name      string
+		pressures []float64
+		wantShare []float64 // of all requests, per target
+	}{
+		// Weights 1:1:2. Target 0 keeps 1/3 of its quarter; the moved
+		// 2/3 × 1/4 go to 1 and 2 by weight (1:2), target 1 (p=1) keeps
+		// (1+0)/(1+1) = 1/2 of its quarter and gives the rest to 2.
+		{"three pressures", []float64{2, 1, 0}, []float64{1.0 / 12, 1.0/4*0.5 + 2.0/3/4/3, 0.5 + 2.0/3/4*2/3 + 1.0/8}},
+		{"none queued", []float64{0, 0, 0}, []float64{0.25, 0.25, 0.5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := route.NewCell([]uint64{100, 100, 200}, weights.ShedFractions{})
+			live := make([]route.Signal, len(tt.pressures))
+			for i, p := range tt.pressures {
+				live[i] = route.Signal{Pressure: p, PressureKnown: true}
+			}
+			const n = 400000
+			got := make([]float64, len(live))
+			for i := range n {
+				d := route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: uint64(i) * 0x9e3779b97f4a7c15})
+				got[d.Chosen]++
+			}
+			for i := range got {
+				if got[i] /= n; got[i] < tt.wantShare[i]-0.01 || got[i] > tt.wantShare[i]+0.01 {
+					t.Errorf("target %d got %.3f of the requests; want %.3f", i, got[i], tt.wantShare[i])
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	c := route.NewCell([]uint64{500, 300, 200}, shed(0, 0.1, 0.2))
+	live := []route.Signal{full, ok, ok}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: uint64(i) * 2654435761, Uniform: 0.5})
+	}
+}
