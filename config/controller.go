@@ -132,18 +132,20 @@ func DefaultController() Controller {
 }
 
 // DefaultUtilizationCost is the curve used when the file gives none, for
-// target utilization t: free up to t/2, then 1, 2, 4, 8 per unit in four
-// bands up to t (gentle: load spreads over clusters of one region before
-// it leaves it), then 1000, 1500, 3000 and 6000 in four bands up to 1
-// (steep: past the target an engine is on the knee of its TTFT curve, so
-// any cluster up to a second away is preferred, and the rising steps
-// spread the load evenly rather than fill the nearest clusters first; see
-// docs/benchmarks.md).
+// target utilization t: rising from zero load, 0.25, 0.5, 1, 2, 4 and 8
+// per unit in six bands up to t (gentle: every unit of load costs
+// something, so ties spread rather than pile onto one cluster, and load
+// spreads over the clusters of one region before it leaves it), then
+// 1000, 1500, 3000 and 6000 in four bands up to 1 (steep: past the target
+// an engine is on the knee of its TTFT curve, so any cluster up to a
+// second away is preferred, and the rising steps spread the load evenly
+// rather than fill the nearest clusters first; see docs/benchmarks.md).
 func DefaultUtilizationCost(t float64) []CostBand {
-	b := []CostBand{{UpTo: t / 2, Cost: 0}}
-	for i, c := range []float64{1, 2, 4, 8} {
-		b = append(b, CostBand{UpTo: t/2 + t/2*float64(i+1)/4, Cost: c})
+	var b []CostBand
+	for i, c := range []float64{0.25, 0.5, 1, 2, 4, 8} {
+		b = append(b, CostBand{UpTo: t * float64(i+1) / 6, Cost: c})
 	}
+	b[len(b)-1].UpTo = t // exactly, whatever the rounding
 	if t < 1 {
 		for i, c := range []float64{1000, 1500, 3000, 6000} {
 			b = append(b, CostBand{UpTo: t + (1-t)*float64(i+1)/4, Cost: c})

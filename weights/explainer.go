@@ -2,6 +2,7 @@ package weights
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/ilbproject/ilb/config"
 )
@@ -48,8 +49,24 @@ func (x *explainer) terms(p *cellPlan, w []uint32) []Term {
 		}
 		out = append(out, t)
 	}
+	// A cluster without weight whose marginal cost is no higher than that
+	// of every chosen one lost a tie (or its share rounded to 0), not on
+	// cost: say so rather than call it dearer.
+	least := math.Inf(1)
+	for _, t := range out {
+		if t.Excluded == "" && t.Weight > 0 {
+			least = min(least, t.MarginalCost)
+		}
+	}
+	for i := range out {
+		if t := &out[i]; t.Excluded == "" && t.Weight == 0 && t.Binding == bindingDearer && t.MarginalCost <= least+1e-9 {
+			t.Binding = fmt.Sprintf("tied: the same marginal cost (%.3g) as the cheapest cluster chosen", t.MarginalCost)
+		}
+	}
 	return out
 }
+
+const bindingDearer = "dearer than the clusters chosen"
 
 // movementSlope is the movement cost of one more unit into region r: 2μ
 // once the cell has at least its previous amount there.
@@ -76,7 +93,7 @@ func (x *explainer) binding(p *cellPlan, u float64, w uint32) string {
 	case u >= target-1e-6:
 		return "above target utilization"
 	case w == 0:
-		return "dearer than the clusters chosen"
+		return bindingDearer
 	}
 	return ""
 }

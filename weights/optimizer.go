@@ -1,7 +1,9 @@
 package weights
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ilbproject/ilb/config"
@@ -104,26 +106,7 @@ func extract(in Input, n *network) *solution {
 	for i, cn := range n.clusters {
 		sol.capacity[i] = cn.full
 	}
-	// Within a region, a hub's flow splits over its clusters as solved; a
-	// hub without flow splits by capacity (where a first request would go).
-	split := map[*hubNode][]float64{}
-	for _, h := range n.hubs {
-		sh := make([]float64, len(h.clusters))
-		var total, capTotal float64
-		for i, a := range h.arcs {
-			sh[i] = float64(n.g.Flow(a))
-			total += sh[i]
-			capTotal += h.clusters[i].full
-		}
-		for i := range sh {
-			if total > 0 {
-				sh[i] /= total
-			} else {
-				sh[i] = h.clusters[i].full / capTotal
-			}
-		}
-		split[h] = sh
-	}
+	split := evenSplit(n)
 	for _, cell := range n.cells {
 		idx := ix.byModel[cell.model.Name]
 		pos := ix.position[cell.model.Name]
@@ -178,6 +161,93 @@ func extract(in Input, n *network) *solution {
 		}
 	}
 	return sol
+}
+
+// evenSplit is how each hub's flow splits over its clusters: equal
+// utilization, not the solver's arbitrary choice among ties. The clusters
+// of a hub sit in one region and serve one model, so they are equally far
+// from every source, and every cluster prices its utilization on the same
+// convex curve: for a hub's total flow X, with the load L_i other hubs put
+// on cluster i, Σ full_i·C((L_i + x_i)/full_i) is least when the
+// utilizations are as equal as they can be (water-filling:
+// x_i = max(0, λ·full_i − L_i), Σx_i = X). The solver's split has the same
+// totals per hub and per band price, so it is no cheaper; equal clusters
+// in one region then share load evenly at any load. Hubs are levelled in
+// order, each against the others' latest split; a hub without flow
+// splits by capacity (where a first request would go).
+func evenSplit(n *network) map[*hubNode][]float64 {
+	load := make(map[*clusterNode]float64, len(n.clusters))
+	flows := make(map[*hubNode][]float64, len(n.hubs))
+	for _, h := range n.hubs {
+		f := make([]float64, len(h.clusters))
+		for i, a := range h.arcs {
+			f[i] = float64(n.g.Flow(a))
+			load[h.clusters[i]] += f[i]
+		}
+		flows[h] = f
+	}
+	split := make(map[*hubNode][]float64, len(n.hubs))
+	for _, h := range n.hubs {
+		f := flows[h]
+		var total, capTotal float64
+		for i, c := range h.clusters {
+			total += f[i]
+			capTotal += c.full
+			load[c] -= f[i] // the others' load
+		}
+		sh := make([]float64, len(h.clusters))
+		if total <= 0 {
+			for i, c := range h.clusters {
+				sh[i] = c.full / capTotal
+			}
+			split[h] = sh
+			continue
+		}
+		other := make([]float64, len(h.clusters))
+		full := make([]float64, len(h.clusters))
+		for i, c := range h.clusters {
+			other[i], full[i] = load[c]/flowScale, c.full/n.quantum/flowScale
+		}
+		x := waterFill(total/flowScale, full, other)
+		for i, c := range h.clusters {
+			sh[i] = x[i] / (total / flowScale)
+			load[c] += x[i] * flowScale
+		}
+		split[h] = sh
+	}
+	return split
+}
+
+// flowScale keeps water-filling's numbers near 1: flows are in units of
+// 2^-34 of the total demand.
+const flowScale = 1 << 20
+
+// waterFill spreads total over bins of the given capacities already
+// holding other: x_i = max(0, λ·full_i − other_i) with Σx_i = total, so
+// that the bins that receive anything end at the same fill level λ.
+// Capacities are > 0.
+func waterFill(total float64, full, other []float64) []float64 {
+	idx := make([]int, len(full))
+	for i := range idx {
+		idx[i] = i
+	}
+	// Bins in order of their current level; the level rises past each.
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(other[a]/full[a], other[b]/full[b]) })
+	var sumFull, sumOther float64
+	lambda := 0.0
+	for k, i := range idx {
+		sumFull += full[i]
+		sumOther += other[i]
+		lambda = (total + sumOther) / sumFull
+		if k+1 == len(idx) || lambda <= other[idx[k+1]]/full[idx[k+1]] {
+			break
+		}
+	}
+	x := make([]float64, len(full))
+	for i := range x {
+		x[i] = max(0, lambda*full[i]-other[i])
+	}
+	return x
 }
 
 // fallbackShares are the shares of a cell whose whole demand is shed:

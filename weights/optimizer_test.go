@@ -13,8 +13,8 @@ import (
 
 // twoRegions: source src in region a; cluster near in a, far in b (RTT
 // 50 ms, no egress), each 100 token-cost/s at full capacity; target 0.8,
-// the default utilization curve: free to 0.4, then 1, 2, 4, 8 up to 0.8,
-// 150 to 0.9, 400 to 1.
+// the default utilization curve: 0.25, 0.5, 1, 2, 4, 8 in six bands up to
+// 0.8, then 1000, 1500, 3000, 6000 up to 1.
 const twoRegions = `
 regions: [{name: a}, {name: b}]
 network:
@@ -225,15 +225,18 @@ func TestBeatsBaselines(t *testing.T) {
 }
 
 // TestCostOfHandComputedCase prices the spill case by hand: 80 units on
-// near (bands 0..0.4 free, then 10 units each at 1, 2, 4, 8 = 150) and 40
-// on far (free band, 50 ms away = 2000).
+// near (six bands of 80/6 units at 0.25, 0.5, 1, 2, 4, 8 = 210) and 40 on
+// far (its first bands, 50 ms away = 2000).
 func TestCostOfHandComputedCase(t *testing.T) {
 	c := cfg(t)
 	in := weights.Input{Config: c, Clusters: weights.StaticState(c), Demand: demandOf("src", "m", weights.Standard, 120.0)}
 	got := weights.Evaluate(in, mustSolve(t, in))
 	// Weights are 6667/3333: x_far = 120 × 0.3333 = 39.996, near 80.004
 	// (0.004 into the 1000 band), and near is 1 ms away (inside a region).
-	want := 150 + 0.004*1000 + 39.996*50 + 80.004*1
+	band := 80.0 / 6
+	near := band*(0.25+0.5+1+2+4+8) + 0.004*1000
+	far := band*(0.25+0.5) + (39.996-2*band)*1
+	want := near + far + 39.996*50 + 80.004*1
 	if math.Abs(got.Total-want) > 0.01 {
 		t.Errorf("cost %+v; want total %.3f", got, want)
 	}
