@@ -36,6 +36,25 @@ func (c *Config) Profile(name string) (Profile, bool) {
 	return Profile{}, false
 }
 
+// TokenCosts are the prompt and output token costs of cluster e: its
+// models' costs, averaged when it serves several (capacity is learned per
+// cluster, from token counters that do not say which model a token was
+// for).
+func (c *Config) TokenCosts(e EngineCluster) (prompt, output float64) {
+	n := 0
+	for _, m := range c.Models {
+		if e.Serves(m.Name) {
+			prompt += m.PromptTokenCost
+			output += m.OutputTokenCost
+			n++
+		}
+	}
+	if n == 0 {
+		return 1, 4 // the defaults; a validated cluster serves a model
+	}
+	return prompt / float64(n), output / float64(n)
+}
+
 // Link returns the network link from region from to region to. A pair
 // inside one region that the file omits is [DefaultIntraRegion].
 func (c *Config) Link(from, to string) (Link, bool) {

@@ -198,25 +198,38 @@ func (m *Monitor) applyMetrics(r *replica, res scrapeResult, at time.Time) bool 
 		r.metrics.Problems = x.metrics.Problems
 		return false
 	}
-	rate := r.metrics.TokensPerSecond
+	rate, pRate, gRate := r.metrics.TokensPerSecond, r.metrics.PromptTokensPerSecond, r.metrics.GenerationTokensPerSecond
+	known := r.metrics.RatesKnown
 	if x.tokensKnown {
 		if r.tokensKnown && at.After(r.tokensAt) {
-			delta := x.tokens - r.tokens
-			if delta < 0 {
-				delta = x.tokens // counter reset: it restarted from 0 within the interval
-			}
-			rate = delta / at.Sub(r.tokensAt).Seconds()
+			known = true
+			secs := at.Sub(r.tokensAt).Seconds()
+			pRate = counterDelta(r.metrics.PromptTokens, x.metrics.PromptTokens) / secs
+			gRate = counterDelta(r.metrics.GenerationTokens, x.metrics.GenerationTokens) / secs
+			rate = counterDelta(r.tokens, x.tokens) / secs
 		}
 		r.tokens, r.tokensAt = x.tokens, at
 	}
 	r.tokensKnown = x.tokensKnown
 	if !x.tokensKnown {
-		rate = 0
+		rate, pRate, gRate, known = 0, 0, 0, false
 	}
+	x.metrics.RatesKnown = known
 	x.metrics.TokensPerSecond = rate
+	x.metrics.PromptTokensPerSecond, x.metrics.GenerationTokensPerSecond = pRate, gRate
 	r.metrics = x.metrics
 	r.lastGood, r.lastErr = at, ""
 	return true
+}
+
+// counterDelta is how much a counter grew from prev to now; a counter
+// that went down was reset (the engine restarted within the interval) and
+// counted from 0.
+func counterDelta(prev, now float64) float64 {
+	if now < prev {
+		return now
+	}
+	return now - prev
 }
 
 // timeTransitions applies the transitions that depend on time alone: a

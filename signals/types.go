@@ -66,6 +66,11 @@ type Metrics struct {
 	// last two good scrapes; 0 until known. A counter that went down is a
 	// reset: the rate is then the new value over the interval.
 	TokensPerSecond float64
+	// PromptTokensPerSecond and GenerationTokensPerSecond split it by kind
+	// (prefill, decode). RatesKnown: the three rates are measured (both
+	// token counters read in two good scrapes).
+	PromptTokensPerSecond, GenerationTokensPerSecond float64
+	RatesKnown                                       bool
 	// Models are the model label values seen, sorted.
 	Models []string
 	// Problems describe what the latest scrape could not use, e.g.
@@ -114,10 +119,12 @@ type Cluster struct {
 	Ready, Warming, Draining, Unhealthy, Stale, Starting int
 	// Ramps are the Ramp of each warming replica, in address order.
 	Ramps []float64
-	// Waiting, Running and TokensPerSecond are sums over the ready and
-	// warming replicas with known metrics; LoadKnown counts those replicas.
-	Waiting, Running, TokensPerSecond float64
-	LoadKnown                         int
+	// Waiting, Running and the token rates are sums over the ready and
+	// warming replicas with known metrics; LoadKnown counts those
+	// replicas, RatesKnown those of them whose token rates are known.
+	Waiting, Running, TokensPerSecond                float64
+	PromptTokensPerSecond, GenerationTokensPerSecond float64
+	LoadKnown, RatesKnown                            int
 	// KVUsage is the mean over those replicas that report it; KVKnown is
 	// false when none does.
 	KVUsage float64

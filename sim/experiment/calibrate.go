@@ -49,12 +49,7 @@ func Calibrate(f Fleet, mix []workload.Request, slo time.Duration) (map[string]f
 		cost += requestCost(q)
 	}
 	meanCost := cost / float64(len(mix))
-	// The engine's share of the SLO: what is left after the fleet's
-	// longest round trip (a request may cross it, half each way).
-	budget := slo
-	for _, l := range f.Links {
-		budget = min(budget, slo-time.Duration(l.RTTMs*float64(time.Millisecond)))
-	}
+	budget := engineBudget(f, slo)
 	if budget <= 0 {
 		return nil, fmt.Errorf("calibrate: SLO %v is shorter than the fleet's longest round trip", slo)
 	}
@@ -96,6 +91,20 @@ func Calibrate(f Fleet, mix []workload.Request, slo time.Duration) (map[string]f
 		out[c.Profile] = lo * meanCost
 	}
 	return out, nil
+}
+
+// ttftQuantile is the share of requests the SLO is met for in
+// calibration (p99) and in the capacity estimator.
+const ttftQuantile = 0.99
+
+// engineBudget is the engine's share of the SLO: what is left after the
+// fleet's longest round trip (a request may cross it, half each way).
+func engineBudget(f Fleet, slo time.Duration) time.Duration {
+	budget := slo
+	for _, l := range f.Links {
+		budget = min(budget, slo-time.Duration(l.RTTMs*float64(time.Millisecond)))
+	}
+	return budget
 }
 
 // sample takes n requests spread evenly over the whole workload (all of
@@ -169,6 +178,63 @@ func ttftP99(p replica.Profile, mix []workload.Request, rate float64, seed uint6
 	}
 	slices.Sort(ttft)
 	return ttft[min(len(ttft)-1, int(math.Ceil(0.99*float64(len(ttft))))-1)], nil
+}
+
+// SaturationThroughput measures the most one replica of profile p
+// sustains of the mix, in token-cost units per second (prompt + 4 ×
+// output): Poisson arrivals at rates from 0.6 to 2 times the rate at which
+// it drains the whole mix queued at once, each for six minutes, its token
+// counters read between the first and the sixth; the highest throughput
+// of the sweep. Deeper overload can serve less (long prompts fill the KV
+// cache and preemption recomputes work), so the knee, not the deepest
+// overload, is the saturation throughput. It is the figure a learned
+// capacity is checked against.
+func SaturationThroughput(p replica.Profile, mix []workload.Request) (float64, error) {
+	if len(mix) == 0 {
+		return 0, errors.New("saturation: no requests")
+	}
+	rate, err := saturation(p, mix)
+	if err != nil {
+		return 0, fmt.Errorf("saturation: %w", err)
+	}
+	best := 0.0
+	for _, f := range []float64{0.6, 0.8, 1, 1.2, 1.5, 2} {
+		x, err := sustained(p, mix, f*rate)
+		if err != nil {
+			return 0, err
+		}
+		best = max(best, x)
+	}
+	return best, nil
+}
+
+// sustained is the throughput of one replica of p under Poisson arrivals
+// of the mix at rate requests per second, between its first and sixth
+// minute, in token-cost units per second.
+func sustained(p replica.Profile, mix []workload.Request, rate float64) (float64, error) {
+	m, err := replica.New(replica.Options{Profile: p, Name: "saturation"})
+	if err != nil {
+		return 0, err
+	}
+	const from, to = time.Minute, 6 * time.Minute
+	rng := rand.New(rand.NewPCG(0x5a7, math.Float64bits(rate)))
+	var res []replica.Result
+	var start replica.Load
+	started := false
+	at := time.Duration(0)
+	for i := 0; at < to; i++ {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if !started && at >= from {
+			res = m.Advance(from, res[:0])
+			start, started = m.Load(), true
+		}
+		res = m.Advance(min(at, to), res[:0])
+		q := mix[i%len(mix)]
+		m.Submit(at, replica.Request{ID: uint64(i), Prompt: q.Prompt, Output: q.Output})
+	}
+	end := m.Load()
+	tokens := float64(end.PromptTokens-start.PromptTokens) + 4*float64(end.GenerationTokens-start.GenerationTokens)
+	return tokens / (to - from).Seconds(), nil
 }
 
 // drain steps m until it is idle and returns the end of its last step.

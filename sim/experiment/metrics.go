@@ -4,6 +4,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ilbproject/ilb/capacity"
+
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -20,6 +22,9 @@ type Result struct {
 	// Versions is how many weights versions the controller published.
 	Versions int    `json:"weights_versions"`
 	Series   Series `json:"series"`
+	// Capacity is what the policy learned of each cluster's capacity by
+	// the end of the run (policies that learn it), by cluster name.
+	Capacity []capacity.Estimate `json:"capacity,omitempty"`
 }
 
 // Figures are the outcome of a set of requests.
@@ -248,6 +253,9 @@ func (rec *recorder) result(r *runner) *Result {
 	}
 	for si, a := range rec.sources {
 		res.Sources = append(res.Sources, a.figures(s.Fleet.Sources[si].Name, secs))
+	}
+	if r.est != nil {
+		res.Capacity = r.est.Estimates()
 	}
 	return res
 }

@@ -80,6 +80,7 @@ func (r *runner) deliver(pi int) {
 		return
 	}
 	q := &r.reqs[p.req]
+	r.inflight[pi].reached = r.clock.now
 	rep.m.Submit(r.clock.now, replica.Request{ID: uint64(pi), Prompt: q.Prompt, Output: q.Output, Prefix: q.Prefix})
 	r.schedule(p.replica)
 }
@@ -99,6 +100,16 @@ func (r *runner) retryOrFail(pi int) {
 		}
 	}
 	r.rec.finish(p.req, r.replicas[p.replica].cluster, failed, 0, 0)
+}
+
+// firstToken counts a first token of replica ri, for the engine TTFT
+// histogram the capacity estimator reads.
+func (r *runner) firstToken(ri, pi int, at time.Duration) {
+	rep := r.replicas[ri]
+	rep.first++
+	if at-r.inflight[pi].reached > r.ttftTarget {
+		rep.slow++
+	}
 }
 
 // release frees a pending slot and returns the request's cost.

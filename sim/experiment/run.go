@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/sim/workload"
@@ -75,6 +76,12 @@ type simReplica struct {
 	envoyUp   bool
 	scheduled time.Duration // the step event pending, -1 when none
 	active    int           // requests Envoy has in flight on it
+	// prompt and gen are its token counters at the last signals round;
+	// first and slow count the first tokens since then, and those later
+	// than the engine TTFT target after the request reached it (what the
+	// engine's TTFT histogram says).
+	prompt, gen int64
+	first, slow float64
 }
 
 type simCluster struct {
@@ -91,6 +98,7 @@ type pending struct {
 	replica int
 	rtt     time.Duration
 	retried bool
+	reached time.Duration // when it reached the replica
 }
 
 type runner struct {
@@ -109,13 +117,17 @@ type runner struct {
 	live     []liveCluster
 	table    *table
 	ctl      *weights.Controller
-	meter    map[weights.DemandKey]weights.Rate
-	meterAt  time.Duration
-	rng      *rand.Rand
-	inflight []pending
-	free     []int
-	rec      *recorder
-	results  []replica.Result
+	est      *capacity.Estimator // nil unless the policy learns capacity
+	// ttftTarget is the engines' share of the SLO: the SLO less the
+	// fleet's longest round trip (as Calibrate measures).
+	ttftTarget time.Duration
+	meter      map[weights.DemandKey]weights.Rate
+	meterAt    time.Duration
+	rng        *rand.Rand
+	inflight   []pending
+	free       []int
+	rec        *recorder
+	results    []replica.Result
 	// The controller's schedule: ticks every controller.tick, and at once
 	// (at most one a second: weights.DefaultMinResolveGap) when a
 	// cluster's serving replicas change, as app's signals hook triggers
@@ -187,7 +199,15 @@ func newRunner(o Options) (*runner, error) {
 		for i := range c.Replicas {
 			// A recovered engine warms up (CUDA graphs, caches): steps twice
 			// as slow at first, full speed after warmupTime.
-			m, err := replica.New(replica.Options{Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i), WarmupTime: warmupTime, WarmupSlowdown: 2})
+			ri := len(r.replicas)
+			m, err := replica.New(replica.Options{
+				Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i), WarmupTime: warmupTime, WarmupSlowdown: 2,
+				OnToken: func(id uint64, _ any, index int, at time.Duration) {
+					if index == 0 {
+						r.firstToken(ri, int(id), at)
+					}
+				},
+			})
 			if err != nil {
 				return nil, err
 			}
@@ -220,6 +240,12 @@ func newRunner(o Options) (*runner, error) {
 		}
 	}
 	r.live = make([]liveCluster, len(r.clusters))
+	r.ttftTarget = engineBudget(f, s.SLO)
+	if o.Policy.LearnCapacity {
+		if r.est, err = newEstimator(cfg, f, o.Capacity, r.ttftTarget); err != nil {
+			return nil, err
+		}
+	}
 	r.rec = newRecorder(r, o.Window)
 	if !o.Policy.LeastLoaded {
 		now := func() time.Time { return epoch.Add(r.clock.now) }

@@ -80,6 +80,11 @@ type Policy struct {
 	// plus its outstanding work over its capacity), from exact
 	// instantaneous state. It never sheds.
 	LeastLoaded bool
+	// LearnCapacity: the controller plans with the capacity package's
+	// estimates, learned from the replicas' token counters and queues,
+	// with the calibrated capacity as the prior; otherwise with the
+	// calibrated capacity, as configured.
+	LearnCapacity bool
 }
 
 // Policies are the policies every scenario compares: the three baselines
@@ -90,16 +95,20 @@ func Policies() []Policy {
 		{Name: "round_robin", Weights: config.PolicyRoundRobin},
 		{Name: "proportional", Weights: config.PolicyProportional},
 		{Name: "waterfall", Weights: config.PolicyWaterfall},
-		{Name: "ilb", Weights: config.PolicyOptimizer, FastLoop: true},
+		{Name: "ilb", Weights: config.PolicyOptimizer, FastLoop: true, LearnCapacity: true},
 		{Name: "least_loaded", LeastLoaded: true},
 	}
 }
 
-// LookupPolicy finds a policy of Policies by name; "ilb-slow" is the
-// optimizer without the fast loop.
+// LookupPolicy finds a policy of Policies by name; "ilb-slow" is ILB
+// without the fast loop, "ilb-prior" ILB planning with the configured
+// capacity instead of the learned one.
 func LookupPolicy(name string) (Policy, bool) {
-	if name == "ilb-slow" {
-		return Policy{Name: name, Weights: config.PolicyOptimizer}, true
+	switch name {
+	case "ilb-slow":
+		return Policy{Name: name, Weights: config.PolicyOptimizer, LearnCapacity: true}, true
+	case "ilb-prior":
+		return Policy{Name: name, Weights: config.PolicyOptimizer, FastLoop: true}, true
 	}
 	for _, p := range Policies() {
 		if p.Name == name {

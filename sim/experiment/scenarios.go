@@ -48,7 +48,11 @@ func world() Fleet {
 var (
 	conversation = workload.Lengths{InputMean: 1155, InputP99: 4142, OutputMean: 211, OutputP99: 900}
 	code         = workload.Lengths{InputMean: 2048, InputP99: 7400, OutputMean: 28, OutputP99: 210}
-	priorities   = []workload.Share{{Name: "critical", Weight: 0.2}, {Name: "standard", Weight: 0.5}, {Name: "sheddable", Weight: 0.3}}
+	// longPrompt is agent and RAG conversation traffic: prompts of mean
+	// ~12k tokens (median ~7k, p99 ~85k: the conversation so far, tool
+	// results, documents), answers of mean ~350.
+	longPrompt = workload.Lengths{InputMean: 12000, InputP99: 85000, OutputMean: 350, OutputP99: 2000}
+	priorities = []workload.Share{{Name: "critical", Weight: 0.2}, {Name: "standard", Weight: 0.5}, {Name: "sheddable", Weight: 0.3}}
 )
 
 // source builds a workload source with the standard mix.
@@ -68,7 +72,7 @@ func generate(d time.Duration, period time.Duration, sources ...workload.SourceS
 
 // ScenarioNames lists the scenarios in report order.
 func ScenarioNames() []string {
-	return []string{"diurnal", "diurnal-peak", "outage", "burst", "residency", "drain"}
+	return []string{"diurnal", "diurnal-peak", "outage", "burst", "residency", "drain", "long-prompt"}
 }
 
 // LookupScenario builds the named scenario lasting d (0: one hour).
@@ -129,6 +133,14 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 			source("edge-eu", 1, 35, 0, conversation),
 			source("edge-ap", 8, 26, 0, conversation))
 		s.Changes = []Change{{At: at(0.3), Action: Drain, Region: "us-east", Fraction: 0.5}, {At: at(0.6), Action: Restore, Region: "us-east", Fraction: 0.5}}
+	case "long-prompt":
+		s.Summary = "agent and RAG conversations: prompts of mean ~12k tokens (median ~7k, p99 ~85k), answers of ~350, half in multi-turn sessions resending a 2k-token prefix, steady at about half of the fleet's throughput on this mix"
+		long := func(name string, utcOffset, rate float64) workload.SourceSpec {
+			src := source(name, utcOffset, rate, 0, longPrompt)
+			src.SessionShare, src.SessionTurns, src.SharedPrefixTokens = 0.5, 4, 2048
+			return src
+		}
+		s.Workload = generate(d, d, long("edge-us", -5, 3.8), long("edge-eu", 1, 2.8), long("edge-ap", 8, 2.2))
 	default:
 		return Scenario{}, fmt.Errorf("unknown scenario %q: want one of %v", name, ScenarioNames())
 	}

@@ -2,6 +2,10 @@ package experiment
 
 import (
 	"math"
+	"time"
+
+	"github.com/ilbproject/ilb/capacity"
+	"github.com/ilbproject/ilb/config"
 
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/weights"
@@ -93,13 +97,17 @@ func (r *runner) refreshSignals() {
 	now := r.clock.now
 	for ci, c := range r.clusters {
 		serving, saturated, busy := 0, 0, 0
-		var waiting, running float64
+		var waiting, running, kv, prompt, gen, first, slow float64
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
 			if rep.state != lcFailed || now-rep.since >= probeRetry {
 				rep.seen = rep.state
 			}
 			l := rep.m.Load()
+			dPrompt, dGen := l.PromptTokens-rep.prompt, l.GenerationTokens-rep.gen
+			rep.prompt, rep.gen = l.PromptTokens, l.GenerationTokens
+			dFirst, dSlow := rep.first, rep.slow
+			rep.first, rep.slow = 0, 0
 			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && l.Running+l.Waiting > 0) {
 				busy++ // capacity that served in this interval, for the plots
 			}
@@ -109,11 +117,25 @@ func (r *runner) refreshSignals() {
 			serving++
 			waiting += float64(l.Waiting)
 			running += float64(l.Running)
+			kv += l.KVUsage
+			prompt += float64(dPrompt)
+			gen += float64(dGen)
+			first += dFirst
+			slow += dSlow
 			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
 				saturated++
 			}
 		}
 		r.live[ci] = liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving, pressure: waiting / max(running, 1)}
+		if r.est != nil {
+			secs := signalsInterval.Seconds()
+			r.est.Observe(r.opts.Scenario.Fleet.Clusters[ci].Name, capacity.Observation{
+				At: epoch.Add(now), Replicas: serving, Waiting: waiting, Running: running,
+				KVUsage: kv / max(float64(serving), 1), KVKnown: serving > 0,
+				PromptTokensPerSecond: prompt / secs, GenerationTokensPerSecond: gen / secs,
+				FirstTokens: first, SlowFirstTokens: slow, TTFTKnown: true,
+			})
+		}
 		r.rec.sample(ci, float64(busy)*signalsInterval.Seconds())
 		if r.lastServing == nil {
 			r.lastServing = make([]int, len(r.clusters))
@@ -141,6 +163,20 @@ func (r *runner) trigger() {
 	}
 }
 
+// newEstimator learns every cluster's capacity from the calibrated one,
+// as app does from the configured profiles.
+func newEstimator(cfg *config.Config, f Fleet, calibrated map[string]float64, ttftTarget time.Duration) (*capacity.Estimator, error) {
+	var cs []capacity.Cluster
+	for i, c := range f.Clusters {
+		pc, oc := cfg.TokenCosts(cfg.Clusters[i])
+		cs = append(cs, capacity.Cluster{Name: c.Name, Prior: calibrated[c.Profile], PromptCost: pc, OutputCost: oc})
+	}
+	return capacity.New(capacity.Settings{
+		Target: cfg.Controller.TargetUtilization, SaturationQueue: cfg.Signals.SaturationQueue, SaturationKV: cfg.Signals.SaturationKV,
+		TTFTTarget: ttftTarget, TTFTQuantile: ttftQuantile,
+	}, cs)
+}
+
 // clusterStates is what ILB's signals tell the controller.
 func (r *runner) clusterStates() map[string]weights.ClusterState {
 	out := make(map[string]weights.ClusterState, len(r.clusters))
@@ -161,7 +197,12 @@ func (r *runner) clusterStates() map[string]weights.ClusterState {
 				unhealthy++
 			}
 		}
-		out[r.opts.Scenario.Fleet.Clusters[ci].Name] = weights.NewClusterState(c.capacity, ready, warming, draining, unhealthy)
+		name := r.opts.Scenario.Fleet.Clusters[ci].Name
+		perReplica := c.capacity
+		if r.est != nil {
+			perReplica, _ = r.est.PerReplica(name)
+		}
+		out[name] = weights.NewClusterState(perReplica, ready, warming, draining, unhealthy)
 	}
 	return out
 }

@@ -85,6 +85,10 @@ type Replica struct {
 
 	pendingTokens int
 	preemptions   int
+	// promptTokens and generationTokens count as vLLM's counters do: a
+	// request's prompt once, when its first token is sampled; every token
+	// sampled.
+	promptTokens, generationTokens int64
 }
 
 // New returns a Ready, empty replica; every problem of o is reported at
@@ -167,8 +171,9 @@ func (r *Replica) Load() Load {
 		KVBlocks:      r.kv.total,
 		PendingTokens: r.pendingTokens,
 		Preemptions:   r.preemptions,
-		BatchTokens:   r.batchTokens,
-		BatchSeqs:     r.batchN,
+		PromptTokens:  r.promptTokens, GenerationTokens: r.generationTokens,
+		BatchTokens: r.batchTokens,
+		BatchSeqs:   r.batchN,
 	}
 }
 

@@ -113,7 +113,9 @@ func (r *Replica) finishStep(out []Result) []Result {
 			if s.computed == s.numTokens() {
 				if s.generated == 0 {
 					s.first = end
+					r.promptTokens += int64(s.req.Prompt)
 				}
+				r.generationTokens++
 				if r.opts.OnToken != nil {
 					r.opts.OnToken(s.req.ID, s.req.Tag, s.generated, end)
 				}

@@ -83,6 +83,10 @@ type Load struct {
 	// Preemptions is the total number of preemptions since the replica was
 	// created.
 	Preemptions int
+	// PromptTokens and GenerationTokens are counters since the replica was
+	// created, as vLLM's prompt_tokens_total and generation_tokens_total:
+	// a request's prompt counts once, when its first token is sampled.
+	PromptTokens, GenerationTokens int64
 	// BatchTokens and BatchSeqs are the tokens and sequences of the step in
 	// progress (0 when idle); BatchTokens <= MaxBatchedTokens.
 	BatchTokens, BatchSeqs int

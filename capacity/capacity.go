@@ -1,0 +1,338 @@
+package capacity
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Settings of an Estimator.
+type Settings struct {
+	// Target is the controller's target utilization, in (0, 1].
+	Target float64
+	// SaturationQueue and SaturationKV define a queue as the signals
+	// monitor does: waiting ≥ SaturationQueue × max(running, 1), or KV
+	// cache usage ≥ SaturationKV.
+	SaturationQueue, SaturationKV float64
+	// TTFTTarget is the engine-side time to first token requests should
+	// get, and TTFTQuantile the share of them that should (0.99: p99);
+	// TTFT evidence is used only when the engines export a TTFT histogram.
+	TTFTTarget   time.Duration
+	TTFTQuantile float64
+	// TimeConstant weighs the evidence; 0: 60 s.
+	TimeConstant time.Duration
+	// SmoothTime is the window over which an interval's throughput, TTFT
+	// and queue are judged; 0: 15 s.
+	SmoothTime time.Duration
+	// MaxChangePerMinute bounds the estimates' rate of change, > 1; 0: 2.
+	MaxChangePerMinute float64
+	// Range bounds the estimates around the prior, > 1; 0: 10.
+	Range float64
+}
+
+// minFirstTokens is how many first tokens a window needs before its TTFT
+// quantile is evidence: with fewer, one slow request is noise.
+const minFirstTokens = 20
+
+// Cluster is one engine cluster to learn.
+type Cluster struct {
+	Name string
+	// Prior is the configured capacity per replica (token-cost/s), > 0.
+	Prior float64
+	// PromptCost and OutputCost are the token costs of the cluster's
+	// models (their mean when it serves several), > 0.
+	PromptCost, OutputCost float64
+}
+
+// Observation is one signals interval of one cluster: sums over its
+// serving replicas whose load and token rates are known.
+type Observation struct {
+	At time.Time
+	// Replicas is how many replicas the sums cover; 0: no evidence.
+	Replicas         int
+	Waiting, Running float64
+	// KVUsage is their mean KV cache usage; KVKnown false when none
+	// reports it.
+	KVUsage float64
+	KVKnown bool
+	// PromptTokensPerSecond and GenerationTokensPerSecond are their token
+	// throughputs.
+	PromptTokensPerSecond, GenerationTokensPerSecond float64
+	// FirstTokens is how many requests got their first token in the
+	// interval, SlowFirstTokens how many of them after more than the TTFT
+	// target; meaningful when TTFTKnown (the engines export a TTFT
+	// histogram).
+	FirstTokens, SlowFirstTokens float64
+	TTFTKnown                    bool
+}
+
+// Evidence kinds.
+const (
+	FromPrior    = "prior"    // no evidence yet: the configured profile
+	FromOverload = "overload" // lowered: a queue, or TTFT over the target
+	FromHeadroom = "headroom" // raised: served more than planned within the target
+)
+
+// Estimate is what the estimator believes of one cluster.
+type Estimate struct {
+	Cluster string `json:"cluster"`
+	// PerReplica is the capacity per replica the controller plans with:
+	// the throughput (token-cost/s) of which the target utilization keeps
+	// the engines' TTFT within the target, for the current mix.
+	PerReplica float64 `json:"per_replica"`
+	// Saturation is the learned throughput per replica at saturation
+	// (while the engines queue), the most the cluster can serve of the
+	// current mix; the prior until a queue or a calm window measured it.
+	Saturation float64 `json:"saturation"`
+	// Prior is the configured capacity_per_replica.
+	Prior float64 `json:"prior"`
+	// Confidence in [0, 1] is the share of PerReplica that rests on
+	// measurements rather than the prior.
+	Confidence float64 `json:"confidence"`
+	// From is the kind of the latest evidence taken (FromPrior when none).
+	From string `json:"from"`
+	// Measured is the throughput per replica over the smoothing window,
+	// Pressure the latest queued requests per running one, SlowShare the
+	// share of first tokens over the TTFT target in the window (-1:
+	// unknown).
+	Measured  float64 `json:"measured"`
+	Pressure  float64 `json:"pressure"`
+	SlowShare float64 `json:"slow_share"`
+	// Evidence says in words what the latest observation meant.
+	Evidence string `json:"evidence"`
+	// Samples counts the observations taken as evidence; Updated is when
+	// the latest was.
+	Samples int       `json:"samples"`
+	Updated time.Time `json:"updated,omitzero"`
+}
+
+type state struct {
+	c      Cluster
+	est    Estimate
+	lastAt time.Time
+	queued bool // the previous observation had a queue
+	// mean is the throughput per replica averaged over SmoothTime
+	// (exponentially), first and slow the first tokens likewise; calm is
+	// how long the cluster has had no queue.
+	mean, first, slow float64
+	// vari is the variance of one interval's throughput (exponentially
+	// weighted over SmoothTime); lowMean the window mean less two
+	// standard errors: evidence that only raises an estimate must not
+	// follow the noise of the mean.
+	vari, lowMean float64
+	// waitPer is the queue per replica averaged over the window.
+	waitPer   float64
+	ttftKnown bool
+	calm      time.Duration
+}
+
+// Estimator learns every configured cluster's capacity.
+type Estimator struct {
+	s    Settings
+	mu   sync.Mutex
+	st   map[string]*state
+	snap atomic.Pointer[map[string]Estimate]
+}
+
+// New checks the settings and starts every cluster at its prior.
+func New(s Settings, clusters []Cluster) (*Estimator, error) {
+	if s.TimeConstant == 0 {
+		s.TimeConstant = time.Minute
+	}
+	if s.SmoothTime == 0 {
+		s.SmoothTime = 15 * time.Second
+	}
+	if s.MaxChangePerMinute == 0 {
+		s.MaxChangePerMinute = 2
+	}
+	if s.Range == 0 {
+		s.Range = 10
+	}
+	var errs []error
+	if !(s.Target > 0 && s.Target <= 1) {
+		errs = append(errs, fmt.Errorf("capacity: target utilization %v, want (0, 1]", s.Target))
+	}
+	if !(s.TTFTQuantile > 0 && s.TTFTQuantile < 1) || s.TTFTTarget <= 0 {
+		errs = append(errs, fmt.Errorf("capacity: TTFT target %v at quantile %v, want > 0 and in (0, 1)", s.TTFTTarget, s.TTFTQuantile))
+	}
+	if s.TimeConstant < 0 || s.SmoothTime < 0 || !(s.MaxChangePerMinute > 1) || !(s.Range > 1) {
+		errs = append(errs, fmt.Errorf("capacity: time constant %v, smoothing %v, max change %v, range %v: want ≥ 0, ≥ 0, > 1, > 1", s.TimeConstant, s.SmoothTime, s.MaxChangePerMinute, s.Range))
+	}
+	e := &Estimator{s: s, st: map[string]*state{}}
+	for i, c := range clusters {
+		if !(c.Prior > 0) || !(c.PromptCost > 0) || !(c.OutputCost > 0) || math.IsInf(c.Prior, 0) {
+			errs = append(errs, fmt.Errorf("capacity: clusters[%d] %q: prior %v, costs %v/%v: want finite values > 0", i, c.Name, c.Prior, c.PromptCost, c.OutputCost))
+			continue
+		}
+		e.st[c.Name] = &state{c: c, est: Estimate{
+			Cluster: c.Name, PerReplica: c.Prior, Saturation: c.Prior, Prior: c.Prior, From: FromPrior, SlowShare: -1,
+			Evidence: "no evidence yet: the configured profile",
+		}}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	e.publish()
+	return e, nil
+}
+
+// Observe takes one interval of a cluster; unknown clusters and
+// observations not newer than the last are ignored.
+func (e *Estimator) Observe(name string, o Observation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st, ok := e.st[name]
+	if !ok || !o.At.After(st.lastAt) {
+		return
+	}
+	if e.observe(st, o) {
+		e.publish()
+	}
+}
+
+// observe updates st and reports whether its estimate changed.
+func (e *Estimator) observe(st *state, o Observation) bool {
+	first := st.lastAt.IsZero()
+	dt := o.At.Sub(st.lastAt)
+	st.lastAt = o.At
+	if o.Replicas <= 0 || !finiteNonNeg(o.Waiting, o.Running, o.KVUsage, o.PromptTokensPerSecond, o.GenerationTokensPerSecond, o.FirstTokens, o.SlowFirstTokens) {
+		st.queued, st.calm = false, 0
+		return false
+	}
+	n := float64(o.Replicas)
+	x := (o.PromptTokensPerSecond*st.c.PromptCost + o.GenerationTokensPerSecond*st.c.OutputCost) / n
+	pressure := o.Waiting / max(o.Running, 1)
+	queued := pressure >= e.s.SaturationQueue || (o.KVKnown && o.KVUsage >= e.s.SaturationKV)
+	wasQueued := st.queued
+	st.queued = queued
+	est := &st.est
+	est.Pressure = pressure
+	if first {
+		st.mean, st.ttftKnown = x, o.TTFTKnown
+		if o.TTFTKnown {
+			st.first, st.slow = o.FirstTokens, min(o.SlowFirstTokens, o.FirstTokens)
+		}
+		est.Measured = x
+		return true // the first interval has no predecessor to confirm a queue
+	}
+	dt = min(dt, 4*e.s.TimeConstant) // a gap is not more evidence
+	w := 1 - math.Exp(-dt.Seconds()/e.s.SmoothTime.Seconds())
+	st.waitPer += w * (o.Waiting/n - st.waitPer)
+	d := x - st.mean
+	st.mean += w * d
+	st.vari = (1 - w) * (st.vari + w*d*d)
+	// An exponential window of time constant SmoothTime holds about
+	// 2 × SmoothTime / dt independent intervals.
+	st.lowMean = max(0, st.mean-2*math.Sqrt(st.vari*dt.Seconds()/(2*e.s.SmoothTime.Seconds())))
+	if o.TTFTKnown != st.ttftKnown { // the engines changed: start the window again
+		st.first, st.slow, st.ttftKnown = 0, 0, o.TTFTKnown
+	}
+	if o.TTFTKnown {
+		st.first += w * (o.FirstTokens - st.first)
+		st.slow += w * (min(o.SlowFirstTokens, o.FirstTokens) - st.slow)
+	}
+	if queued {
+		st.calm = 0
+	} else {
+		st.calm += dt
+	}
+	est.Measured, est.SlowShare = st.mean, -1
+	// The window holds about SmoothTime / dt intervals of first tokens.
+	windowFirst := st.first * e.s.SmoothTime.Seconds() / dt.Seconds()
+	ttftJudged := st.ttftKnown && windowFirst >= minFirstTokens
+	slowShare := 0.0
+	if ttftJudged {
+		slowShare = st.slow / st.first
+		est.SlowShare = slowShare
+	}
+	tooSlow := ttftJudged && slowShare > 1-e.s.TTFTQuantile
+	alpha := 1 - math.Exp(-dt.Seconds()/e.s.TimeConstant.Seconds())
+	step := math.Pow(e.s.MaxChangePerMinute, dt.Minutes())
+	lo, hi := st.c.Prior/e.s.Range, st.c.Prior*e.s.Range
+	move := func(from, to float64) float64 {
+		next := from + alpha*(to-from)
+		next = min(max(next, from/step), from*step)
+		return min(max(next, lo), hi)
+	}
+	// Saturation throughput: measured while the engines queue — a long
+	// queue two intervals in a row, or first tokens over the target while
+	// requests wait (a replica at its max_num_seqs queues whatever its
+	// queue per running request) —; at least what a calm window served.
+	switch {
+	case (queued && wasQueued) || (tooSlow && st.waitPer >= 1):
+		est.Saturation = move(est.Saturation, x)
+	case st.calm >= e.s.SmoothTime && st.lowMean > est.Saturation:
+		est.Saturation = move(est.Saturation, st.lowMean)
+	}
+	// Capacity within the TTFT target.
+	var kind, why string
+	switch {
+	case (queued && wasQueued) || tooSlow:
+		if st.mean < est.PerReplica {
+			kind = FromOverload
+			if tooSlow {
+				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target at %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.mean)
+			} else {
+				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at %.0f token-cost/s per replica: capacity at most that", pressure, st.mean)
+			}
+			est.PerReplica = min(est.PerReplica, move(est.PerReplica, st.mean))
+		}
+	case st.calm >= e.s.SmoothTime && st.lowMean > est.PerReplica && (!st.ttftKnown || ttftJudged):
+		kind = FromHeadroom
+		ttft := "no queue"
+		if ttftJudged {
+			ttft = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target", 100*slowShare, e.s.TTFTTarget)
+		}
+		why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v with %s, more than the %.0f planned with: capacity at least that", st.mean, st.lowMean, e.s.SmoothTime, ttft, est.PerReplica)
+		est.PerReplica = max(est.PerReplica, move(est.PerReplica, st.lowMean))
+	}
+	if kind == "" {
+		est.Evidence = fmt.Sprintf("no evidence: %.0f token-cost/s per replica, %.2f waiting per running", st.mean, pressure)
+		return true
+	}
+	est.Confidence += alpha * (1 - est.Confidence)
+	est.From, est.Evidence = kind, why
+	est.Samples++
+	est.Updated = o.At
+	return true
+}
+
+func finiteNonNeg(vs ...float64) bool {
+	for _, v := range vs {
+		if !(v >= 0) || math.IsInf(v, 1) {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *Estimator) publish() {
+	m := make(map[string]Estimate, len(e.st))
+	for name, st := range e.st {
+		m[name] = st.est
+	}
+	e.snap.Store(&m)
+}
+
+// PerReplica is the capacity per replica to plan cluster name with; false
+// for a cluster the estimator does not know.
+func (e *Estimator) PerReplica(name string) (float64, bool) {
+	est, ok := (*e.snap.Load())[name]
+	return est.PerReplica, ok
+}
+
+// Estimates returns every cluster's estimate, by name.
+func (e *Estimator) Estimates() []Estimate {
+	m := *e.snap.Load()
+	out := make([]Estimate, 0, len(m))
+	for _, est := range m {
+		out = append(out, est)
+	}
+	slices.SortFunc(out, func(a, b Estimate) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return out
+}
