@@ -259,37 +259,39 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		next = min(max(next, from/step), from*step)
 		return min(max(next, lo), hi)
 	}
-	// Saturation throughput: measured while the engines queue — a long
-	// queue two intervals in a row, or first tokens over the target while
-	// requests wait (a replica at its max_num_seqs queues whatever its
-	// queue per running request) —; at least what a calm window served.
-	switch {
-	case (queued && wasQueued) || (tooSlow && st.waitPer >= 1):
-		est.Saturation = move(est.Saturation, x)
-	case st.calm >= e.s.SmoothTime && st.lowMean > est.Saturation:
-		est.Saturation = move(est.Saturation, st.lowMean)
-	}
-	// Capacity within the TTFT target.
+	// Overload: a long queue two intervals in a row, or first tokens over
+	// the target while requests wait (at least one per replica over the
+	// window: a replica at its max_num_seqs queues whatever its queue per
+	// running request). First tokens over the target with nothing waiting
+	// are the prompts' own prefill time, which no routing shortens: not
+	// overload.
+	overload := (queued && wasQueued) || (tooSlow && st.waitPer >= 1)
 	var kind, why string
 	switch {
-	case (queued && wasQueued) || tooSlow:
+	case overload:
+		// The GPU was busy throughout: x measures the saturation
+		// throughput, and the plan must stay below this window's load.
+		est.Saturation = move(est.Saturation, x)
 		if st.mean < est.PerReplica {
 			kind = FromOverload
-			if tooSlow {
-				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target at %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.mean)
+			if tooSlow && !(queued && wasQueued) {
+				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, st.mean)
 			} else {
 				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at %.0f token-cost/s per replica: capacity at most that", pressure, st.mean)
 			}
 			est.PerReplica = min(est.PerReplica, move(est.PerReplica, st.mean))
 		}
-	case st.calm >= e.s.SmoothTime && st.lowMean > est.PerReplica && (!st.ttftKnown || ttftJudged):
-		kind = FromHeadroom
-		ttft := "no queue"
-		if ttftJudged {
-			ttft = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target", 100*slowShare, e.s.TTFTTarget)
+	case st.calm >= e.s.SmoothTime:
+		// A calm window: the cluster served lowMean (at least) without a
+		// queue, so it can.
+		if st.lowMean > est.Saturation {
+			est.Saturation = move(est.Saturation, st.lowMean)
 		}
-		why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v with %s, more than the %.0f planned with: capacity at least that", st.mean, st.lowMean, e.s.SmoothTime, ttft, est.PerReplica)
-		est.PerReplica = max(est.PerReplica, move(est.PerReplica, st.lowMean))
+		if st.lowMean > est.PerReplica {
+			kind = FromHeadroom
+			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v without a queue, more than the %.0f planned with: capacity at least that", st.mean, st.lowMean, e.s.SmoothTime, est.PerReplica)
+			est.PerReplica = max(est.PerReplica, move(est.PerReplica, st.lowMean))
+		}
 	}
 	if kind == "" {
 		est.Evidence = fmt.Sprintf("no evidence: %.0f token-cost/s per replica, %.2f waiting per running", st.mean, pressure)

@@ -57,11 +57,12 @@ func TestEstimate(t *testing.T) {
 			// first token look like.
 			return withTTFT(obs(i, float64((i*7919)%5)*600, 0, 10), 10, 0)
 		}, bounds{750, 1200}, bounds{750, 1200}, capacity.FromHeadroom},
-		{"calm but slow first tokens: lowered to served", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 0, 10), 10, 1) }, near(1200), exactly(3000), capacity.FromOverload},
+		{"slow first tokens with nothing waiting are prefill, not overload", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 0, 10), 10, 1) }, exactly(3000), exactly(3000), capacity.FromPrior},
+		{"slow first tokens while requests wait: lowered to served", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 20), 10, 1) }, near(1200), near(1200), capacity.FromOverload},
 		{"p99 within the target is headroom", 1000, 300, func(i int) capacity.Observation {
 			return withTTFT(obs(i, 1200, 0, 10), 10, float64(i%200/199)) // one slow first token in 200
 		}, bounds{1190, 1200}, near(1200), capacity.FromHeadroom},
-		{"too few first tokens to judge: no TTFT evidence either way", 1000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 0, 10), 0.5, 0.5) }, exactly(1000), near(1200), capacity.FromPrior},
+		{"too few first tokens to judge: no TTFT evidence", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 20), 0.5, 0.5) }, exactly(3000), exactly(3000), capacity.FromPrior},
 		{"headroom never lowers", 4000, 300, func(i int) capacity.Observation { return obs(i, 1200, 0, 10) }, exactly(4000), exactly(4000), capacity.FromPrior},
 		{"a quiet cluster is not a slow one", mu, 300, func(i int) capacity.Observation { return obs(i, 10, 0, 1) }, exactly(mu), exactly(mu), capacity.FromPrior},
 		{"a queue one interval in two is no saturation", 3 * mu, 300, func(i int) capacity.Observation { return obs(i, mu, float64(40*(i%2)), 20) }, exactly(3 * mu), exactly(3 * mu), capacity.FromPrior},

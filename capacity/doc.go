@@ -13,29 +13,27 @@
 // per token: attention grows with the context), so it is measured
 // continuously rather than assumed.
 //
+// Overload is a long queue (waiting ≥ saturation_queue × running, or the
+// KV cache ≥ saturation_kv) two intervals in a row, or more than
+// 1 − ttft_quantile of a window's first tokens over the TTFT target while
+// at least one request per replica waits on average (engines that export
+// a TTFT histogram; a replica at its max_num_seqs queues whatever its
+// queue per running request). First tokens over the target with nothing
+// waiting are the prompts' own prefill time, which no routing shortens:
+// not overload. A calm window is SmoothTime (15 s) without a long queue.
 // Two numbers are learned per cluster:
 //
-//   - Saturation, μ: the throughput while the replicas hold a queue —
-//     waiting ≥ saturation_queue × running, or the KV cache ≥
-//     saturation_kv, in two consecutive intervals; or first tokens over
-//     the TTFT target while at least one request per replica waits on
-//     average (a replica at its max_num_seqs queues whatever its running
-//     count) — the GPU was busy throughout, so X measures μ; and at least
-//     the throughput of any window without a queue.
-//   - PerReplica, C, what the controller plans with: the throughput of
-//     which the target utilization keeps the engines' time to first token
-//     within the TTFT target. Queueing theory says the wait before
-//     admission grows without bound as the load nears μ, and how close to
-//     μ a cluster may run depends on the mix and on the SLO, so C is
-//     learned from its own evidence. Overload — two queued intervals, or
-//     more than 1 − ttft_quantile of the window's first tokens over the
-//     target (engines that export a TTFT histogram) — at a window's mean
-//     throughput X̄ lowers C toward X̄: the plan then loads the cluster to
-//     target × X̄, below the point where it broke. Headroom — a whole
-//     window (SmoothTime, 15 s) without a queue and within the TTFT
-//     quantile, serving X̄ above target × C — raises C toward X̄ / target:
-//     it served X̄ within the target, so planning X̄ is safe. C settles
-//     between the two.
+//   - Saturation, μ: during overload the GPU was busy throughout, so X
+//     measures μ; a calm window shows μ is at least what it served.
+//   - PerReplica, C, what the controller plans with (capacity_per_replica
+//     at 100 % utilization, of which it fills the target). Queueing theory
+//     says the wait before admission grows without bound as the load nears
+//     μ, and how close to μ a cluster may run depends on the mix and on
+//     the SLO, so C is learned from its own evidence: overload at a
+//     window's mean throughput X̄ lowers C toward X̄ (the plan then loads
+//     the cluster to target × X̄, below the point where it broke); a calm
+//     window serving X̄ above C raises C toward X̄ (it served that without
+//     a queue). C settles between the two.
 //
 // Anything else (a quiet cluster, unknown counters, a queue for one
 // interval only, a window with too few requests to judge a quantile) says

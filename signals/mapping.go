@@ -16,6 +16,7 @@ import (
 // It is immutable after compile and shared by the replicas of a cluster.
 type mapping struct {
 	waiting, running, kv, prompt, generation signal
+	ttft                                     ttftSignal
 	modelLabel                               string
 	// want holds every family and sample name the mapping may read: the
 	// pre-parse line filter keeps only those.
@@ -109,6 +110,10 @@ type extraction struct {
 	// configured token counter is known and at least one is configured.
 	tokens      float64
 	tokensKnown bool
+	// firstTokens and fastFirstTokens are the TTFT histogram's counters
+	// (all requests, those within the target); ttftKnown when read.
+	firstTokens, fastFirstTokens float64
+	ttftKnown                    bool
 }
 
 // extract reads the mapping's signals from fams. Unusable values are
@@ -144,6 +149,7 @@ func (m *mapping) extract(fams map[string]*dto.MetricFamily) extraction {
 			x.tokensKnown = false
 		}
 	}
+	x.firstTokens, x.fastFirstTokens, x.ttftKnown = r.readTTFT(m.ttft)
 	slices.Sort(r.models)
 	x.metrics.Models = slices.Compact(r.models)
 	x.metrics.Problems = r.problems

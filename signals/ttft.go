@@ -1,0 +1,90 @@
+package signals
+
+import (
+	"math"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// ttftSignal is a time-to-first-token histogram: the family names to try,
+// in order of preference, and the target that splits its requests into
+// fast and slow (seconds; 0: not read).
+type ttftSignal struct {
+	families []string
+	target   float64
+}
+
+// ttftFamilies adds the sample names of histogram families to want, for
+// the pre-parse line filter.
+func ttftFamilies(names []string, want map[string]struct{}) {
+	for _, n := range names {
+		for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+			want[n+s] = struct{}{}
+		}
+	}
+}
+
+// readTTFT sums the first present histogram family of sig over its series:
+// count is how many requests it observed, within how many of them took at
+// most the target — the cumulative count of the largest bucket bound not
+// above it, so a request in the bucket that straddles the target counts
+// as slow. ok is false, with a problem, when the family is not a
+// histogram, has no bucket at or below the target, or holds a bad value
+// (negative, NaN, infinite, a bucket above the count).
+func (r *reader) readTTFT(sig ttftSignal) (count, within float64, ok bool) {
+	if sig.target <= 0 || len(sig.families) == 0 {
+		return 0, 0, false
+	}
+	for _, name := range sig.families {
+		f := r.fams[name]
+		if f == nil {
+			continue
+		}
+		if f.GetType() != dto.MetricType_HISTOGRAM {
+			r.problemf("%s is not a histogram: TTFT unknown", name)
+			return 0, 0, false
+		}
+		for _, m := range f.GetMetric() {
+			c, w, good := histogramWithin(m.GetHistogram(), sig.target)
+			if !good {
+				r.problemf("%s has no usable bucket at or below %ss: TTFT unknown", name, fmtFloat(sig.target))
+				return 0, 0, false
+			}
+			count += c
+			within += w
+		}
+		if math.IsInf(count, 0) {
+			r.problemf("%s overflows: TTFT unknown", name)
+			return 0, 0, false
+		}
+		return count, within, true
+	}
+	return 0, 0, false
+}
+
+// histogramWithin is one series' count and its cumulative count at the
+// largest bucket bound ≤ target.
+func histogramWithin(h *dto.Histogram, target float64) (count, within float64, ok bool) {
+	count = float64(h.GetSampleCount())
+	if v := h.GetSampleCountFloat(); v > 0 {
+		count = v
+	}
+	found := false
+	for _, b := range h.GetBucket() {
+		ub := b.GetUpperBound()
+		if math.IsNaN(ub) || ub > target {
+			continue
+		}
+		c := float64(b.GetCumulativeCount())
+		if v := b.GetCumulativeCountFloat(); v > 0 {
+			c = v
+		}
+		if !found || ub >= 0 {
+			within, found = c, true
+		}
+	}
+	if !found || !(count >= 0) || math.IsInf(count, 0) || !(within >= 0) || within > count {
+		return 0, 0, false
+	}
+	return count, within, true
+}
