@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
@@ -62,6 +63,11 @@ type Demand interface {
 	Status() demand.Status
 }
 
+// Capacity reports each cluster's learned capacity.
+type Capacity interface {
+	Estimates() []capacity.Estimate
+}
+
 var (
 	_ Weights   = (*weights.Controller)(nil)
 	_ Decisions = (*extproc.Log)(nil)
@@ -70,6 +76,7 @@ var (
 	_ Signals   = (*signals.Monitor)(nil)
 	_ Demand    = (*demand.Aggregator)(nil)
 	_ History   = (*weights.History)(nil)
+	_ Capacity  = (*capacity.Estimator)(nil)
 )
 
 // Options are the parts the admin API shows. Nil parts answer 404.
@@ -82,6 +89,7 @@ type Options struct {
 	Rollouts  Rollouts
 	Signals   Signals
 	Demand    Demand
+	Capacity  Capacity
 	History   History
 	// UI is the dashboard (package dashboard), mounted at /ui/; nil: none.
 	UI     http.Handler
@@ -114,7 +122,8 @@ type Options struct {
 //	GET /debug/config               the configuration in force
 //	GET /debug/xds                  xDS nodes: ACKed versions, last NACK
 //	GET /debug/rollout              per source: stable/canary versions, soak, rejected versions
-//	GET /debug/signals              replica and cluster state with reasons and ages, and measured demand
+//	GET /debug/signals              replica and cluster state with reasons and ages, measured demand,
+//	                                and each cluster's learned capacity
 //	GET /ui/                        the dashboard (when Options.UI is set); GET / redirects there
 //
 // Errors are JSON {"error":{"message":...}} with a 4xx status.
@@ -186,6 +195,9 @@ func Handler(o Options) http.Handler {
 			st := o.Demand.Status()
 			out.Demand = &st
 		}
+		if o.Capacity != nil {
+			out.Capacity = o.Capacity.Estimates()
+		}
 		writeJSON(w, out)
 	})
 	mux.HandleFunc("GET /debug/xds", func(w http.ResponseWriter, r *http.Request) {
@@ -214,6 +226,9 @@ type signalsView struct {
 	// Signals is nil when the engines are not watched (signals.disabled).
 	Signals *signals.Snapshot `json:"signals"`
 	Demand  *demand.Status    `json:"demand,omitempty"`
+	// Capacity is each cluster's learned capacity: the estimate, its
+	// prior, evidence and confidence.
+	Capacity []capacity.Estimate `json:"capacity,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

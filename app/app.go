@@ -27,6 +27,7 @@ import (
 
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/auth"
+	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/dashboard"
 	"github.com/ilbproject/ilb/demand"
@@ -71,6 +72,10 @@ type App struct {
 	// TLS material reloaded from files, the authorizers of the gRPC
 	// services, the admin API's token.
 	Auth *auth.Auth
+	// Capacity learns each cluster's capacity from the signals (nil when
+	// signals.disabled); the controller plans with it unless
+	// controller.capacity.mode is configured.
+	Capacity *capacity.Estimator
 
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
@@ -151,9 +156,15 @@ func Start(ctx context.Context, o Options) (*App, error) {
 			return nil, err
 		}
 		a.Signals = mon
+		if a.Capacity, err = newEstimator(c, reg); err != nil {
+			return nil, err
+		}
 		copts.Blind = mon.Blind // a blind monitor's held state is not believed: fail static
 		copts.State = func() (map[string]weights.ClusterState, time.Time) {
 			snap := mon.Snapshot()
+			if c.Controller.Capacity.Mode == config.CapacityLearned {
+				return snap.ClusterStatesWith(c, a.Capacity.PerReplica), snap.At
+			}
 			return snap.ClusterStates(c), snap.At
 		}
 	}
@@ -178,6 +189,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	}
 	if a.Signals != nil {
 		aopts.Signals = a.Signals
+		aopts.Capacity = a.Capacity
 	}
 	adminSrv := &http.Server{
 		Handler: au.Admin(admin.Handler(aopts)), ReadHeaderTimeout: 10 * time.Second, ErrorLog: au.AdminErrorLog(),

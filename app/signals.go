@@ -28,6 +28,7 @@ func (a *App) onSignals(ctx context.Context, snap *signals.Snapshot, healthChang
 		return
 	}
 	a.signalsAt = snap.At
+	a.observeCapacity(snap)
 	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap)); err != nil {
 		a.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
 	}

@@ -63,12 +63,12 @@ type Observation struct {
 	// PromptTokensPerSecond and GenerationTokensPerSecond are their token
 	// throughputs.
 	PromptTokensPerSecond, GenerationTokensPerSecond float64
-	// FirstTokens is how many requests got their first token in the
-	// interval, SlowFirstTokens how many of them after more than the TTFT
-	// target; meaningful when TTFTKnown (the engines export a TTFT
+	// FirstTokensPerSecond is the rate of requests that got their first
+	// token, SlowFirstTokensPerSecond of those that got it after more than
+	// the TTFT target; meaningful when TTFTKnown (the engines export a TTFT
 	// histogram).
-	FirstTokens, SlowFirstTokens float64
-	TTFTKnown                    bool
+	FirstTokensPerSecond, SlowFirstTokensPerSecond float64
+	TTFTKnown                                      bool
 }
 
 // Evidence kinds.
@@ -117,7 +117,7 @@ type state struct {
 	lastAt time.Time
 	queued bool // the previous observation had a queue
 	// mean is the throughput per replica averaged over SmoothTime
-	// (exponentially), first and slow the first tokens likewise; calm is
+	// (exponentially), first and slow the first-token rates likewise; calm is
 	// how long the cluster has had no queue.
 	mean, first, slow float64
 	// vari is the variance of one interval's throughput (exponentially
@@ -200,7 +200,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	first := st.lastAt.IsZero()
 	dt := o.At.Sub(st.lastAt)
 	st.lastAt = o.At
-	if o.Replicas <= 0 || !finiteNonNeg(o.Waiting, o.Running, o.KVUsage, o.PromptTokensPerSecond, o.GenerationTokensPerSecond, o.FirstTokens, o.SlowFirstTokens) {
+	if o.Replicas <= 0 || !finiteNonNeg(o.Waiting, o.Running, o.KVUsage, o.PromptTokensPerSecond, o.GenerationTokensPerSecond, o.FirstTokensPerSecond, o.SlowFirstTokensPerSecond) {
 		st.queued, st.calm = false, 0
 		return false
 	}
@@ -215,7 +215,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	if first {
 		st.mean, st.ttftKnown = x, o.TTFTKnown
 		if o.TTFTKnown {
-			st.first, st.slow = o.FirstTokens, min(o.SlowFirstTokens, o.FirstTokens)
+			st.first, st.slow = o.FirstTokensPerSecond, min(o.SlowFirstTokensPerSecond, o.FirstTokensPerSecond)
 		}
 		est.Measured = x
 		return true // the first interval has no predecessor to confirm a queue
@@ -233,8 +233,8 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		st.first, st.slow, st.ttftKnown = 0, 0, o.TTFTKnown
 	}
 	if o.TTFTKnown {
-		st.first += w * (o.FirstTokens - st.first)
-		st.slow += w * (min(o.SlowFirstTokens, o.FirstTokens) - st.slow)
+		st.first += w * (o.FirstTokensPerSecond - st.first)
+		st.slow += w * (min(o.SlowFirstTokensPerSecond, o.FirstTokensPerSecond) - st.slow)
 	}
 	if queued {
 		st.calm = 0
@@ -242,8 +242,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		st.calm += dt
 	}
 	est.Measured, est.SlowShare = st.mean, -1
-	// The window holds about SmoothTime / dt intervals of first tokens.
-	windowFirst := st.first * e.s.SmoothTime.Seconds() / dt.Seconds()
+	windowFirst := st.first * e.s.SmoothTime.Seconds() // first tokens in a window
 	ttftJudged := st.ttftKnown && windowFirst >= minFirstTokens
 	slowShare := 0.0
 	if ttftJudged {
@@ -274,7 +273,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		est.Saturation = move(est.Saturation, x)
 		if st.mean < est.PerReplica {
 			kind = FromOverload
-			if tooSlow && !(queued && wasQueued) {
+			if tooSlow && (!queued || !wasQueued) {
 				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, st.mean)
 			} else {
 				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at %.0f token-cost/s per replica: capacity at most that", pressure, st.mean)

@@ -23,7 +23,7 @@ func obs(i int, x, waiting, running float64) capacity.Observation {
 
 // withTTFT adds n first tokens a second, slow of them over the target.
 func withTTFT(o capacity.Observation, n, slow float64) capacity.Observation {
-	o.FirstTokens, o.SlowFirstTokens, o.TTFTKnown = n, slow, true
+	o.FirstTokensPerSecond, o.SlowFirstTokensPerSecond, o.TTFTKnown = n, slow, true
 	return o
 }
 

@@ -395,3 +395,45 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestCapacityLearningValidation(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string // problems, in any order; none: valid
+	}{
+		{"defaults", ``, nil},
+		{"configured", `{mode: configured}`, nil},
+		{"every field wrong", `{mode: guessed, ttft_target: 0s, ttft_quantile: 1, time_constant: 10ms}`, []string{
+			`controller.capacity.mode: "guessed" is not a mode`,
+			"controller.capacity.ttft_target: 0s is not positive",
+			"controller.capacity.ttft_quantile: 1 is out of range",
+			"controller.capacity.time_constant: 10ms is too short",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := base
+			if tt.yaml != "" {
+				doc += "controller: {capacity: " + tt.yaml + "}\n"
+			}
+			c, err := config.Parse([]byte(doc))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				if c.Controller.Capacity.TTFTTarget.Std() != 2*time.Second || c.Controller.Capacity.TTFTQuantile != 0.99 {
+					t.Errorf("capacity %+v; want the defaults filled", c.Controller.Capacity)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse: no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -77,6 +77,36 @@ type Controller struct {
 	// MaxCapacityDrop: total capacity falling by more than this fraction
 	// in one tick is implausible (fail-static); default 0.5, in (0, 1].
 	MaxCapacityDrop float64 `yaml:"max_capacity_drop" json:"max_capacity_drop"`
+	// Capacity configures what is learned of each cluster's capacity from
+	// its engines.
+	Capacity CapacityLearning `yaml:"capacity" json:"capacity"`
+}
+
+// Capacity modes.
+const (
+	// CapacityLearned plans with the capacity learned from the engines,
+	// the profiles being the prior (package capacity).
+	CapacityLearned = "learned"
+	// CapacityConfigured plans with the profiles as written; the learned
+	// estimates are still computed and shown.
+	CapacityConfigured = "configured"
+)
+
+// CapacityLearning configures the capacity estimator (docs/controller.md,
+// "Capacity learned from the engines").
+type CapacityLearning struct {
+	// Mode is "learned" (default) or "configured".
+	Mode string `yaml:"mode" json:"mode"`
+	// TTFTTarget is the time to first token the engines should give,
+	// measured at the engine (the engines' own TTFT histograms), without
+	// the network; default 2s.
+	TTFTTarget Duration `yaml:"ttft_target" json:"ttft_target"`
+	// TTFTQuantile is the share of requests that should get it, in
+	// (0, 1); default 0.99.
+	TTFTQuantile float64 `yaml:"ttft_quantile" json:"ttft_quantile"`
+	// TimeConstant weighs the evidence (the prior keeps e^-t/τ of its
+	// weight after t of evidence); default 60s, >= 1s.
+	TimeConstant Duration `yaml:"time_constant" json:"time_constant"`
 }
 
 // CostBand is one band of the utilization cost curve: from the previous
@@ -128,6 +158,9 @@ func DefaultController() Controller {
 		StaleAfter:          Duration(30 * time.Second),
 		MaxDemandJump:       10,
 		MaxCapacityDrop:     0.5,
+		Capacity: CapacityLearning{
+			Mode: CapacityLearned, TTFTTarget: Duration(2 * time.Second), TTFTQuantile: 0.99, TimeConstant: Duration(time.Minute),
+		},
 	}
 }
 

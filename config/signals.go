@@ -71,6 +71,9 @@ type MetricMapping struct {
 	KVUsage          string `yaml:"kv_usage,omitempty" json:"kv_usage,omitempty"`
 	PromptTokens     string `yaml:"prompt_tokens,omitempty" json:"prompt_tokens,omitempty"`
 	GenerationTokens string `yaml:"generation_tokens,omitempty" json:"generation_tokens,omitempty"`
+	// TTFT is a histogram family of the engine's time to first token in
+	// seconds (e.g. vllm:time_to_first_token_seconds); "" when it has none.
+	TTFT string `yaml:"ttft,omitempty" json:"ttft,omitempty"`
 	// ModelLabel is the label that names the model when one endpoint
 	// serves several; default "model_name".
 	ModelLabel string `yaml:"model_label,omitempty" json:"model_label,omitempty"`

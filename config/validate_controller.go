@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // finite reports whether v is a finite number >= 0.
@@ -39,6 +40,19 @@ func (c *Config) validateController(p *problems) {
 	}
 	if !finite(ct.MaxDemandJump) || ct.MaxDemandJump <= 1 {
 		p.addf("controller.max_demand_jump", "%v is out of range: want a finite factor > 1", ct.MaxDemandJump)
+	}
+	cl := ct.Capacity
+	if cl.Mode != CapacityLearned && cl.Mode != CapacityConfigured {
+		p.addf("controller.capacity.mode", "%q is not a mode: want %q or %q", cl.Mode, CapacityLearned, CapacityConfigured)
+	}
+	if cl.TTFTTarget.Std() <= 0 {
+		p.addf("controller.capacity.ttft_target", "%s is not positive: want a duration such as 2s", cl.TTFTTarget)
+	}
+	if !finite(cl.TTFTQuantile) || cl.TTFTQuantile <= 0 || cl.TTFTQuantile >= 1 {
+		p.addf("controller.capacity.ttft_quantile", "%v is out of range: want a number in (0, 1), e.g. 0.99", cl.TTFTQuantile)
+	}
+	if cl.TimeConstant.Std() < time.Second {
+		p.addf("controller.capacity.time_constant", "%s is too short: want at least 1s (60s by default)", cl.TimeConstant)
 	}
 	if ct.DemandHalfLife.Std() <= 0 {
 		p.addf("controller.demand_half_life", "%s is not positive: want a duration such as 30s", ct.DemandHalfLife)

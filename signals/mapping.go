@@ -52,7 +52,8 @@ func (s signal) String() string {
 }
 
 func (sp mappingSpec) compile() (*mapping, error) {
-	m := &mapping{modelLabel: sp.modelLabel, want: map[string]struct{}{}}
+	m := &mapping{modelLabel: sp.modelLabel, want: map[string]struct{}{}, ttft: ttftSignal{families: sp.ttft}}
+	ttftFamilies(sp.ttft, m.want)
 	for _, f := range []struct {
 		dst      *signal
 		exprs    []string

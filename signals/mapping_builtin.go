@@ -23,6 +23,11 @@ import (
 // counters sglang:prompt_tokens_total and sglang:generation_tokens_total;
 // label model_name (plus tp_rank, pp_rank, engine_type).
 //
+// Time to first token, where the engine exports it as a histogram in
+// seconds: vllm:time_to_first_token_seconds,
+// sglang:time_to_first_token_seconds, trtllm_time_to_first_token_seconds
+// (trtllm-serve; vLLM's bucket bounds); TGI has none.
+//
 // TGI — huggingface.co/docs/text-generation-inference/reference/metrics:
 // gauges tgi_queue_size and tgi_batch_current_size. TGI has no KV cache
 // gauge (KV stays unknown) and no token counters; the histograms
@@ -57,6 +62,7 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 		kv:         []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
 		prompt:     []string{"vllm:prompt_tokens_total"},
 		generation: []string{"vllm:generation_tokens_total"},
+		ttft:       []string{"vllm:time_to_first_token_seconds"},
 		modelLabel: "model_name",
 	},
 	config.EngineSGLang: {
@@ -65,6 +71,7 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 		kv:         []string{"sglang:token_usage"},
 		prompt:     []string{"sglang:prompt_tokens_total"},
 		generation: []string{"sglang:generation_tokens_total"},
+		ttft:       []string{"sglang:time_to_first_token_seconds"},
 		modelLabel: "model_name",
 	},
 	config.EngineTGI: {
@@ -83,6 +90,7 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 		},
 		prompt:     []string{"trtllm_prompt_tokens_total", `nv_llm_input_token_len_sum{response_metric_type="total_input_tokens"}`},
 		generation: []string{"trtllm_generation_tokens_total", `nv_llm_output_token_len_sum{response_metric_type="total_output_tokens"}`},
+		ttft:       []string{"trtllm_time_to_first_token_seconds"},
 		modelLabel: "model_name",
 	},
 }
@@ -91,7 +99,9 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 // order of preference (a selector, or "selector / selector" for a ratio).
 type mappingSpec struct {
 	waiting, running, kv, prompt, generation []string
-	modelLabel                               string
+	// ttft lists histogram families of the time to first token.
+	ttft       []string
+	modelLabel string
 }
 
 // mappingFor compiles the mapping of an engine cluster: the custom mapping
@@ -105,7 +115,7 @@ func mappingFor(c *config.Config, e config.EngineCluster) (*mapping, error) {
 		spec := mappingSpec{
 			waiting: one(mm.Waiting), running: one(mm.Running), kv: one(mm.KVUsage),
 			prompt: one(mm.PromptTokens), generation: one(mm.GenerationTokens),
-			modelLabel: mm.ModelLabel,
+			ttft: one(mm.TTFT), modelLabel: mm.ModelLabel,
 		}
 		if spec.modelLabel == "" {
 			spec.modelLabel = "model_name"
@@ -114,13 +124,19 @@ func mappingFor(c *config.Config, e config.EngineCluster) (*mapping, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: mapping %s: %w", e.Name, name, err)
 		}
+		m.ttft.target = c.Controller.Capacity.TTFTTarget.Std().Seconds()
 		return m, nil
 	}
 	spec, ok := builtinMappings[e.Engine]
 	if !ok {
 		return nil, fmt.Errorf("cluster %s: no built-in metric mapping for engine %q", e.Name, e.Engine)
 	}
-	return spec.compile()
+	m, err := spec.compile()
+	if err != nil {
+		return nil, err
+	}
+	m.ttft.target = c.Controller.Capacity.TTFTTarget.Std().Seconds()
+	return m, nil
 }
 
 // one is a one-source list, or nil for "".

@@ -40,11 +40,16 @@ type replica struct {
 	tokens                float64
 	tokensAt              time.Time
 	tokensKnown           bool
-	saturated             bool
-	transitions           []Transition
-	nextAt                time.Time
-	scrapes               uint64
-	inFlight              bool
+	// firstTokens and fastFirstTokens are the TTFT histogram's counters
+	// at ttftAt, the last good scrape that read them.
+	firstTokens, fastFirstTokens float64
+	ttftAt                       time.Time
+	ttftKnown                    bool
+	saturated                    bool
+	transitions                  []Transition
+	nextAt                       time.Time
+	scrapes                      uint64
+	inFlight                     bool
 }
 
 func newReplica(cl *cluster, addr string, now time.Time, initial bool) *replica {
@@ -215,11 +220,32 @@ func (m *Monitor) applyMetrics(r *replica, res scrapeResult, at time.Time) bool 
 		rate, pRate, gRate, known = 0, 0, 0, false
 	}
 	x.metrics.RatesKnown = known
+	r.ttftRates(&x, at)
 	x.metrics.TokensPerSecond = rate
 	x.metrics.PromptTokensPerSecond, x.metrics.GenerationTokensPerSecond = pRate, gRate
 	r.metrics = x.metrics
 	r.lastGood, r.lastErr = at, ""
 	return true
+}
+
+// ttftRates turns the TTFT histogram's counters into rates between the
+// last good scrape that read them and this one (at).
+func (r *replica) ttftRates(x *extraction, at time.Time) {
+	prevKnown, prevAt := r.ttftKnown, r.ttftAt
+	prevAll, prevFast := r.firstTokens, r.fastFirstTokens
+	r.ttftKnown = x.ttftKnown
+	if !x.ttftKnown {
+		return
+	}
+	r.firstTokens, r.fastFirstTokens, r.ttftAt = x.firstTokens, x.fastFirstTokens, at
+	if !prevKnown || !at.After(prevAt) {
+		return
+	}
+	secs := at.Sub(prevAt).Seconds()
+	all := counterDelta(prevAll, x.firstTokens)
+	slow := all - min(counterDelta(prevFast, x.fastFirstTokens), all)
+	x.metrics.FirstTokensPerSecond, x.metrics.SlowFirstTokensPerSecond = all/secs, slow/secs
+	x.metrics.TTFTKnown = true
 }
 
 // counterDelta is how much a counter grew from prev to now; a counter

@@ -125,6 +125,11 @@ func summarize(cl *cluster, reps []Replica) Cluster {
 		c.Waiting += r.Metrics.Waiting
 		c.Running += r.Metrics.Running
 		c.TokensPerSecond += r.Metrics.TokensPerSecond
+		if r.Metrics.TTFTKnown {
+			c.TTFTKnown++
+			c.FirstTokensPerSecond += r.Metrics.FirstTokensPerSecond
+			c.SlowFirstTokensPerSecond += r.Metrics.SlowFirstTokensPerSecond
+		}
 		if r.Metrics.RatesKnown {
 			c.RatesKnown++
 			c.PromptTokensPerSecond += r.Metrics.PromptTokensPerSecond

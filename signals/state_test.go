@@ -3,6 +3,7 @@ package signals
 import (
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +275,51 @@ func TestJitterIsBoundedAndDeterministic(t *testing.T) {
 	}
 	if lo < -0.1 || hi >= 0.1 || lo > -0.09 || hi < 0.09 {
 		t.Errorf("jitter range [%v, %v], want about [-0.1, 0.1)", lo, hi)
+	}
+}
+
+func TestTokenAndTTFTRates(t *testing.T) {
+	h, f := oneVLLM(t, baseSignals)
+	// The TTFT histogram: requests in total, and within 1 s and 2.5 s.
+	// The default target is 2 s: the 2.5 s bucket straddles it, so only
+	// the 1 s bucket counts as within.
+	body := func(prompt, gen, within1, within2p5, count float64) []byte {
+		return []byte(strings.Join([]string{
+			"vllm:num_requests_waiting 0", "vllm:num_requests_running 1", "vllm:kv_cache_usage_perc 0.1",
+			"vllm:prompt_tokens_total " + fmtFloat(prompt), "vllm:generation_tokens_total " + fmtFloat(gen),
+			"# TYPE vllm:time_to_first_token_seconds histogram",
+			`vllm:time_to_first_token_seconds_bucket{le="1.0"} ` + fmtFloat(within1),
+			`vllm:time_to_first_token_seconds_bucket{le="2.5"} ` + fmtFloat(within2p5),
+			`vllm:time_to_first_token_seconds_bucket{le="+Inf"} ` + fmtFloat(count),
+			"vllm:time_to_first_token_seconds_sum 10",
+			"vllm:time_to_first_token_seconds_count " + fmtFloat(count), "",
+		}, "\n"))
+	}
+	f.set(answerOK, answerOK, body(1000, 100, 10, 12, 12))
+	h.step(0)
+	if r := h.replica(f.addr()); r.Metrics.RatesKnown || r.Metrics.TTFTKnown {
+		t.Errorf("rates known after one scrape: %+v", r.Metrics)
+	}
+	f.set(answerOK, answerOK, body(3000, 600, 40, 44, 50))
+	h.step(2 * time.Second)
+	r := h.replica(f.addr())
+	if m := r.Metrics; !m.RatesKnown || m.PromptTokensPerSecond != 1000 || m.GenerationTokensPerSecond != 250 {
+		t.Errorf("token rates %+v; want 2000/2s prompt, 500/2s generation", m)
+	}
+	// 38 first tokens in 2 s, 30 of them within 1 s: 8 slow.
+	if m := r.Metrics; !m.TTFTKnown || m.FirstTokensPerSecond != 19 || m.SlowFirstTokensPerSecond != 4 {
+		t.Errorf("TTFT rates %+v; want 19/s, 4/s slow", m)
+	}
+	c := h.m.Snapshot().Clusters["c1"]
+	if c.TTFTKnown != 1 || c.FirstTokensPerSecond != 19 || c.SlowFirstTokensPerSecond != 4 || c.RatesKnown != 1 || c.PromptTokensPerSecond != 1000 {
+		t.Errorf("cluster %+v", c)
+	}
+	// A histogram that lies (a bucket above the count) is unknown, with a
+	// problem, not a number.
+	f.set(answerOK, answerOK, body(4000, 700, 90, 95, 60))
+	h.step(time.Second)
+	r = h.replica(f.addr())
+	if r.Metrics.TTFTKnown || !slices.ContainsFunc(r.Metrics.Problems, func(p string) bool { return strings.Contains(p, "TTFT unknown") }) {
+		t.Errorf("metrics %+v; want TTFT unknown with a problem", r.Metrics)
 	}
 }

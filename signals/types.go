@@ -71,6 +71,12 @@ type Metrics struct {
 	// token counters read in two good scrapes).
 	PromptTokensPerSecond, GenerationTokensPerSecond float64
 	RatesKnown                                       bool
+	// FirstTokensPerSecond is the rate of requests that got their first
+	// token, SlowFirstTokensPerSecond of those past the TTFT target
+	// (controller.capacity.ttft_target), from the engine's TTFT histogram
+	// between the last two good scrapes; TTFTKnown when measured.
+	FirstTokensPerSecond, SlowFirstTokensPerSecond float64
+	TTFTKnown                                      bool
 	// Models are the model label values seen, sorted.
 	Models []string
 	// Problems describe what the latest scrape could not use, e.g.
@@ -125,6 +131,10 @@ type Cluster struct {
 	Waiting, Running, TokensPerSecond                float64
 	PromptTokensPerSecond, GenerationTokensPerSecond float64
 	LoadKnown, RatesKnown                            int
+	// FirstTokensPerSecond and SlowFirstTokensPerSecond sum the replicas
+	// whose TTFT is known; TTFTKnown counts them.
+	FirstTokensPerSecond, SlowFirstTokensPerSecond float64
+	TTFTKnown                                      int
 	// KVUsage is the mean over those replicas that report it; KVKnown is
 	// false when none does.
 	KVUsage float64
@@ -175,11 +185,24 @@ type Snapshot struct {
 // serving a moment ago, and a new one is probed within an interval. c
 // must be the validated configuration the monitor runs with.
 func (s *Snapshot) ClusterStates(c *config.Config) map[string]weights.ClusterState {
+	return s.ClusterStatesWith(c, nil)
+}
+
+// ClusterStatesWith is ClusterStates with the capacity per replica of each
+// cluster from perReplica (a learned capacity) where it answers, the
+// profile's otherwise; nil: the profiles'.
+func (s *Snapshot) ClusterStatesWith(c *config.Config, perReplica func(cluster string) (float64, bool)) map[string]weights.ClusterState {
 	out := make(map[string]weights.ClusterState, len(c.Clusters))
 	for _, e := range c.Clusters {
 		p, _ := c.Profile(e.Profile)
+		per := p.CapacityPerReplica
+		if perReplica != nil {
+			if v, ok := perReplica(e.Name); ok {
+				per = v
+			}
+		}
 		cl := s.Clusters[e.Name]
-		out[e.Name] = weights.NewClusterState(p.CapacityPerReplica, cl.Ready+cl.Stale+cl.Starting,
+		out[e.Name] = weights.NewClusterState(per, cl.Ready+cl.Stale+cl.Starting,
 			slices.Clone(cl.Ramps), cl.Draining, cl.Unhealthy)
 	}
 	return out

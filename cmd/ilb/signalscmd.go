@@ -9,14 +9,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/signals"
 )
 
 // signalsView is the JSON /debug/signals serves.
 type signalsView struct {
-	Signals *signals.Snapshot `json:"signals"`
-	Demand  *demand.Status    `json:"demand"`
+	Signals  *signals.Snapshot   `json:"signals"`
+	Demand   *demand.Status      `json:"demand"`
+	Capacity []capacity.Estimate `json:"capacity"`
 }
 
 // runSignals prints the engines' state and the measured demand from the
@@ -87,6 +89,23 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.0f\t%.0f\t%s\t%s ago\t%s\n", r.Cluster, r.Address, r.State, age(now, r.Since), r.Ramp,
 				r.Metrics.Waiting, r.Metrics.Running, kv, age(now, r.LastScrape), reason)
+		}
+		_ = tw.Flush()
+	}
+	if len(v.Capacity) > 0 {
+		fmt.Fprintln(w, "\ncapacity per replica, learned from the engines (token-cost/s at full utilization; the profile is the prior)")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLUSTER\tPLANNED\tPRIOR\tSATURATION\tCONFIDENCE\tFROM\tMEASURED\tSLOW TTFT\tEVIDENCE")
+		for _, e := range v.Capacity {
+			if only != "" && e.Cluster != only {
+				continue
+			}
+			slow := "unknown"
+			if e.SlowShare >= 0 {
+				slow = fmt.Sprintf("%.1f%%", 100*e.SlowShare)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f%%\t%s\t%.0f\t%s\t%s\n", e.Cluster, e.PerReplica, e.Prior, e.Saturation,
+				100*e.Confidence, e.From, e.Measured, slow, e.Evidence)
 		}
 		_ = tw.Flush()
 	}

@@ -133,7 +133,7 @@ func (r *runner) refreshSignals() {
 				At: epoch.Add(now), Replicas: serving, Waiting: waiting, Running: running,
 				KVUsage: kv / max(float64(serving), 1), KVKnown: serving > 0,
 				PromptTokensPerSecond: prompt / secs, GenerationTokensPerSecond: gen / secs,
-				FirstTokens: first, SlowFirstTokens: slow, TTFTKnown: true,
+				FirstTokensPerSecond: first / secs, SlowFirstTokensPerSecond: slow / secs, TTFTKnown: true,
 			})
 		}
 		r.rec.sample(ci, float64(busy)*signalsInterval.Seconds())
