@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,69 +22,78 @@ import (
 
 // runSim runs routing experiments in virtual time and compares the
 // policies: a table per scenario, optionally JSON, plots and a Markdown
-// report.
+// report; with --loads, a load sweep per scenario.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	scenario := fs.String("scenario", "diurnal", "scenario: "+strings.Join(experiment.ScenarioNames(), ", ")+", or all")
+	scenario := fs.String("scenario", "diurnal", "scenarios, comma-separated: "+strings.Join(experiment.ScenarioNames(), ", ")+"; or all")
 	trace := fs.String("trace", "", "replay this trace (Azure CSV or JSONL) at every source instead of the scenario's synthetic workload")
-	traceScale := fs.Float64("trace-rate", 10, "with --trace: the rate multiplier of the replay at each source")
+	traceRate := fs.Float64("trace-rate", 0, "with --trace: the replay's total rate as a multiple of the trace's, split evenly over the sources (0: set by --load, 0.5 by default)")
+	load := fs.Float64("load", 0, "scale the workload so its mean demand is this fraction of the fleet's measured saturation throughput (0: the scenario's own rates)")
+	loads := fs.String("loads", "", "a load sweep: comma-separated loads (e.g. 0.3,0.5,0.7,0.9,1.0,1.1), each run like --load; reports each policy's maximum sustainable load")
+	attain := fs.Float64("attain", 0.95, "with --loads: the share of requests within the SLO a load must keep to count as sustained")
+	slo := fs.Duration("slo", 0, "time to first token a request must get to count as good (0: the scenario's, 2s)")
 	seed := fs.Uint64("seed", 1, "seed of the workload and of every random draw")
 	duration := fs.Duration("duration", time.Hour, "simulated duration; the scenario's daily cycle and events scale with it")
-	policies := fs.String("policies", "", "comma-separated policies (default all: round_robin, proportional, waterfall, ilb, least_loaded; also ilb-slow)")
+	policies := fs.String("policies", "", "comma-separated policies (default all: round_robin, proportional, waterfall, ilb, least_loaded; also ilb-slow, ilb-prior)")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of tables")
 	plots := fs.String("plots", "", "write plots (time series per scenario) into this directory")
 	format := fs.String("plot-format", "svg", "plot format: svg or png")
 	report := fs.String("report", "", "write a Markdown report (tables, ratios, plot links) to this file")
+	section := fs.String("report-section", "", "the section of the report this run rewrites, keeping the others (default: results, or sweep with --loads)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if *format != "svg" && *format != "png" {
-		return fmt.Errorf("sim: --plot-format: format %q: want png or svg", *format)
+	o := simOptions{trace: *trace, traceRate: *traceRate, load: *load, attain: *attain, slo: *slo, seed: *seed, duration: *duration}
+	if err := o.check(*format, *loads); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
-	names := []string{*scenario}
-	if *scenario == "all" {
-		names = experiment.ScenarioNames()
+	names, err := scenarioNames(*scenario)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	pols, err := pickPolicies(*policies)
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	var rows []workload.Row
 	if *trace != "" {
-		if rows, err = workload.LoadTrace(*trace); err != nil {
+		if o.rows, err = workload.LoadTrace(*trace); err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
 	}
 	var all [][]*experiment.Result
+	var sweeps []experiment.Sweep
+	seen := map[string]string{}
 	for _, name := range names {
 		s, err := experiment.LookupScenario(name, *duration)
 		if err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
-		var reqs []workload.Request
-		if rows != nil {
-			if reqs, err = replayAtEverySource(s, rows, *traceScale, *seed); err != nil {
+		if o.slo > 0 {
+			s.SLO = o.slo
+		}
+		if o.rows != nil {
+			// With a trace, a scenario is its fleet and its events: two
+			// scenarios alike in both are the same run.
+			key := fmt.Sprint(s.Fleet, s.Changes)
+			if first, ok := seen[key]; ok {
+				fmt.Fprintf(stderr, "sim: scenario %s is the same run as %s with --trace (same fleet, no other events): skipped\n", name, first)
+				continue
+			}
+			seen[key] = name
+		}
+		if len(o.loads) > 0 {
+			sw, err := o.sweep(ctx, stdout, s, pols)
+			if err != nil {
 				return fmt.Errorf("sim: %w", err)
 			}
+			sweeps = append(sweeps, sw)
+			continue
 		}
-		start := time.Now()
-		results, err := experiment.Compare(ctx, s, pols, *seed, reqs)
+		results, err := o.runOne(ctx, stdout, s, pols, o.load, !*asJSON)
 		if err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
 		all = append(all, results)
-		if !*asJSON {
-			summary := s.Summary
-			if note := traceNote(*trace, *traceScale); note != "" {
-				summary = note
-			}
-			fmt.Fprintf(stdout, "scenario %s (%s simulated, seed %d, %d requests, ran in %s): %s\n\n", s.Name, s.Duration, *seed,
-				results[0].Totals.Requests, time.Since(start).Round(100*time.Millisecond), summary)
-			if err := experiment.WriteTable(stdout, results); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout)
-		}
 		if *plots != "" {
 			paths, err := experiment.Plot(*plots, *format, results)
 			if err != nil {
@@ -95,16 +107,190 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(all); err != nil {
+		var v any = all
+		if len(o.loads) > 0 {
+			v = sweeps
+		}
+		if err := enc.Encode(v); err != nil {
 			return err
+		}
+	} else {
+		for _, sw := range sweeps {
+			fmt.Fprintf(stdout, "load sweep of %s: share within the SLO · p99 TTFT\n\n", sw.Workload)
+			if err := experiment.WriteSweep(stdout, sw); err != nil {
+				return err
+			}
 		}
 	}
 	if *report != "" {
-		if err := writeReport(*report, *plots, *format, *duration, *seed, traceNote(*trace, *traceScale), all); err != nil {
+		sec := *section
+		if sec == "" {
+			sec = "results"
+			if len(o.loads) > 0 {
+				sec = "sweep"
+			}
+		}
+		if err := writeReport(*report, sec, *plots, *format, o, all, sweeps); err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
 	}
 	return nil
+}
+
+// simOptions are the workload settings of a sim run.
+type simOptions struct {
+	trace     string
+	rows      []workload.Row
+	traceRate float64
+	load      float64
+	loads     []float64
+	attain    float64
+	slo       time.Duration
+	seed      uint64
+	duration  time.Duration
+}
+
+// check reports every bad flag at once, and fills the defaults that
+// depend on others.
+func (o *simOptions) check(format, loads string) error {
+	var errs []error
+	if format != "svg" && format != "png" {
+		errs = append(errs, fmt.Errorf("--plot-format: format %q: want png or svg", format))
+	}
+	if loads != "" {
+		for f := range strings.SplitSeq(loads, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(v > 0) || v > 100 {
+				errs = append(errs, fmt.Errorf("--loads: %q is not a load: want fractions of the saturation throughput in (0, 100]", f))
+				continue
+			}
+			o.loads = append(o.loads, v)
+		}
+		slices.Sort(o.loads)
+		o.loads = slices.Compact(o.loads)
+	}
+	if o.load < 0 || o.load > 100 || math.IsNaN(o.load) {
+		errs = append(errs, fmt.Errorf("--load %v: want a fraction of the saturation throughput in (0, 100], or 0 for the scenario's rates", o.load))
+	}
+	if o.load > 0 && loads != "" {
+		errs = append(errs, errors.New("--load and --loads: give one"))
+	}
+	if o.traceRate < 0 || math.IsNaN(o.traceRate) || math.IsInf(o.traceRate, 0) {
+		errs = append(errs, fmt.Errorf("--trace-rate %v: want a rate multiple > 0", o.traceRate))
+	}
+	if o.traceRate > 0 && (o.load > 0 || loads != "") {
+		errs = append(errs, errors.New("--trace-rate and --load/--loads: give one (a load sets the rate)"))
+	}
+	if o.traceRate > 0 && o.trace == "" {
+		errs = append(errs, errors.New("--trace-rate needs --trace"))
+	}
+	if !(o.attain > 0 && o.attain <= 1) {
+		errs = append(errs, fmt.Errorf("--attain %v: want a share in (0, 1]", o.attain))
+	}
+	if o.slo < 0 {
+		errs = append(errs, fmt.Errorf("--slo %v: want a duration > 0, or 0 for the scenario's", o.slo))
+	}
+	if o.trace != "" && o.traceRate == 0 && o.load == 0 && loads == "" {
+		o.load = 0.5 // a trace's own rate says nothing of this fleet's size
+	}
+	return errors.Join(errs...)
+}
+
+// scenarioNames parses --scenario.
+func scenarioNames(list string) ([]string, error) {
+	if list == "all" {
+		return experiment.ScenarioNames(), nil
+	}
+	var out []string
+	for n := range strings.SplitSeq(list, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(experiment.ScenarioNames(), n) {
+			return nil, fmt.Errorf("unknown scenario %q: want one of %v, or all", n, experiment.ScenarioNames())
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// generator gives the scenario's workload (the trace replay with --trace)
+// with every rate multiplied by a factor.
+func (o *simOptions) generator(s experiment.Scenario) func(float64) ([]workload.Request, error) {
+	if o.rows != nil {
+		base := o.traceRate
+		if base == 0 {
+			base = 1
+		}
+		return func(f float64) ([]workload.Request, error) { return replayAtEverySource(s, o.rows, base*f, o.seed) }
+	}
+	return func(f float64) ([]workload.Request, error) {
+		sc, err := s.Scaled(f)
+		if err != nil {
+			return nil, err
+		}
+		return sc.Workload(o.seed)
+	}
+}
+
+// runOne runs the policies on s at load (0: its own rates), printing the
+// table when show.
+func (o *simOptions) runOne(ctx context.Context, stdout io.Writer, s experiment.Scenario, pols []experiment.Policy, load float64, show bool) ([]*experiment.Result, error) {
+	var reqs []workload.Request
+	note := ""
+	gen := o.generator(s)
+	switch {
+	case load > 0:
+		l, err := experiment.AtLoad(s.Fleet, s.Duration, load, gen)
+		if err != nil {
+			return nil, fmt.Errorf("scenario %s at load %v: %w", s.Name, load, err)
+		}
+		reqs = l.Requests
+		note = fmt.Sprintf("; at load %.2f: mean demand %.0f token-cost/s of the fleet's measured %.0f (rates ×%.3g)", load, l.Demand, l.Saturation, l.Factor)
+	case o.rows != nil:
+		var err error
+		if reqs, err = gen(1); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	results, err := experiment.Compare(ctx, s, pols, o.seed, reqs)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range results {
+		r.Load = load
+	}
+	if show {
+		summary := s.Summary
+		if n := o.traceNote(); n != "" {
+			summary = n
+		}
+		fmt.Fprintf(stdout, "scenario %s (%s simulated, seed %d, %d requests, SLO %s, ran in %s): %s%s\n\n", s.Name, s.Duration, o.seed,
+			results[0].Totals.Requests, s.SLO, time.Since(start).Round(100*time.Millisecond), summary, note)
+		if err := experiment.WriteTable(stdout, results); err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(stdout)
+	}
+	return results, nil
+}
+
+// sweep runs s at every load of the sweep.
+func (o *simOptions) sweep(ctx context.Context, stdout io.Writer, s experiment.Scenario, pols []experiment.Policy) (experiment.Sweep, error) {
+	label := s.Name
+	if o.trace != "" {
+		label = filepath.Base(o.trace) + " on the " + s.Name + " fleet"
+	}
+	sw := experiment.Sweep{Workload: label, Loads: o.loads, Attain: o.attain}
+	for _, l := range o.loads {
+		rs, err := o.runOne(ctx, stdout, s, pols, l, false)
+		if err != nil {
+			return sw, err
+		}
+		sw.Results = append(sw.Results, rs)
+	}
+	return sw, nil
 }
 
 func pickPolicies(list string) ([]experiment.Policy, error) {
@@ -125,12 +311,14 @@ func pickPolicies(list string) ([]experiment.Policy, error) {
 }
 
 // replayAtEverySource replays the trace at each source of the scenario,
-// rate-scaled, each source a third of a pass later than the previous,
-// with the standard priority mix.
-func replayAtEverySource(s experiment.Scenario, rows []workload.Row, scale float64, seed uint64) ([]workload.Request, error) {
+// each at total/N times the trace's rate (N sources: total is the whole
+// replay's multiple), each source a 1/N of a pass later than the
+// previous, with the standard priority mix.
+func replayAtEverySource(s experiment.Scenario, rows []workload.Row, total float64, seed uint64) ([]workload.Request, error) {
 	if len(rows) == 0 {
 		return nil, errors.New("--trace: the trace is empty")
 	}
+	scale := total / float64(len(s.Fleet.Sources))
 	span := rows[len(rows)-1].At
 	var streams [][]workload.Request
 	for i, src := range s.Fleet.Sources {
@@ -153,49 +341,103 @@ func replayAtEverySource(s experiment.Scenario, rows []workload.Row, scale float
 
 // traceNote describes a trace replay that replaces the scenarios'
 // workloads; "" without a trace.
-func traceNote(trace string, scale float64) string {
-	if trace == "" {
+func (o *simOptions) traceNote() string {
+	if o.trace == "" {
 		return ""
 	}
-	return fmt.Sprintf("the fleet and events of this scenario; its workload replaced by %s replayed at ×%g at every source", trace, scale)
+	rate := "scaled to the load"
+	if o.traceRate > 0 {
+		rate = fmt.Sprintf("at ×%g the trace's rate in total", o.traceRate)
+	}
+	return fmt.Sprintf("the fleet and events of this scenario; its workload replaced by %s replayed at every source (%s)", filepath.Base(o.trace), rate)
 }
 
 // reportMarker separates the hand-written part of a report file, kept when
 // the file is regenerated, from the generated results.
 const reportMarker = "<!-- ilb sim: generated results below; edit above this line -->"
 
-// writeReport writes the Markdown report of every scenario into path,
-// keeping what the file holds up to reportMarker.
-func writeReport(path, plots, format string, d time.Duration, seed uint64, note string, all [][]*experiment.Result) error {
-	var head string
+// sectionMarker starts one generated section: each `ilb sim --report`
+// rewrites its own section (--report-section) and keeps the others, so
+// several runs (scenarios, load sweeps, traces) fill one page.
+const sectionMarker = "<!-- ilb sim section: "
+
+// writeReport writes the Markdown of this run into its section of path,
+// keeping what the file holds up to reportMarker and its other sections.
+func writeReport(path, section, plots, format string, o simOptions, all [][]*experiment.Result, sweeps []experiment.Sweep) error {
+	var head, generated string
 	switch old, err := os.ReadFile(path); {
 	case err == nil:
 		if i := strings.Index(string(old), reportMarker); i >= 0 {
-			head = string(old[:i])
+			head, generated = string(old[:i]), string(old[i+len(reportMarker):])
+		} else {
+			head = string(old)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
 	var b strings.Builder
-	b.WriteString(head)
-	b.WriteString(reportMarker + "\n\n")
-	fmt.Fprintf(&b, "## Results (%s simulated per scenario, seed %d)\n\n", d, seed)
+	if len(all) > 0 {
+		if err := writeResults(&b, path, plots, format, o, all); err != nil {
+			return err
+		}
+	}
+	if len(sweeps) > 0 {
+		writeSweeps(&b, o, sweeps)
+	}
+	names, bodies := splitSections(generated)
+	if !slices.Contains(names, section) {
+		names = append(names, section)
+	}
+	bodies[section] = b.String()
+	var out strings.Builder
+	out.WriteString(head)
+	out.WriteString(reportMarker + "\n")
+	for _, n := range names {
+		fmt.Fprintf(&out, "\n%s%s -->\n\n%s", sectionMarker, n, strings.TrimLeft(bodies[n], "\n"))
+	}
+	return os.WriteFile(path, []byte(out.String()), 0o644)
+}
+
+// splitSections splits the generated part of a report into its sections,
+// in order; text before the first section marker is dropped (it is an
+// older report's, regenerated by now).
+func splitSections(generated string) ([]string, map[string]string) {
+	var names []string
+	bodies := map[string]string{}
+	parts := strings.Split(generated, sectionMarker)
+	for _, p := range parts[1:] {
+		name, body, ok := strings.Cut(p, " -->")
+		if !ok {
+			continue
+		}
+		names = append(names, name)
+		bodies[name] = body
+	}
+	return names, bodies
+}
+
+func writeResults(b *strings.Builder, path, plots, format string, o simOptions, all [][]*experiment.Result) error {
+	fmt.Fprintf(b, "## Results (%s simulated per scenario, seed %d)\n\n", o.duration, o.seed)
 	b.WriteString("ILB's ratios to each baseline (goodput: higher is better; p99 TTFT: lower is better):\n\n")
-	if err := experiment.WriteSummary(&b, all); err != nil {
+	if err := experiment.WriteSummary(b, all); err != nil {
 		return err
 	}
 	for _, results := range all {
 		name := results[0].Scenario
-		s, err := experiment.LookupScenario(name, d)
+		s, err := experiment.LookupScenario(name, o.duration)
 		if err != nil {
 			return err
 		}
 		summary := s.Summary
-		if note != "" {
-			summary = note
+		if n := o.traceNote(); n != "" {
+			summary = n
 		}
-		fmt.Fprintf(&b, "### %s\n\n%s. %d requests; SLO: time to first token within %s.\n\n", name, summary, results[0].Totals.Requests, s.SLO)
-		if err := experiment.WriteMarkdown(&b, results); err != nil {
+		slo := s.SLO
+		if o.slo > 0 {
+			slo = o.slo
+		}
+		fmt.Fprintf(b, "### %s\n\n%s. %d requests; SLO: time to first token within %s.\n\n", name, summary, results[0].Totals.Requests, slo)
+		if err := experiment.WriteMarkdown(b, results); err != nil {
 			return err
 		}
 		if plots != "" {
@@ -204,9 +446,21 @@ func writeReport(path, plots, format string, d time.Duration, seed uint64, note 
 				rel = plots
 			}
 			for _, kind := range []string{"ttft", "utilization", "weights"} {
-				fmt.Fprintf(&b, "![%s %s](%s)\n\n", name, kind, filepath.ToSlash(filepath.Join(rel, fmt.Sprintf("%s-%s.%s", name, kind, format))))
+				fmt.Fprintf(b, "![%s %s](%s)\n\n", name, kind, filepath.ToSlash(filepath.Join(rel, fmt.Sprintf("%s-%s.%s", name, kind, format))))
 			}
 		}
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return nil
+}
+
+func writeSweeps(b *strings.Builder, o simOptions, sweeps []experiment.Sweep) {
+	for _, sw := range sweeps {
+		fmt.Fprintf(b, "### Load sweep: %s (%s simulated per load, seed %d)\n\n", sw.Workload, o.duration, o.seed)
+		if n := o.traceNote(); n != "" {
+			fmt.Fprintf(b, "%s. ", n)
+		}
+		b.WriteString("Each load is the workload's mean demand as a fraction of the fleet's measured saturation throughput on its own mix. ")
+		b.WriteString("Cells: share of requests within the SLO · p99 TTFT (· standard requests shed, when any).\n\n")
+		_ = experiment.WriteSweep(b, sw)
+	}
 }

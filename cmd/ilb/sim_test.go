@@ -76,6 +76,14 @@ func TestSimCommandErrors(t *testing.T) {
 		{"unknown policy", []string{"--policies", "ilb,fastest"}, `--policies: unknown policy "fastest"`},
 		{"bad plot format", []string{"--duration", "10s", "--policies", "ilb", "--plots", t.TempDir(), "--plot-format", "gif"}, `format "gif": want png or svg`},
 		{"missing trace", []string{"--trace", "/nonexistent/trace.csv"}, "/nonexistent/trace.csv"},
+		{"bad load", []string{"--load", "-1"}, "--load -1: want a fraction of the saturation throughput in (0, 100]"},
+		{"bad loads", []string{"--loads", "0.5,lots"}, `--loads: "lots" is not a load`},
+		{"load and loads", []string{"--load", "0.5", "--loads", "0.3"}, "--load and --loads: give one"},
+		{"trace-rate without trace", []string{"--trace-rate", "2"}, "--trace-rate needs --trace"},
+		{"trace-rate and load", []string{"--trace-rate", "2", "--load", "0.5"}, "--trace-rate and --load/--loads: give one"},
+		{"bad attain", []string{"--attain", "1.5"}, "--attain 1.5: want a share in (0, 1]"},
+		{"bad slo", []string{"--slo", "-1s"}, "--slo -1s: want a duration > 0"},
+		{"every problem at once", []string{"--load", "-1", "--attain", "0"}, "--attain 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,5 +92,78 @@ func TestSimCommandErrors(t *testing.T) {
 				t.Errorf("err = %v; want it to contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestSimCommandSweep(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "bench.md")
+	head := "# Benchmarks\n\n" + reportMarker + "\n"
+	if err := os.WriteFile(report, []byte(head), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A scenario run fills the results section; a sweep then adds its own
+	// and keeps it.
+	if _, _, err := runCmd(t, "sim", "--scenario", "drain", "--duration", "1m", "--policies", "waterfall,ilb", "--report", report); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, err := runCmd(t, "sim", "--scenario", "long-prompt", "--duration", "2m", "--policies", "proportional,waterfall,ilb",
+		"--loads", "0.5,0.3", "--slo", "3s", "--report", report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"load sweep of long-prompt", "| policy | load 0.30 | load 0.50 | max load ≥ 95% good |", "| ilb | ", "ILB max sustainable load"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{"# Benchmarks", sectionMarker + "results -->", "### drain", sectionMarker + "sweep -->", "### Load sweep: long-prompt (2m0s simulated per load, seed 1)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "### drain") > strings.Index(got, "### Load sweep") {
+		t.Error("sections out of order")
+	}
+
+	var sweeps []experiment.Sweep
+	out, _, err := runCmd(t, "sim", "--scenario", "long-prompt", "--duration", "1m", "--policies", "ilb", "--loads", "0.4", "--slo", "3s", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &sweeps); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if len(sweeps) != 1 || len(sweeps[0].Results) != 1 || sweeps[0].Results[0][0].Load != 0.4 || sweeps[0].Results[0][0].SLO != 3 {
+		t.Errorf("sweeps %+v; want one load 0.4 at SLO 3s", sweeps)
+	}
+}
+
+func TestSimCommandTraceSameRuns(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	var b strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d}`+"\n", i*50, 500+i, 100)
+	}
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runCmd(t, "sim", "--scenario", "diurnal,diurnal-peak,outage", "--duration", "30s", "--policies", "ilb", "--trace", trace, "--load", "0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "scenario diurnal-peak is the same run as diurnal with --trace") {
+		t.Errorf("stderr lacks the skip note:\n%s", stderr)
+	}
+	if !strings.Contains(stdout, "scenario diurnal ") || !strings.Contains(stdout, "scenario outage ") || strings.Contains(stdout, "scenario diurnal-peak") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, "at load 0.30") {
+		t.Errorf("stdout does not say the load:\n%s", stdout)
 	}
 }

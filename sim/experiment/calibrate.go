@@ -174,7 +174,10 @@ func ttftP99(p replica.Profile, mix []workload.Request, rate float64, seed uint6
 	res = m.Advance(math.MaxInt64, res[:0])
 	collect(res)
 	if len(ttft) == 0 {
-		return 0, errors.New("no request served")
+		// At a rate this low nothing arrived in the span: no request
+		// missed the SLO. (Every request submitted is served: the replica
+		// only fails when told to.)
+		return 0, nil
 	}
 	slices.Sort(ttft)
 	return ttft[min(len(ttft)-1, int(math.Ceil(0.99*float64(len(ttft))))-1)], nil

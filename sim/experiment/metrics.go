@@ -16,7 +16,11 @@ type Result struct {
 	Seed     uint64  `json:"seed"`
 	Seconds  float64 `json:"seconds"` // simulated
 	SLO      float64 `json:"slo_seconds"`
-	Totals   Figures `json:"totals"`
+	// Load is the workload's mean demand as a fraction of the fleet's
+	// measured saturation throughput, when the run was set to one (0: the
+	// scenario's own rates).
+	Load   float64 `json:"load,omitempty"`
+	Totals Figures `json:"totals"`
 	// Sources holds the figures of each source, in fleet order.
 	Sources []Figures `json:"sources"`
 	// Versions is how many weights versions the controller published.

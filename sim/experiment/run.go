@@ -202,6 +202,10 @@ func newRunner(o Options) (*runner, error) {
 			ri := len(r.replicas)
 			m, err := replica.New(replica.Options{
 				Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i), WarmupTime: warmupTime, WarmupSlowdown: 2,
+				// vLLM's automatic prefix caching, on by default in v1:
+				// sessions' and traces' shared prefixes (hash_ids) are not
+				// prefilled again on a replica that holds them.
+				PrefixCache: true,
 				OnToken: func(id uint64, _ any, index int, at time.Duration) {
 					if index == 0 {
 						r.firstToken(ri, int(id), at)

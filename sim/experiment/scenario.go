@@ -22,6 +22,32 @@ type Scenario struct {
 	// SLO: a request is good when its time to first token is at most
 	// TTFT. Goodput counts good requests.
 	SLO time.Duration
+	// gen is the synthetic workload's spec when Workload generates one
+	// (nil for a workload given otherwise): what Scaled rescales.
+	gen *workload.Spec
+}
+
+// Scaled returns s with every source's request rate multiplied by f (> 0),
+// bursts included; only scenarios whose workload is synthetic scale.
+func (s Scenario) Scaled(f float64) (Scenario, error) {
+	if s.gen == nil {
+		return Scenario{}, fmt.Errorf("scenario %s: its workload is not synthetic: it cannot be scaled", s.Name)
+	}
+	if !(f > 0) || f > 1e6 {
+		return Scenario{}, fmt.Errorf("scenario %s: rate factor %v, want > 0", s.Name, f)
+	}
+	spec := *s.gen
+	spec.Sources = append([]workload.SourceSpec(nil), spec.Sources...)
+	for i := range spec.Sources {
+		spec.Sources[i].MeanRate *= f
+	}
+	s.gen = &spec
+	s.Workload = func(seed uint64) ([]workload.Request, error) {
+		sp := spec
+		sp.Seed = seed
+		return workload.Generate(sp)
+	}
+	return s, nil
 }
 
 // Action is what a Change does to replicas.

@@ -64,9 +64,14 @@ func source(name string, utcOffset, rate, amplitude float64, lengths workload.Le
 	}
 }
 
-func generate(d time.Duration, period time.Duration, sources ...workload.SourceSpec) func(uint64) ([]workload.Request, error) {
-	return func(seed uint64) ([]workload.Request, error) {
-		return workload.Generate(workload.Spec{Duration: d, Seed: seed, Period: period, Sources: sources})
+// generate gives s a synthetic workload of these sources over d.
+func generate(s *Scenario, d time.Duration, period time.Duration, sources ...workload.SourceSpec) {
+	spec := workload.Spec{Duration: d, Period: period, Sources: sources}
+	s.gen = &spec
+	s.Workload = func(seed uint64) ([]workload.Request, error) {
+		sp := spec
+		sp.Seed = seed
+		return workload.Generate(sp)
 	}
 }
 
@@ -89,19 +94,19 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 	switch name {
 	case "diurnal":
 		s.Summary = "a compressed day: each region's demand follows its working day (peak 14:00 local, ±80%; on average ~60% of the fleet), so the regions peak hours apart and each region's peak exceeds its own capacity"
-		s.Workload = generate(d, d,
+		generate(&s, d, d,
 			source("edge-us", -5, 51, 0.8, conversation),
 			source("edge-eu", 1, 37, 0.8, conversation),
 			source("edge-ap", 8, 32, 0.8, conversation))
 	case "diurnal-peak":
 		s.Summary = "the compressed day of diurnal at 25% more demand (on average ~75% of the fleet): where the regions' days overlap the fleet runs at 90-100%"
-		s.Workload = generate(d, d,
+		generate(&s, d, d,
 			source("edge-us", -5, 64, 0.8, conversation),
 			source("edge-eu", 1, 47, 0.8, conversation),
 			source("edge-ap", 8, 40, 0.8, conversation))
 	case "outage":
 		s.Summary = "steady load at ~60% of the fleet; every replica of us-east (42% of the capacity) fails at 25% of the run, leaving less than the demand, and comes back at 55% (startup, then warm-up)"
-		s.Workload = generate(d, d,
+		generate(&s, d, d,
 			source("edge-us", -5, 52, 0, conversation),
 			source("edge-eu", 1, 37, 0, conversation),
 			source("edge-ap", 8, 28, 0, conversation))
@@ -112,7 +117,7 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 		span := func(f float64) time.Duration { return time.Duration(f * float64(d)) }
 		burst.Bursts = []workload.Burst{{At: at(0.3), Duration: span(0.1), Factor: 4}, {At: at(0.7), Duration: span(0.05), Factor: 6}}
 		s.Summary = "code-completion traffic at edge-us: long prompts, short answers, Gamma(0.2) arrivals and two bursts (×4 for 10% of the run, ×6 for 5%) over steady conversation load elsewhere"
-		s.Workload = generate(d, d, burst,
+		generate(&s, d, d, burst,
 			source("edge-eu", 1, 39, 0, conversation),
 			source("edge-ap", 8, 26, 0, conversation))
 	case "residency":
@@ -122,13 +127,13 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 				s.Fleet.Sources[i].Allowed = []string{"eu-west"}
 			}
 		}
-		s.Workload = generate(d, d,
+		generate(&s, d, d,
 			source("edge-us", -5, 39, 0.5, conversation),
 			source("edge-eu", 1, 43, 0.6, conversation),
 			source("edge-ap", 8, 24, 0.5, conversation))
 	case "drain":
 		s.Summary = "half the replicas (rounded up: 2 of 3, 1 of 2) of every us-east cluster drain at 30% of the run (a rolling upgrade; 7 of us-east's 11 replicas) and come back at 60%"
-		s.Workload = generate(d, d,
+		generate(&s, d, d,
 			source("edge-us", -5, 60, 0, conversation),
 			source("edge-eu", 1, 35, 0, conversation),
 			source("edge-ap", 8, 26, 0, conversation))
@@ -140,7 +145,7 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 			src.SessionShare, src.SessionTurns, src.SharedPrefixTokens = 0.5, 4, 2048
 			return src
 		}
-		s.Workload = generate(d, d, long("edge-us", -5, 3.8), long("edge-eu", 1, 2.8), long("edge-ap", 8, 2.2))
+		generate(&s, d, d, long("edge-us", -5, 3.8), long("edge-eu", 1, 2.8), long("edge-ap", 8, 2.2))
 	default:
 		return Scenario{}, fmt.Errorf("unknown scenario %q: want one of %v", name, ScenarioNames())
 	}

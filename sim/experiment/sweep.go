@@ -1,0 +1,149 @@
+package experiment
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Sweep is one workload run at several loads: Results[i] are the policies'
+// results at Loads[i] (fractions of the fleet's measured saturation
+// throughput), in increasing order.
+type Sweep struct {
+	Workload string      `json:"workload"`
+	Loads    []float64   `json:"loads"`
+	Results  [][]*Result `json:"results"`
+	// Attain is the share of requests within the SLO a policy must serve
+	// for a load to count as sustained.
+	Attain float64 `json:"attain"`
+}
+
+// capacityAware are the baselines ILB is held to (they plan with the
+// fleet's capacity, as ILB does).
+var capacityAware = []string{"proportional", "waterfall"}
+
+// policies lists the sweep's policies in run order.
+func (s Sweep) policies() []string {
+	var out []string
+	for _, rs := range s.Results {
+		for _, r := range rs {
+			if !slices.Contains(out, r.Policy) {
+				out = append(out, r.Policy)
+			}
+		}
+	}
+	return out
+}
+
+func (s Sweep) result(i int, policy string) *Result {
+	for _, r := range s.Results[i] {
+		if r.Policy == policy {
+			return r
+		}
+	}
+	return nil
+}
+
+// MaxSustainable is, per policy, the highest load of the sweep up to which
+// it serves at least Attain of the requests within the SLO at every load
+// of the sweep (0: not even the lowest).
+func (s Sweep) MaxSustainable() map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range s.policies() {
+		for i, l := range s.Loads {
+			r := s.result(i, p)
+			if r == nil || r.Totals.GoodShare < s.Attain {
+				break
+			}
+			out[p] = l
+		}
+	}
+	return out
+}
+
+// Check is one rule of the sweep ILB must keep.
+type Check struct {
+	Load float64
+	Rule string
+	OK   bool
+}
+
+// Checks holds ILB to its bar at every load where a capacity-aware
+// baseline serves at least Attain within the SLO: ILB's goodput at least
+// 0.98× the best of them, and at most 1% of standard requests shed; and
+// its maximum sustainable load at least that of every policy but
+// least_loaded.
+func (s Sweep) Checks() []Check {
+	var out []Check
+	for i, l := range s.Loads {
+		ilb := s.result(i, "ilb")
+		if ilb == nil {
+			continue
+		}
+		var best *Result
+		for _, p := range capacityAware {
+			if r := s.result(i, p); r != nil && r.Totals.GoodShare >= s.Attain && (best == nil || r.Totals.Goodput > best.Totals.Goodput) {
+				best = r
+			}
+		}
+		if best == nil {
+			continue
+		}
+		out = append(out,
+			Check{l, fmt.Sprintf("goodput %.2f/s ≥ 0.98 × %s's %.2f/s", ilb.Totals.Goodput, best.Policy, best.Totals.Goodput), ilb.Totals.Goodput >= 0.98*best.Totals.Goodput},
+			Check{l, fmt.Sprintf("standard shed %s ≤ 1%%", pct(ilb.Totals.Shed[1])), ilb.Totals.Shed[1] <= 0.01})
+	}
+	sustained := s.MaxSustainable()
+	for _, p := range s.policies() {
+		if p == "ilb" || p == "least_loaded" || strings.HasPrefix(p, "ilb-") {
+			continue
+		}
+		out = append(out, Check{0, fmt.Sprintf("max sustainable load %.2f ≥ %s's %.2f", sustained["ilb"], p, sustained[p]), sustained["ilb"] >= sustained[p]})
+	}
+	return out
+}
+
+// WriteSweep prints the sweep as a Markdown table: per policy and load,
+// the share served within the SLO and the p99 TTFT, then each policy's
+// maximum sustainable load; then ILB's checks.
+func WriteSweep(w io.Writer, s Sweep) error {
+	head := []string{"policy"}
+	for _, l := range s.Loads {
+		head = append(head, fmt.Sprintf("load %.2f", l))
+	}
+	head = append(head, fmt.Sprintf("max load ≥ %.0f%% good", 100*s.Attain))
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	sustained := s.MaxSustainable()
+	for _, p := range s.policies() {
+		cells := []string{p}
+		for i := range s.Loads {
+			r := s.result(i, p)
+			if r == nil {
+				cells = append(cells, "–")
+				continue
+			}
+			c := pct(r.Totals.GoodShare) + " · " + secs(r.Totals.TTFTp99)
+			if sh := r.Totals.Shed[1]; sh > 0 {
+				c += " · std shed " + pct(sh)
+			}
+			cells = append(cells, c)
+		}
+		cells = append(cells, fmt.Sprintf("%.2f", sustained[p]))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	fmt.Fprintln(w)
+	for _, c := range s.Checks() {
+		mark := "✓"
+		if !c.OK {
+			mark = "✗ LOSS:"
+		}
+		if c.Load > 0 {
+			fmt.Fprintf(w, "- %s at load %.2f: ILB %s\n", mark, c.Load, c.Rule)
+		} else {
+			fmt.Fprintf(w, "- %s ILB %s\n", mark, c.Rule)
+		}
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
