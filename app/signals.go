@@ -92,6 +92,7 @@ func liveOf(snap *signals.Snapshot) *extproc.Live {
 		if cl.PressureKnown {
 			cl.Pressure = c.Waiting / max(c.Running, 1)
 		}
+		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
 		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
 			var parts []string
 			for _, p := range []struct {

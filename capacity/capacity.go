@@ -126,7 +126,11 @@ type state struct {
 	// follow the noise of the mean.
 	vari, lowMean float64
 	// waitPer is the queue per replica averaged over the window.
-	waitPer   float64
+	waitPer float64
+	// sustained is the throughput per replica averaged over TimeConstant:
+	// the load the controller plans on (its demand is smoothed on that
+	// scale), which overload is judged against.
+	sustained float64
 	ttftKnown bool
 	calm      time.Duration
 }
@@ -213,7 +217,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	est := &st.est
 	est.Pressure = pressure
 	if first {
-		st.mean, st.ttftKnown = x, o.TTFTKnown
+		st.mean, st.sustained, st.ttftKnown = x, x, o.TTFTKnown
 		if o.TTFTKnown {
 			st.first, st.slow = o.FirstTokensPerSecond, min(o.SlowFirstTokensPerSecond, o.FirstTokensPerSecond)
 		}
@@ -223,6 +227,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	dt = min(dt, 4*e.s.TimeConstant) // a gap is not more evidence
 	w := 1 - math.Exp(-dt.Seconds()/e.s.SmoothTime.Seconds())
 	st.waitPer += w * (o.Waiting/n - st.waitPer)
+	st.sustained += (1 - math.Exp(-dt.Seconds()/e.s.TimeConstant.Seconds())) * (x - st.sustained)
 	d := x - st.mean
 	st.mean += w * d
 	st.vari = (1 - w) * (st.vari + w*d*d)
@@ -271,14 +276,19 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		// The GPU was busy throughout: x measures the saturation
 		// throughput, and the plan must stay below this window's load.
 		est.Saturation = move(est.Saturation, x)
-		if st.mean < est.PerReplica {
+		// The capacity within the TTFT target is at most the sustained
+		// load at which it broke: under bursty arrivals the wait grows
+		// with their variability (Kingman: W ≈ ρ/(1−ρ) · (C²a + C²s)/2 ·
+		// E[S]), so a cluster breaks at a lower mean load than under
+		// smooth ones, and the plan must leave room for the bursts.
+		if at := min(st.mean, st.sustained); at < est.PerReplica {
 			kind = FromOverload
 			if tooSlow && (!queued || !wasQueued) {
-				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, st.mean)
+				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, at)
 			} else {
-				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at %.0f token-cost/s per replica: capacity at most that", pressure, st.mean)
+				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at a sustained %.0f token-cost/s per replica: capacity at most that", pressure, at)
 			}
-			est.PerReplica = min(est.PerReplica, move(est.PerReplica, st.mean))
+			est.PerReplica = min(est.PerReplica, move(est.PerReplica, at))
 		}
 	case st.calm >= e.s.SmoothTime:
 		// A calm window: the cluster served lowMean (at least) without a

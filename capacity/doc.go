@@ -29,9 +29,13 @@
 //     at 100 % utilization, of which it fills the target). Queueing theory
 //     says the wait before admission grows without bound as the load nears
 //     μ, and how close to μ a cluster may run depends on the mix and on
-//     the SLO, so C is learned from its own evidence: overload at a
-//     window's mean throughput X̄ lowers C toward X̄ (the plan then loads
-//     the cluster to target × X̄, below the point where it broke); a calm
+//     the SLO, so C is learned from its own evidence: overload lowers C
+//     toward the sustained throughput X̄ at which it happened (the mean
+//     over TimeConstant, the scale the controller plans on — under bursty
+//     arrivals a cluster breaks at a lower mean load than under smooth
+//     ones, as Kingman's formula says, and the plan must leave room for
+//     the bursts), so the plan then loads the cluster to target × X̄,
+//     below the point where it broke; a calm
 //     window serving X̄ above C raises C toward X̄ (it served that without
 //     a queue). C settles between the two.
 //

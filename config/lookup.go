@@ -91,6 +91,27 @@ func (e EngineCluster) Serves(model string) bool {
 	return slices.Contains(e.Models, model)
 }
 
+// Reachable returns, in file order, the engine clusters a request of the
+// canonical model from source s may be steered to: the eligible ones
+// (Eligible) whose round trip from the source is within the model's TTFT
+// budget, when it has one.
+func (c *Config) Reachable(s Source, model string) []EngineCluster {
+	var budget float64
+	for _, m := range c.Models {
+		if m.Name == model {
+			budget = m.TTFTBudgetMs
+		}
+	}
+	var out []EngineCluster
+	for _, e := range c.Eligible(s, model) {
+		if l, _ := c.Link(s.Region, e.Region); budget > 0 && l.RTTMs > budget {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // Eligible returns, in file order, the engine clusters that serve the
 // canonical model in a region the source allows.
 func (c *Config) Eligible(s Source, model string) []EngineCluster {

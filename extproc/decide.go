@@ -70,7 +70,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 
 	live := s.live(x.start)
 	rec.Candidates = c.annotate(live)
-	sig := c.signals(live)
+	sig := s.signals(c, live)
 	var draw uint64
 	if session != "" {
 		draw = SessionDraw(session)
@@ -115,8 +115,13 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		why := fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", c.targets[d.SteeredFrom].Cluster, d.SteerAmong, d.SteerSlot)
 		if d.Graded {
 			from := c.targets[d.SteeredFrom].Cluster
-			why = fmt.Sprintf("%s has %.2f queued requests per running one, others less: moved (probability 1 − %.2f) among %d clusters with less, slot %d",
-				from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
+			if sig[d.SteeredFrom].TTFTKnown {
+				why = fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is faster, round trip included: moved (probability 1 − %.2f) among %d faster clusters",
+					from, 1000*sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
+			} else {
+				why = fmt.Sprintf("%s has %.2f queued requests per running one, others less: moved (probability 1 − %.2f) among %d clusters with less, slot %d",
+					from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
+			}
 		}
 		if rec.Redrawn != "" { // redrawn first: keep why
 			why = rec.Redrawn + "; then " + why
@@ -198,15 +203,28 @@ func (c *cell) annotate(live *Live) []Candidate {
 }
 
 // signals is the live state of the cell's targets, in order, for the
-// route decision; nil without live state.
-func (c *cell) signals(live *Live) []route.Signal {
+// route decision; nil without live state. A target's TTFT is the
+// engines' figure, or, when more of ext_proc's own requests await their
+// response there than that figure explains, what Little's law says of
+// them (awaiting / first tokens per second): a burst shows here at once,
+// an interval before the engines' metrics do.
+func (s *Server) signals(c *cell, live *Live) []route.Signal {
 	if live == nil {
 		return nil
 	}
 	out := make([]route.Signal, len(c.targets))
 	for i, t := range c.targets {
 		cl := live.Clusters[t.Cluster]
-		out[i] = route.Signal{Excluded: cl.Excluded != "", Saturated: cl.Saturated, Pressure: cl.Pressure, PressureKnown: cl.PressureKnown}
+		ttft := cl.TTFT
+		if a := s.awaiting[t.Cluster]; a != nil && cl.FirstTokensPerSecond > 0 {
+			if n := a.Load(); n > 0 {
+				ttft = max(ttft, float64(n)/cl.FirstTokensPerSecond)
+			}
+		}
+		out[i] = route.Signal{
+			Excluded: cl.Excluded != "", Saturated: cl.Saturated, Pressure: cl.Pressure, PressureKnown: cl.PressureKnown,
+			TTFT: ttft, TTFTKnown: cl.TTFTKnown,
+		}
 	}
 	return out
 }

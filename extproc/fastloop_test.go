@@ -206,3 +206,55 @@ func TestHealthService(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitingRequestsSteer: a request ext_proc routed to a cluster and
+// whose response has not come counts against that cluster's predicted
+// TTFT at once (Little's law over its first-token rate), before the
+// engines' metrics show anything; its response headers release it.
+func TestAwaitingRequestsSteer(t *testing.T) {
+	h := start(t, true)
+	publishQwen(t, h, weights.ShedFractions{})
+	live := allClusters(h.cfg, extproc.ClusterLive{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10})
+	slow := live.Clusters["eu-west-vllm"]
+	slow.FirstTokensPerSecond = 0.1 // one request awaiting is 10 s there
+	live.Clusters["eu-west-vllm"] = slow
+	h.srv.SetLive(live)
+	done := respHeaders(":status", "200", header.ServedCluster, "eu-west-vllm", header.WeightsVersion, h.w.Version())
+	chosen := func(id string) extproc.Record {
+		t.Helper()
+		rec, ok := h.srv.Decisions().Get(id)
+		if !ok {
+			t.Fatalf("no record %s", id)
+		}
+		return rec
+	}
+	// Nothing awaits: the draw (4242) stands.
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	if rec := chosen("req-1"); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
+		t.Fatalf("first request: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	}
+	// One request held at eu-west-vllm, no response yet.
+	st, _ := openStream(t, h, "edge-us")
+	msgs := qwenRequest("")
+	msgs[0] = reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, "held")
+	for _, m := range msgs {
+		if _, err := exchangeOne(t, st, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec := chosen("held"); rec.Chosen != "eu-west-vllm" {
+		t.Fatalf("held request went to %s; want eu-west-vllm", rec.Chosen)
+	}
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	if rec := chosen("req-1"); rec.Chosen == "eu-west-vllm" || rec.Reason != "steered" || !strings.Contains(rec.Redrawn, "eu-west-vllm's engines give a first token in 10000 ms") {
+		t.Errorf("with one request awaiting at eu-west-vllm: %s (%s, %q); want steered away", rec.Chosen, rec.Reason, rec.Redrawn)
+	}
+	// Its response comes: eu-west-vllm is fast again.
+	if _, err := exchangeOne(t, st, done); err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	if rec := chosen("req-1"); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
+		t.Errorf("after the response: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	}
+}

@@ -27,6 +27,18 @@ type ClusterLive struct {
 	// off clusters with more of it (package route).
 	Pressure      float64 `json:"pressure,omitempty"`
 	PressureKnown bool    `json:"pressure_known,omitempty"`
+	// TTFT is the time to first token the cluster's engines give now, in
+	// seconds (their TTFT histograms and queues; see signals.Cluster);
+	// steering compares it, plus the round trip, across the clusters a
+	// request may go to. TTFTKnown: the engines export the histogram and
+	// gave a first token.
+	TTFT      float64 `json:"ttft,omitempty"`
+	TTFTKnown bool    `json:"ttft_known,omitempty"`
+	// FirstTokensPerSecond is the rate at which its engines give first
+	// tokens (0: unknown or none): with the requests ext_proc sent there
+	// that await their response, Little's law predicts the TTFT of the
+	// next one before the engines' metrics show a burst.
+	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
 }
 
 // SetLive swaps in the live state.

@@ -112,6 +112,7 @@ func (w *watch) waitFor(st stage, idle time.Duration) {
 func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, w *watch, idle time.Duration) error {
 	defer s.endSpan(x)
 	defer s.unbooked(x)
+	defer s.answered(x)
 	for {
 		w.waitFor(x.stage, idle)
 		req, err := stream.Recv()

@@ -78,6 +78,11 @@ type Server struct {
 	tracer    trace.Tracer      // nil: tracing off
 	engines   map[string]string // cluster -> engine kind, for spans
 	open      atomic.Int64      // streams open, for extproc.max_streams
+	// awaiting counts, per engine cluster, the requests routed there
+	// whose response headers have not come back yet (for a streaming
+	// response, the first token): the fast loop's view of a burst before
+	// the engines' metrics show it. Built once; the map is read-only.
+	awaiting map[string]*atomic.Int64
 	// unknownSource limits the log lines of streams naming an unknown
 	// source: a misconfigured (or hostile) Envoy sends one per request.
 	unknownSource logLimiter
@@ -119,9 +124,13 @@ func New(o Options) (*Server, error) {
 	for _, c := range o.Config.Clusters {
 		engines[c.Name] = string(c.Engine)
 	}
+	awaiting := make(map[string]*atomic.Int64, len(o.Config.Clusters))
+	for _, e := range o.Config.Clusters {
+		awaiting[e.Name] = new(atomic.Int64)
+	}
 	return &Server{
 		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
-		tracer: newTracer(o.TracerProvider), engines: engines,
+		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting,
 	}, nil
 }
 

@@ -101,12 +101,22 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
 	c := &cell{targets: slices.Clone(wc.Targets)}
 	weight := map[string]uint32{}
-	ws := make([]uint64, len(c.targets))
-	for i, t := range c.targets {
-		ws[i] = uint64(t.Weight)
+	for _, t := range c.targets {
 		weight[t.Cluster] = t.Weight
 	}
-	c.rc = route.NewCell(ws, wc.Shed)
+	// The other clusters the source may reach for the model are spill
+	// targets: weight 0, so Envoy's draw never takes them, but steering
+	// may name one when the weighted ones are slower (package route).
+	for _, e := range cfg.Reachable(s, model) {
+		if _, ok := weight[e.Name]; !ok {
+			c.targets = append(c.targets, weights.Target{Cluster: e.Name})
+		}
+	}
+	ts := make([]route.Target, len(c.targets))
+	for i, t := range c.targets {
+		ts[i] = route.Target{Weight: uint64(t.Weight), RTT: rttOf(cfg, s, t.Cluster)}
+	}
+	c.rc = route.NewCell(ts, wc.Shed)
 	for _, e := range cfg.Clusters {
 		if !e.Serves(model) {
 			continue
@@ -121,6 +131,13 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		c.candidates = append(c.candidates, cand)
 	}
 	return c
+}
+
+// rttOf is the round trip from source s to cluster name, in seconds.
+func rttOf(cfg *config.Config, s config.Source, name string) float64 {
+	e, _ := cfg.Cluster(name)
+	l, _ := cfg.Link(s.Region, e.Region)
+	return l.RTTMs / 1000
 }
 
 // sameModel reports whether two names a client gave name one model (the

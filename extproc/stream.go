@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -52,6 +53,9 @@ type exchange struct {
 	// span is the decision's span while it is open; nil when tracing is
 	// off or once it ended.
 	span trace.Span
+	// awaitingOn is the awaiting counter of the cluster the request was
+	// routed to, until its response headers come or the stream ends.
+	awaitingOn *atomic.Int64
 	// streamed is true when Envoy sends the request body in chunks. In
 	// BUFFERED mode (what ILB configures) the one body message is the
 	// whole body, whether or not end_of_stream is set (it is not when
@@ -260,6 +264,19 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	if s.opts.Meter != nil {
 		s.opts.Meter.Add(x.key, provisional, false)
 	}
+	if a := s.awaiting[x.rec.Chosen]; a != nil {
+		a.Add(1)
+		x.awaitingOn = a
+	}
+}
+
+// answered stops counting a request as awaiting its response (its
+// response headers came, or its stream ended).
+func (s *Server) answered(x *exchange) {
+	if x.awaitingOn != nil {
+		x.awaitingOn.Add(-1)
+		x.awaitingOn = nil
+	}
 }
 
 // provisional is the demand booked for a request before any engine
@@ -315,6 +332,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 }
 
 func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	s.answered(x)
 	hs := headerMap(m.GetHeaders())
 	code, _ := strconv.Atoi(hs[":status"])
 	if x.rec != nil && !x.done {

@@ -67,20 +67,33 @@ func (o Outcome) String() string {
 // Cell is one (source, model) of a weights version, indexed for the
 // request path. It is immutable once built and safe for concurrent use.
 type Cell struct {
-	weights []uint64 // per target, in Envoy's list order
-	ends    []uint64 // ends[i] = weights[0] + … + weights[i]
+	weights []uint64  // per target, in Envoy's list order
+	rtt     []float64 // per target, seconds
+	ends    []uint64  // ends[i] = weights[0] + … + weights[i]
 	total   uint64
 	shed    weights.ShedFractions
 }
 
-// NewCell indexes a cell: weights are the targets' integer weights in the
-// order Envoy's weighted_clusters lists them (a zero weight is a target
-// that draws nothing); shed is the controller's planned shed fraction per
-// priority, made monotone here.
-func NewCell(ws []uint64, shed weights.ShedFractions) *Cell {
-	c := &Cell{weights: slices.Clone(ws), shed: Monotone(shed)}
-	for _, w := range ws {
-		c.total += w
+// Target is one cluster of a cell.
+type Target struct {
+	// Weight is its integer weight in Envoy's weighted_clusters; 0 for a
+	// cluster the source may use but the weights give nothing: Envoy's
+	// draw never takes it, steering may move a request there (a spill
+	// target, named in x-ilb-route-cluster).
+	Weight uint64
+	// RTT is the round trip from the source to the cluster, in seconds.
+	RTT float64
+}
+
+// NewCell indexes a cell: targets in the order Envoy's weighted_clusters
+// lists them (spill targets anywhere); shed is the controller's planned
+// shed fraction per priority, made monotone here.
+func NewCell(ts []Target, shed weights.ShedFractions) *Cell {
+	c := &Cell{shed: Monotone(shed)}
+	for _, t := range ts {
+		c.weights = append(c.weights, t.Weight)
+		c.rtt = append(c.rtt, max(t.RTT, 0))
+		c.total += t.Weight
 		c.ends = append(c.ends, c.total)
 	}
 	return c
@@ -122,6 +135,13 @@ type Signal struct {
 	// when PressureKnown (some serving replica's load is known).
 	Pressure      float64
 	PressureKnown bool
+	// TTFT is the time to first token a request would get from the
+	// cluster's engines now, in seconds: the larger of what its engines
+	// measured over the last interval (their TTFT histogram) and the wait
+	// of its queue (waiting / admission rate, Little's law). Meaningful
+	// when TTFTKnown.
+	TTFT      float64
+	TTFTKnown bool
 }
 
 // Request is what the decision needs of one request.
@@ -150,9 +170,10 @@ type Decision struct {
 	Redrawn    bool
 	RedrawSlot uint64
 	// Steered: the target drawn (or redrawn), SteeredFrom, is saturated,
-	// or under more pressure than another (Graded); the request was drawn
-	// again among the SteerAmong targets with headroom (with less
-	// pressure), at SteerSlot.
+	// or slower or under more pressure than another (Graded); the request
+	// was drawn again among the SteerAmong targets with headroom (faster,
+	// or with less pressure), at SteerSlot (0 when moved by predicted
+	// TTFT, which draws by what each target saves).
 	Steered bool
 	Graded  bool
 	// Keep is the probability the steering gave the chosen target of
@@ -233,9 +254,67 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 		return d
 	}
 	if !saturated {
-		c.grade(&d, rem, live, req.Draw)
+		if live[d.Chosen].TTFTKnown {
+			c.predict(&d, live, req.Draw)
+		} else {
+			c.grade(&d, rem, live, req.Draw)
+		}
 	}
 	return d
+}
+
+// predict is graded steering by predicted time to first token. A target
+// is faster than the chosen one c when its engines give a first token
+// sooner (TTFT_j < TTFT_c) and the request gains, round trip included
+// (RTT_j + TTFT_j < RTT_c + TTFT_c); candidates are any cluster of the
+// cell not excluded or saturated, spill targets (weight 0) included. The
+// request stays with probability k = TTFT_min / TTFT_c (the fastest
+// candidate's engine TTFT over the chosen one's) and otherwise moves to a
+// faster target, each with odds in proportion to what it saves. Equal
+// engines move nothing, whatever their round trips: the plan already
+// priced those, and steering corrects the load between ticks, not the
+// plan. A burst that queues a region's clusters spills to another region
+// while that is faster round trip included, in the share the slowdown
+// justifies: the signals are an interval old, and moving every request
+// would herd them onto the other clusters. The move and the destination
+// are hashes of the draw: a session moves only when the signals change.
+func (c *Cell) predict(d *Decision, live []Signal, draw uint64) {
+	ch := live[d.Chosen]
+	sc := c.rtt[d.Chosen] + ch.TTFT
+	faster := func(i int) bool {
+		l := live[i]
+		return !l.Excluded && !l.Saturated && l.TTFTKnown && l.TTFT < ch.TTFT && c.rtt[i]+l.TTFT < sc
+	}
+	fastest := ch.TTFT
+	var total float64
+	n := 0
+	for i := range c.weights {
+		if faster(i) {
+			fastest = min(fastest, live[i].TTFT)
+			total += sc - (c.rtt[i] + live[i].TTFT)
+			n++
+		}
+	}
+	if n == 0 || ch.TTFT <= 0 {
+		return
+	}
+	k := fastest / ch.TTFT
+	d.Keep = k
+	if unit(mix(draw)) < k {
+		return
+	}
+	u := unit(mix(draw^0x5851f42d4c957f2d)) * total
+	from := d.Chosen
+	for i := range c.weights {
+		if faster(i) {
+			u -= sc - (c.rtt[i] + live[i].TTFT)
+			d.Chosen = i
+			if u < 0 {
+				break
+			}
+		}
+	}
+	d.SteeredFrom, d.Steered, d.Graded, d.SteerAmong, d.SteerSlot = from, true, true, n, 0
 }
 
 // grade is graded steering: a request drawn to a target with a queue

@@ -1,6 +1,7 @@
 package route_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/ilbproject/ilb/route"
@@ -12,6 +13,15 @@ var (
 	out  = route.Signal{Excluded: true}
 	full = route.Signal{Saturated: true}
 )
+
+// targets are targets of these weights, all at the same round trip.
+func targets(ws ...uint64) []route.Target {
+	out := make([]route.Target, len(ws))
+	for i, w := range ws {
+		out[i] = route.Target{Weight: w, RTT: 0.001}
+	}
+	return out
+}
 
 func shed(crit, std, shd float64) weights.ShedFractions {
 	var f weights.ShedFractions
@@ -130,7 +140,7 @@ func TestDecideOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := route.Decide(route.NewCell(tt.ws, tt.shed), tt.live, tt.req)
+			got := route.Decide(route.NewCell(targets(tt.ws...), tt.shed), tt.live, tt.req)
 			if got != tt.want {
 				t.Errorf("Decide:\n got %+v\nwant %+v", got, tt.want)
 			}
@@ -143,7 +153,7 @@ func TestDecideOrder(t *testing.T) {
 // passes the slot.
 func TestDecideIsEnvoysDraw(t *testing.T) {
 	ws := []uint64{3, 0, 5, 2}
-	c := route.NewCell(ws, weights.ShedFractions{})
+	c := route.NewCell(targets(ws...), weights.ShedFractions{})
 	for draw := range uint64(40) {
 		slot, want := draw%10, -1
 		var end uint64
@@ -177,7 +187,7 @@ func TestGradedSteering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := route.NewCell([]uint64{100, 100, 200}, weights.ShedFractions{})
+			c := route.NewCell(targets(100, 100, 200), weights.ShedFractions{})
 			live := make([]route.Signal, len(tt.pressures))
 			for i, p := range tt.pressures {
 				live[i] = route.Signal{Pressure: p, PressureKnown: true}
@@ -198,10 +208,62 @@ func TestGradedSteering(t *testing.T) {
 }
 
 func BenchmarkDecide(b *testing.B) {
-	c := route.NewCell([]uint64{500, 300, 200}, shed(0, 0.1, 0.2))
+	c := route.NewCell(targets(500, 300, 200), shed(0, 0.1, 0.2))
 	live := []route.Signal{full, ok, ok}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: uint64(i) * 2654435761, Uniform: 0.5})
+	}
+}
+
+// TestPredictedTTFTSteering: a local cluster whose engines are slow sheds
+// to remote spill targets (weight 0) in the share the scores justify, by
+// what each saves; a fast local cluster keeps everything.
+func TestPredictedTTFTSteering(t *testing.T) {
+	c := route.NewCell([]route.Target{{Weight: 10000, RTT: 0.001}, {Weight: 0, RTT: 0.08}, {Weight: 0, RTT: 0.22}}, weights.ShedFractions{})
+	known := func(ttft float64) route.Signal { return route.Signal{TTFT: ttft, TTFTKnown: true} }
+	tests := []struct {
+		name string
+		live []route.Signal
+		want []float64 // share of requests per target
+	}{
+		{"local fast: nothing moves", []route.Signal{known(0.04), known(0.01), known(0.01)}, []float64{1, 0, 0}},
+		// Engines: 1.5 s locally, 0.05 s elsewhere: keep 0.05/1.5 = 3.3%;
+		// the rest by savings, round trips included (1.501 − 0.13 = 1.371
+		// and 1.501 − 0.27 = 1.231).
+		{"local slow: spills by savings", []route.Signal{known(1.5), known(0.05), known(0.05)}, []float64{1.0 / 30, 29.0 / 30 * 1.371 / 2.602, 29.0 / 30 * 1.231 / 2.602}},
+		{"a saturated or excluded spill target is never used", []route.Signal{known(1.5), {TTFT: 0.05, TTFTKnown: true, Saturated: true}, {TTFT: 0.05, TTFTKnown: true, Excluded: true}}, []float64{1, 0, 0}},
+		{"unknown TTFT elsewhere: nothing moves", []route.Signal{known(1.5), {}, {}}, []float64{1, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const n = 200000
+			got := make([]float64, 3)
+			for i := range n {
+				d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: uint64(i) * 0x9e3779b97f4a7c15})
+				if d.Outcome != route.Routed {
+					t.Fatalf("outcome %v", d.Outcome)
+				}
+				got[d.Chosen]++
+			}
+			for i := range got {
+				if got[i] /= n; math.Abs(got[i]-tt.want[i]) > 0.01 {
+					t.Errorf("target %d got %.3f; want %.3f", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestPlannedRemoteTargetStays: the plan sends a cell to a remote cluster
+// (for capacity); a closer cluster whose engines are no faster does not
+// take its requests back.
+func TestPlannedRemoteTargetStays(t *testing.T) {
+	c := route.NewCell([]route.Target{{Weight: 10000, RTT: 0.08}, {Weight: 0, RTT: 0.001}}, weights.ShedFractions{})
+	live := []route.Signal{{TTFT: 0.05, TTFTKnown: true}, {TTFT: 0.05, TTFTKnown: true}}
+	for i := range uint64(1000) {
+		if d := route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: i * 0x9e3779b97f4a7c15}); d.Chosen != 0 || d.Steered {
+			t.Fatalf("draw %d: chose %d (steered %v); want the planned remote target", i, d.Chosen, d.Steered)
+		}
 	}
 }

@@ -113,8 +113,8 @@ type extraction struct {
 	tokensKnown bool
 	// firstTokens and fastFirstTokens are the TTFT histogram's counters
 	// (all requests, those within the target); ttftKnown when read.
-	firstTokens, fastFirstTokens float64
-	ttftKnown                    bool
+	firstTokens, fastFirstTokens, ttftSum float64
+	ttftKnown                             bool
 }
 
 // extract reads the mapping's signals from fams. Unusable values are
@@ -150,7 +150,7 @@ func (m *mapping) extract(fams map[string]*dto.MetricFamily) extraction {
 			x.tokensKnown = false
 		}
 	}
-	x.firstTokens, x.fastFirstTokens, x.ttftKnown = r.readTTFT(m.ttft)
+	x.firstTokens, x.fastFirstTokens, x.ttftSum, x.ttftKnown = r.readTTFT(m.ttft)
 	slices.Sort(r.models)
 	x.metrics.Models = slices.Compact(r.models)
 	x.metrics.Problems = r.problems

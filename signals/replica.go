@@ -42,14 +42,14 @@ type replica struct {
 	tokensKnown           bool
 	// firstTokens and fastFirstTokens are the TTFT histogram's counters
 	// at ttftAt, the last good scrape that read them.
-	firstTokens, fastFirstTokens float64
-	ttftAt                       time.Time
-	ttftKnown                    bool
-	saturated                    bool
-	transitions                  []Transition
-	nextAt                       time.Time
-	scrapes                      uint64
-	inFlight                     bool
+	firstTokens, fastFirstTokens, ttftSum float64
+	ttftAt                                time.Time
+	ttftKnown                             bool
+	saturated                             bool
+	transitions                           []Transition
+	nextAt                                time.Time
+	scrapes                               uint64
+	inFlight                              bool
 }
 
 func newReplica(cl *cluster, addr string, now time.Time, initial bool) *replica {
@@ -232,12 +232,15 @@ func (m *Monitor) applyMetrics(r *replica, res scrapeResult, at time.Time) bool 
 // last good scrape that read them and this one (at).
 func (r *replica) ttftRates(x *extraction, at time.Time) {
 	prevKnown, prevAt := r.ttftKnown, r.ttftAt
-	prevAll, prevFast := r.firstTokens, r.fastFirstTokens
+	prevAll, prevFast, prevSum := r.firstTokens, r.fastFirstTokens, r.ttftSum
 	r.ttftKnown = x.ttftKnown
 	if !x.ttftKnown {
 		return
 	}
-	r.firstTokens, r.fastFirstTokens, r.ttftAt = x.firstTokens, x.fastFirstTokens, at
+	r.firstTokens, r.fastFirstTokens, r.ttftSum, r.ttftAt = x.firstTokens, x.fastFirstTokens, x.ttftSum, at
+	// The mean TTFT stays the last measured one through intervals without
+	// first tokens: an idle engine is as fast as it last was.
+	x.metrics.TTFTMeanSeconds, x.metrics.TTFTMeanKnown = r.metrics.TTFTMeanSeconds, r.metrics.TTFTMeanKnown
 	if !prevKnown || !at.After(prevAt) {
 		return
 	}
@@ -246,6 +249,11 @@ func (r *replica) ttftRates(x *extraction, at time.Time) {
 	slow := all - min(counterDelta(prevFast, x.fastFirstTokens), all)
 	x.metrics.FirstTokensPerSecond, x.metrics.SlowFirstTokensPerSecond = all/secs, slow/secs
 	x.metrics.TTFTKnown = true
+	if all > 0 && x.firstTokens >= prevAll {
+		if d := x.ttftSum - prevSum; d >= 0 {
+			x.metrics.TTFTMeanSeconds, x.metrics.TTFTMeanKnown = d/all, true
+		}
+	}
 }
 
 // counterDelta is how much a counter grew from prev to now; a counter

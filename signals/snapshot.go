@@ -144,6 +144,35 @@ func summarize(cl *cluster, reps []Replica) Cluster {
 		c.KVUsage /= float64(kvN)
 		c.KVKnown = true
 	}
+	c.TTFTSeconds, c.TTFTSecondsKnown = clusterTTFT(reps, c.Waiting, c.FirstTokensPerSecond)
 	c.Saturated = serving > 0 && c.SaturatedReplicas == serving
 	return c
+}
+
+// clusterTTFT is a cluster's TTFT now (see Cluster.TTFTSeconds) from its
+// serving replicas with known load.
+func clusterTTFT(reps []Replica, waiting, rate float64) (float64, bool) {
+	var weighted, plain, meanRate float64
+	n := 0
+	for _, r := range reps {
+		if !r.State.serving() || r.State == StateStale || r.LastScrape.IsZero() || !r.Metrics.TTFTMeanKnown {
+			continue
+		}
+		weighted += r.Metrics.TTFTMeanSeconds * r.Metrics.FirstTokensPerSecond
+		meanRate += r.Metrics.FirstTokensPerSecond
+		plain += r.Metrics.TTFTMeanSeconds
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	mean := plain / float64(n)
+	if meanRate > 0 {
+		mean = weighted / meanRate
+	}
+	wait := waiting // at one admission a second when none came
+	if rate > 0 {
+		wait = waiting / rate
+	}
+	return max(mean, wait), true
 }

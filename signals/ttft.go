@@ -31,9 +31,9 @@ func ttftFamilies(names []string, want map[string]struct{}) {
 // as slow. ok is false, with a problem, when the family is not a
 // histogram, has no bucket at or below the target, or holds a bad value
 // (negative, NaN, infinite, a bucket above the count).
-func (r *reader) readTTFT(sig ttftSignal) (count, within float64, ok bool) {
+func (r *reader) readTTFT(sig ttftSignal) (count, within, sum float64, ok bool) {
 	if sig.target <= 0 || len(sig.families) == 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	for _, name := range sig.families {
 		f := r.fams[name]
@@ -42,24 +42,25 @@ func (r *reader) readTTFT(sig ttftSignal) (count, within float64, ok bool) {
 		}
 		if f.GetType() != dto.MetricType_HISTOGRAM {
 			r.problemf("%s is not a histogram: TTFT unknown", name)
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		for _, m := range f.GetMetric() {
 			c, w, good := histogramWithin(m.GetHistogram(), sig.target)
 			if !good {
 				r.problemf("%s has no usable bucket at or below %ss: TTFT unknown", name, fmtFloat(sig.target))
-				return 0, 0, false
+				return 0, 0, 0, false
 			}
 			count += c
 			within += w
+			sum += m.GetHistogram().GetSampleSum()
 		}
-		if math.IsInf(count, 0) {
-			r.problemf("%s overflows: TTFT unknown", name)
-			return 0, 0, false
+		if math.IsInf(count, 0) || !(sum >= 0) || math.IsInf(sum, 0) {
+			r.problemf("%s overflows or has a bad sum: TTFT unknown", name)
+			return 0, 0, 0, false
 		}
-		return count, within, true
+		return count, within, sum, true
 	}
-	return 0, 0, false
+	return 0, 0, 0, false
 }
 
 // histogramWithin is one series' count and its cumulative count at the

@@ -77,6 +77,12 @@ type Metrics struct {
 	// between the last two good scrapes; TTFTKnown when measured.
 	FirstTokensPerSecond, SlowFirstTokensPerSecond float64
 	TTFTKnown                                      bool
+	// TTFTMeanSeconds is the mean time to first token of the requests
+	// that got it between the last two good scrapes (the histogram's sum
+	// over its count), kept through intervals without any; TTFTMeanKnown
+	// once measured.
+	TTFTMeanSeconds float64
+	TTFTMeanKnown   bool
 	// Models are the model label values seen, sorted.
 	Models []string
 	// Problems describe what the latest scrape could not use, e.g.
@@ -135,6 +141,14 @@ type Cluster struct {
 	// whose TTFT is known; TTFTKnown counts them.
 	FirstTokensPerSecond, SlowFirstTokensPerSecond float64
 	TTFTKnown                                      int
+	// TTFTSeconds is the time to first token the cluster's engines give
+	// now: the larger of their measured mean (weighted by first tokens,
+	// or the plain mean of their last ones when none came) and the wait of
+	// their queue (waiting / first tokens per second, Little's law; one
+	// admission per second when none came). TTFTSecondsKnown once a
+	// serving replica measured one.
+	TTFTSeconds      float64
+	TTFTSecondsKnown bool
 	// KVUsage is the mean over those replicas that report it; KVKnown is
 	// false when none does.
 	KVUsage float64

@@ -72,13 +72,28 @@ func TestDecisionParity(t *testing.T) {
 		if err := srv.Publish(t.Context(), w); err != nil {
 			t.Fatalf("version %d: %v", v, err)
 		}
-		tab := newTable(w, sources, models, clusters)
+		rtt := make([][]time.Duration, len(f.Sources))
+		for si, src := range f.Sources {
+			for _, c := range f.Clusters {
+				rtt[si] = append(rtt[si], time.Duration(f.link(src.Region, c.Region).RTTMs*float64(time.Millisecond)))
+			}
+		}
+		tab := newTable(cfg, w, sources, models, clusters, rtt)
 		live := make([]liveCluster, len(f.Clusters))
 		el := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{}}
 		pExcluded, pSaturated := rng.Float64(), rng.Float64() // some versions lose every cluster
 		for ci, c := range f.Clusters {
-			live[ci] = liveCluster{excluded: rng.Float64() < pExcluded, saturated: rng.Float64() < pSaturated, pressure: 3 * rng.Float64()}
-			cl := extproc.ClusterLive{Saturated: live[ci].saturated, Pressure: live[ci].pressure, PressureKnown: !live[ci].excluded}
+			// TTFT is known for most clusters (predicted-TTFT steering),
+			// not for others (pressure steering). No first-token rate: what
+			// ext_proc's own requests in flight add is tested in extproc.
+			live[ci] = liveCluster{
+				excluded: rng.Float64() < pExcluded, saturated: rng.Float64() < pSaturated, pressure: 3 * rng.Float64(),
+				ttft: 2 * rng.Float64(), ttftKnown: rng.Float64() < 0.8,
+			}
+			cl := extproc.ClusterLive{
+				Saturated: live[ci].saturated, Pressure: live[ci].pressure, PressureKnown: !live[ci].excluded,
+				TTFT: live[ci].ttft, TTFTKnown: live[ci].ttftKnown && !live[ci].excluded,
+			}
 			if live[ci].excluded {
 				cl.Excluded = "no serving replica"
 			}
@@ -104,7 +119,7 @@ func TestDecisionParity(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: no decision record (answers %v)", id, resps)
 			}
-			ci, out := tab.route(cellKey{si, 0}, prio, draw, u, live, true)
+			ci, out := tab.route(cellKey{si, 0}, prio, draw, u, live, make([]int, len(f.Clusters)), true)
 			got := outcomeOf(rec)
 			var want string
 			switch out {
@@ -123,8 +138,11 @@ func TestDecisionParity(t *testing.T) {
 				t.Fatalf("%s (source %s, %s, draw %d, u %.3f): ext_proc %s; benchmark %s", id, f.Sources[si].Name, prio, draw, u, got, want)
 			}
 			branch := rec.Reason
-			if strings.Contains(rec.Redrawn, "queued requests per running one") {
+			switch {
+			case strings.Contains(rec.Redrawn, "queued requests per running one"):
 				branch = "graded"
+			case strings.Contains(rec.Redrawn, "give a first token in"):
+				branch = "predicted"
 			}
 			seen[strings.Fields(want)[0]+" "+branch]++
 		}
@@ -133,7 +151,7 @@ func TestDecisionParity(t *testing.T) {
 		}
 	}
 	// Every branch of the decision was taken, or the comparison proves little.
-	for _, b := range []string{"routed weighted", "routed redrawn", "routed steered", "routed graded", "429 shed", "429 overloaded", "503 no_capacity"} {
+	for _, b := range []string{"routed weighted", "routed redrawn", "routed steered", "routed graded", "routed predicted", "429 shed", "429 overloaded", "503 no_capacity"} {
 		if seen[b] == 0 {
 			t.Errorf("no request took the branch %q (seen %v)", b, seen)
 		}

@@ -1,6 +1,10 @@
 package experiment
 
 import (
+	"slices"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -32,17 +36,33 @@ type routeCell struct {
 	rc       *route.Cell
 }
 
-// newTable indexes w for the fleet.
-func newTable(w *weights.Weights, sources, models, clusters map[string]int) *table {
+// newTable indexes w for the fleet, as extproc's State does: each cell's
+// weighted targets in order, then the other clusters the source may reach
+// for the model with weight 0 (spill targets for steering), each with its
+// round trip from the source.
+func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters map[string]int, rtt [][]time.Duration) *table {
 	t := &table{cells: map[cellKey]*routeCell{}}
 	for _, c := range w.Cells() {
+		si := sources[c.Source]
 		rc := &routeCell{}
-		for _, tg := range c.Targets {
-			rc.clusters = append(rc.clusters, clusters[tg.Cluster])
-			rc.weights = append(rc.weights, uint64(tg.Weight))
+		var ts []route.Target
+		add := func(name string, weight uint64) {
+			ci := clusters[name]
+			rc.clusters = append(rc.clusters, ci)
+			rc.weights = append(rc.weights, weight)
+			ts = append(ts, route.Target{Weight: weight, RTT: rtt[si][ci].Seconds()})
 		}
-		rc.rc = route.NewCell(rc.weights, c.Shed)
-		t.cells[cellKey{sources[c.Source], models[c.Model]}] = rc
+		for _, tg := range c.Targets {
+			add(tg.Cluster, uint64(tg.Weight))
+		}
+		src, _ := cfg.Source(c.Source)
+		for _, e := range cfg.Reachable(src, c.Model) {
+			if !slices.Contains(rc.clusters, clusters[e.Name]) {
+				add(e.Name, 0)
+			}
+		}
+		rc.rc = route.NewCell(ts, c.Shed)
+		t.cells[cellKey{si, models[c.Model]}] = rc
 	}
 	return t
 }
@@ -54,13 +74,24 @@ func newTable(w *weights.Weights, sources, models, clusters map[string]int) *tab
 type liveCluster struct {
 	excluded, saturated bool
 	pressure            float64
+	// ttft is the engines' time to first token now (the larger of the
+	// last interval's mean and the queue's wait), known once the cluster
+	// gave a first token.
+	ttft      float64
+	ttftKnown bool
+	// mean is the engines' last measured mean TTFT (kept through
+	// intervals without first tokens).
+	mean float64
+	// rate is the cluster's first tokens per second over the last
+	// interval (0 when none).
+	rate float64
 }
 
 // route decides one request with ILB's decision (package route, as
 // ext_proc calls it): the live state of the cell's clusters when the fast
 // loop is on, none otherwise (then Envoy routes to the drawn cluster
 // whatever its state, and no planned shed is confirmed).
-func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, live []liveCluster, fast bool) (int, outcome) {
+func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, live []liveCluster, awaiting []int, fast bool) (int, outcome) {
 	c := t.cells[k]
 	if c == nil {
 		return -1, noCapacity
@@ -70,7 +101,10 @@ func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, 
 		sig = t.sig[:0]
 		for _, cl := range c.clusters {
 			l := live[cl]
-			sig = append(sig, route.Signal{Excluded: l.excluded, Saturated: l.saturated, Pressure: l.pressure, PressureKnown: !l.excluded})
+			sig = append(sig, route.Signal{
+				Excluded: l.excluded, Saturated: l.saturated, Pressure: l.pressure, PressureKnown: !l.excluded,
+				TTFT: nowTTFT(l, awaiting[cl]), TTFTKnown: l.ttftKnown && !l.excluded,
+			})
 		}
 		t.sig = sig
 	}
@@ -104,4 +138,17 @@ func (t *table) regionShares(k cellKey, clusters []*simCluster, regions int) []f
 		}
 	}
 	return out
+}
+
+// nowTTFT is a cluster's time to first token as ext_proc predicts it for
+// the next request: the engines' figure from the last interval, or, when
+// more of the router's own requests await their first token there than
+// that figure explains, what Little's law says of them (awaiting / first
+// tokens per second): a burst shows here at once, an interval before the
+// engines' metrics do.
+func nowTTFT(l liveCluster, awaiting int) float64 {
+	if l.rate > 0 && awaiting > 0 {
+		return max(l.ttft, float64(awaiting)/l.rate)
+	}
+	return l.ttft
 }

@@ -37,7 +37,7 @@ func (r *runner) arrive(i int) {
 			draw = r.rng.Uint64()
 		}
 		var out outcome
-		cluster, out = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.opts.Policy.FastLoop)
+		cluster, out = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.awaiting(), r.opts.Policy.FastLoop)
 		if out != routed {
 			r.rec.finish(i, -1, out, 0, 0)
 			return
@@ -67,6 +67,7 @@ func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Dur
 	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried}
 	r.replicas[rep].active++
 	r.clusters[cl].outstanding += cost
+	r.clusters[cl].awaiting++
 	r.clock.at(deliverAt, evDeliver, pi)
 }
 
@@ -102,11 +103,24 @@ func (r *runner) retryOrFail(pi int) {
 	r.rec.finish(p.req, r.replicas[p.replica].cluster, failed, 0, 0)
 }
 
+// awaiting is, per cluster, the requests routed there without a first
+// token yet (a scratch slice, valid until the next call).
+func (r *runner) awaiting() []int {
+	r.waitBuf = r.waitBuf[:0]
+	for _, c := range r.clusters {
+		r.waitBuf = append(r.waitBuf, c.awaiting)
+	}
+	return r.waitBuf
+}
+
 // firstToken counts a first token of replica ri, for the engine TTFT
 // histogram the capacity estimator reads.
 func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	rep := r.replicas[ri]
 	rep.first++
+	rep.ttftSum += at - r.inflight[pi].reached
+	r.inflight[pi].first = true
+	r.clusters[rep.cluster].awaiting--
 	if at-r.inflight[pi].reached > r.ttftTarget {
 		rep.slow++
 	}
@@ -121,6 +135,9 @@ func (r *runner) release(pi int) float64 {
 	rep := r.replicas[p.replica]
 	rep.active--
 	r.clusters[rep.cluster].outstanding -= cost
+	if !p.first {
+		r.clusters[rep.cluster].awaiting--
+	}
 	r.free = append(r.free, pi)
 	return cost
 }

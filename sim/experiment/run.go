@@ -82,6 +82,7 @@ type simReplica struct {
 	// engine's TTFT histogram says).
 	prompt, gen int64
 	first, slow float64
+	ttftSum     time.Duration // engine TTFT of the first tokens counted
 }
 
 type simCluster struct {
@@ -90,6 +91,10 @@ type simCluster struct {
 	capacity    float64 // per replica
 	models      []bool
 	outstanding float64 // token-cost of requests in flight (least_loaded)
+	// awaiting counts the requests routed to it that have no first token
+	// yet: what ILB's ext_proc counts of its own requests until their
+	// response headers (streaming responses start with the first token).
+	awaiting int
 }
 
 // pending is a request on its way to a replica, or in it.
@@ -99,6 +104,7 @@ type pending struct {
 	rtt     time.Duration
 	retried bool
 	reached time.Duration // when it reached the replica
+	first   bool          // its first token came
 }
 
 type runner struct {
@@ -112,8 +118,9 @@ type runner struct {
 	models   map[string]int
 	cnames   map[string]int
 	rtt      [][]time.Duration // source region × cluster region
-	egress   [][]float64       // USD per GB
-	allowed  [][]bool          // source × cluster
+	waitBuf  []int
+	egress   [][]float64 // USD per GB
+	allowed  [][]bool    // source × cluster
 	live     []liveCluster
 	table    *table
 	ctl      *weights.Controller
@@ -360,7 +367,7 @@ func (r *runner) tick(ctx context.Context) error {
 		return errors.New("experiment: the controller published no weights")
 	}
 	if r.table == nil || r.rec.version != w.Version() {
-		r.table = newTable(w, r.sources, r.models, r.cnames)
+		r.table = newTable(r.cfg, w, r.sources, r.models, r.cnames, r.rtt)
 		r.rec.weights(r.clock.now, w)
 	}
 	return nil

@@ -98,6 +98,7 @@ func (r *runner) refreshSignals() {
 	for ci, c := range r.clusters {
 		serving, saturated, busy := 0, 0, 0
 		var waiting, running, kv, prompt, gen, first, slow float64
+		var ttftSum time.Duration
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
 			if rep.state != lcFailed || now-rep.since >= probeRetry {
@@ -106,8 +107,8 @@ func (r *runner) refreshSignals() {
 			l := rep.m.Load()
 			dPrompt, dGen := l.PromptTokens-rep.prompt, l.GenerationTokens-rep.gen
 			rep.prompt, rep.gen = l.PromptTokens, l.GenerationTokens
-			dFirst, dSlow := rep.first, rep.slow
-			rep.first, rep.slow = 0, 0
+			dFirst, dSlow, dSum := rep.first, rep.slow, rep.ttftSum
+			rep.first, rep.slow, rep.ttftSum = 0, 0, 0
 			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && l.Running+l.Waiting > 0) {
 				busy++ // capacity that served in this interval, for the plots
 			}
@@ -122,11 +123,14 @@ func (r *runner) refreshSignals() {
 			gen += float64(dGen)
 			first += dFirst
 			slow += dSlow
+			ttftSum += dSum
 			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
 				saturated++
 			}
 		}
-		r.live[ci] = liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving, pressure: waiting / max(running, 1)}
+		lc := liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving, pressure: waiting / max(running, 1)}
+		engineTTFT(&lc, r.live[ci], first, ttftSum, waiting, signalsInterval)
+		r.live[ci] = lc
 		if r.est != nil {
 			secs := signalsInterval.Seconds()
 			r.est.Observe(r.opts.Scenario.Fleet.Clusters[ci].Name, capacity.Observation{
@@ -161,6 +165,25 @@ func (r *runner) trigger() {
 		r.nextTick = at
 		r.clock.at(at, evTick, 0)
 	}
+}
+
+// engineTTFT sets a cluster's time to first token now, as signals
+// derives it from the engines' TTFT histograms and queues
+// (signals.Cluster.TTFTSeconds): the larger of the interval's mean TTFT
+// (the last measured one when no first token came) and the wait of its
+// queue (waiting / first tokens per second; one admission per second
+// when none came).
+func engineTTFT(lc *liveCluster, last liveCluster, first float64, sum time.Duration, waiting float64, interval time.Duration) {
+	lc.mean, lc.ttftKnown = last.mean, last.ttftKnown
+	rate := first / interval.Seconds()
+	if first > 0 {
+		lc.mean, lc.ttftKnown = sum.Seconds()/first, true
+	}
+	wait := waiting
+	if rate > 0 {
+		wait = waiting / rate
+	}
+	lc.ttft, lc.rate = max(lc.mean, wait), rate
 }
 
 // newEstimator learns every cluster's capacity from the calibrated one,
