@@ -36,10 +36,20 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## bench-routing: the routing benchmark: every scenario, every policy, one
-## simulated hour each; rewrites docs/benchmarks.md below its marker and
-## the plots in docs/benchmarks/ (about a minute on 2 cores)
+## simulated hour each; then load sweeps (0.3 to 1.1 of the fleet's measured
+## saturation throughput, 30 simulated minutes per load) of the synthetic
+## day, long-prompt agent traffic and bursty code completion, and, with
+## TRACES=DIR holding azure-llm-2023-conv.csv and azure-llm-2023-code.csv,
+## of those traces. Rewrites docs/benchmarks.md below its marker and the
+## plots in docs/benchmarks/ (about ten minutes on 2 cores).
+LOADS ?= 0.3,0.5,0.7,0.9,1.0,1.1
 bench-routing:
-	$(GO) run ./cmd/ilb sim --scenario all --seed 1 --plots docs/benchmarks --plot-format svg --report docs/benchmarks.md
+	$(GO) run ./cmd/ilb sim --scenario all --seed 1 --plots docs/benchmarks --plot-format svg --report docs/benchmarks.md --report-section scenarios
+	$(GO) run ./cmd/ilb sim --scenario diurnal,long-prompt,burst --seed 1 --duration 30m --loads $(LOADS) --report docs/benchmarks.md --report-section sweeps
+	@if [ -n "$(TRACES)" ]; then \
+		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-conv.csv --report docs/benchmarks.md --report-section sweep-azure-conv && \
+		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-code.csv --report docs/benchmarks.md --report-section sweep-azure-code; \
+	else echo "TRACES not set: the Azure trace sweeps are left as they are"; fi
 
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

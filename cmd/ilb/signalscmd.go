@@ -94,20 +94,7 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 	}
 	if len(v.Capacity) > 0 {
 		fmt.Fprintln(w, "\ncapacity per replica, learned from the engines (token-cost/s at full utilization; the profile is the prior)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "CLUSTER\tPLANNED\tPRIOR\tSATURATION\tCONFIDENCE\tFROM\tMEASURED\tSLOW TTFT\tEVIDENCE")
-		for _, e := range v.Capacity {
-			if only != "" && e.Cluster != only {
-				continue
-			}
-			slow := "unknown"
-			if e.SlowShare >= 0 {
-				slow = fmt.Sprintf("%.1f%%", 100*e.SlowShare)
-			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f%%\t%s\t%.0f\t%s\t%s\n", e.Cluster, e.PerReplica, e.Prior, e.Saturation,
-				100*e.Confidence, e.From, e.Measured, slow, e.Evidence)
-		}
-		_ = tw.Flush()
+		printCapacity(w, v.Capacity, func(c string) bool { return only == "" || c == only })
 	}
 	if v.Demand != nil {
 		fmt.Fprintf(w, "\nmeasured demand (%d reports): requests, token cost and shed since start\n", v.Demand.Reports)
@@ -118,6 +105,25 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 		}
 		_ = tw.Flush()
 	}
+}
+
+// printCapacity writes the capacity estimates of the clusters keep
+// accepts.
+func printCapacity(w io.Writer, ests []capacity.Estimate, keep func(cluster string) bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tPLANNED\tPRIOR\tSATURATION\tCONFIDENCE\tFROM\tMEASURED\tSLOW TTFT\tEVIDENCE")
+	for _, e := range ests {
+		if !keep(e.Cluster) {
+			continue
+		}
+		slow := "unknown"
+		if e.SlowShare >= 0 {
+			slow = fmt.Sprintf("%.1f%%", 100*e.SlowShare)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f%%\t%s\t%.0f\t%s\t%s\n", e.Cluster, e.PerReplica, e.Prior, e.Saturation,
+			100*e.Confidence, e.From, e.Measured, slow, e.Evidence)
+	}
+	_ = tw.Flush()
 }
 
 // age is how long ago t was, "-" for the zero time.

@@ -84,6 +84,14 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "STATUS: %s\n", v.Status)
 	}
 	printCells(stdout, v.Cells[i:i+1], true)
+	// The capacity each cluster is planned with: learned from its engines,
+	// with the evidence (an ILB without signals has none to show).
+	var sv signalsView
+	if err := get("/debug/signals", nil, &sv); err == nil && len(sv.Capacity) > 0 {
+		in := cellClusters(v.Cells[i])
+		fmt.Fprintln(stdout, "\ncapacity per replica of these clusters, learned from their engines (token-cost/s at full utilization; the profile is the prior)")
+		printCapacity(stdout, sv.Capacity, func(c string) bool { return slices.Contains(in, c) })
+	}
 
 	var hist []historyEntry
 	q := url.Values{"limit": {fmt.Sprint(*versions)}, "source": {*source}, "model": {*model}}
@@ -92,6 +100,22 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	printHistory(stdout, *source, *model, hist)
 	return nil
+}
+
+// cellClusters lists the clusters a cell's explanation covers (every
+// cluster serving its model), or its targets without one.
+func cellClusters(c weights.Cell) []string {
+	var out []string
+	if c.Explanation != nil {
+		for _, t := range c.Explanation.Terms {
+			out = append(out, t.Cluster)
+		}
+		return out
+	}
+	for _, t := range c.Targets {
+		out = append(out, t.Cluster)
+	}
+	return out
 }
 
 // unknownCell says which of source and model the weights do not know,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/admin"
+	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -40,7 +41,12 @@ func whyAdmin(t *testing.T, noHistory bool) (string, *weights.Controller) {
 			t.Fatal(err)
 		}
 	}
-	o := admin.Options{Config: c, Weights: ctl, History: hist}
+	est, err := capacity.New(capacity.Settings{Target: 0.8, SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: 2 * time.Second, TTFTQuantile: 0.99},
+		[]capacity.Cluster{{Name: "us-east-vllm", Prior: 12000, PromptCost: 1, OutputCost: 4}, {Name: "eu-west-vllm", Prior: 12000, PromptCost: 1, OutputCost: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := admin.Options{Config: c, Weights: ctl, History: hist, Capacity: est}
 	if noHistory {
 		o.History = nil
 	}
@@ -70,6 +76,8 @@ func TestWhyCommand(t *testing.T) {
 				"us-east-vllm",
 				"->   0.00%",
 				"the oldest version kept: us-east-vllm ",
+				"capacity per replica of these clusters, learned from their engines",
+				"us-east-vllm  12000    12000  12000       0%          prior  0         unknown    no evidence yet: the configured profile",
 			},
 			nil,
 		},
