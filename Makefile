@@ -36,7 +36,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## bench-routing: the routing benchmark: every scenario, every policy, one
-## simulated hour each; then load sweeps (0.3 to 1.1 of the fleet's measured
+## simulated hour each; the scenarios with events again at 0.8 of the
+## fleet's measured saturation throughput; then load sweeps (0.3 to 1.1 of the fleet's measured
 ## saturation throughput, 30 simulated minutes per load) of the synthetic
 ## day, long-prompt agent traffic and bursty code completion, and, with
 ## TRACES=DIR holding azure-llm-2023-conv.csv and azure-llm-2023-code.csv,
@@ -45,6 +46,7 @@ bench:
 LOADS ?= 0.3,0.5,0.7,0.9,1.0,1.1
 bench-routing:
 	$(GO) run ./cmd/ilb sim --scenario all --seed 1 --plots docs/benchmarks --plot-format svg --report docs/benchmarks.md --report-section scenarios
+	$(GO) run ./cmd/ilb sim --scenario outage,residency,drain,burst --seed 1 --duration 30m --load 0.8 --report docs/benchmarks.md --report-section events-at-load
 	$(GO) run ./cmd/ilb sim --scenario diurnal,long-prompt,burst --seed 1 --duration 30m --loads $(LOADS) --report docs/benchmarks.md --report-section sweeps
 	@if [ -n "$(TRACES)" ]; then \
 		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-conv.csv --report docs/benchmarks.md --report-section sweep-azure-conv && \

@@ -417,7 +417,11 @@ func splitSections(generated string) ([]string, map[string]string) {
 }
 
 func writeResults(b *strings.Builder, path, plots, format string, o simOptions, all [][]*experiment.Result) error {
-	fmt.Fprintf(b, "## Results (%s simulated per scenario, seed %d)\n\n", o.duration, o.seed)
+	if o.load > 0 {
+		fmt.Fprintf(b, "## Results at load %.2f: each workload scaled to %.0f%% of the fleet's measured saturation throughput (%s simulated per scenario, seed %d)\n\n", o.load, 100*o.load, o.duration, o.seed)
+	} else {
+		fmt.Fprintf(b, "## Results (%s simulated per scenario, seed %d)\n\n", o.duration, o.seed)
+	}
 	b.WriteString("ILB's ratios to each baseline (goodput: higher is better; p99 TTFT: lower is better):\n\n")
 	if err := experiment.WriteSummary(b, all); err != nil {
 		return err
