@@ -21,17 +21,8 @@ import (
 // sees: the estimate in /debug/signals, the gauges on /metrics, and the
 // capacity the controller's cluster state is built with.
 func TestCapacityLearnedFromSignals(t *testing.T) {
-	c, err := config.Load("../examples/demo/ilb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Listen = config.Listen{XDS: "127.0.0.1:0", ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
-	ctx, cancel := context.WithCancel(t.Context())
-	a, err := Start(ctx, Options{Config: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = a.Wait() })
+	a, ctx := startDemo(t, nil)
+	c := a.Config
 
 	// Far in the future: newer than anything the monitor publishes.
 	t0 := time.Now().Add(time.Hour)
@@ -85,6 +76,28 @@ func TestCapacityLearnedFromSignals(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// startDemo starts the app on the demo configuration (changed by edit
+// when not nil) with ephemeral loopback ports, until the test ends.
+func startDemo(t *testing.T, edit func(*config.Config)) (*App, context.Context) {
+	t.Helper()
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Listen = config.Listen{XDS: "127.0.0.1:0", ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
+	if edit != nil {
+		edit(c)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	a, err := Start(ctx, Options{Config: c})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = a.Wait() })
+	return a, ctx
 }
 
 func get(t *testing.T, url string) string {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -17,18 +16,7 @@ import (
 // snapshots from different goroutines; one read before a newer one was
 // applied must not put stale replica health back into EDS.
 func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
-	c, err := config.Load("../examples/demo/ilb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Signals.Disabled = true
-	c.Listen = config.Listen{XDS: "127.0.0.1:0", ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
-	ctx, cancel := context.WithCancel(t.Context())
-	a, err := Start(ctx, Options{Config: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = a.Wait() })
+	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true })
 
 	snap := func(at time.Time, st signals.State) *signals.Snapshot {
 		return &signals.Snapshot{

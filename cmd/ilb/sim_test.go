@@ -49,14 +49,7 @@ func TestSimCommand(t *testing.T) {
 }
 
 func TestSimCommandTrace(t *testing.T) {
-	trace := filepath.Join(t.TempDir(), "trace.jsonl")
-	var b strings.Builder
-	for i := range 200 {
-		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d}`+"\n", i*50, 500+i, 100)
-	}
-	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	trace := writeTrace(t)
 	stdout, _, err := runCmd(t, "sim", "--scenario", "diurnal", "--duration", "30s", "--policies", "ilb", "--trace", trace, "--trace-rate", "2")
 	if err != nil {
 		t.Fatal(err)
@@ -145,14 +138,7 @@ func TestSimCommandSweep(t *testing.T) {
 }
 
 func TestSimCommandTraceSameRuns(t *testing.T) {
-	trace := filepath.Join(t.TempDir(), "trace.jsonl")
-	var b strings.Builder
-	for i := range 200 {
-		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d}`+"\n", i*50, 500+i, 100)
-	}
-	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	trace := writeTrace(t)
 	stdout, stderr, err := runCmd(t, "sim", "--scenario", "diurnal,diurnal-peak,outage", "--duration", "30s", "--policies", "ilb", "--trace", trace, "--load", "0.3")
 	if err != nil {
 		t.Fatal(err)
@@ -166,4 +152,18 @@ func TestSimCommandTraceSameRuns(t *testing.T) {
 	if !strings.Contains(stdout, "at load 0.30") {
 		t.Errorf("stdout does not say the load:\n%s", stdout)
 	}
+}
+
+// writeTrace writes a JSONL trace of 200 requests, one every 50 ms.
+func writeTrace(t *testing.T) string {
+	t.Helper()
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	var b strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d}`+"\n", i*50, 500+i, 100)
+	}
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return trace
 }
