@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -113,12 +114,16 @@ func TestReplicaStopsUnderLoad(t *testing.T) {
 	if errs > 0 || late > 0 || served < 20 {
 		t.Errorf("%d requests without an answer, %d after stop+2s sent to the stopped replica or failed, %d served of %d", errs, late, served, len(results))
 	}
-	// The controller re-solved with one replica's capacity.
+	// The controller re-solved with one replica's capacity: one replica
+	// times the capacity per replica it plans with (learned from the
+	// engines, the profile's 12000 being the prior; it moves at most ×2 a
+	// minute, so a tick or two apart they agree within a few percent).
 	waitUntil(t, "the controller plans with the lost capacity", 5*time.Second, func() bool {
+		per, ok := s.App.Capacity.PerReplica("us-east-vllm")
 		ex, _ := s.App.Controller.Current().Explain("edge-us", "llama-3.1-8b-instruct")
 		for _, term := range ex.Terms {
 			if term.Cluster == "us-east-vllm" {
-				return term.Capacity == 12000
+				return ok && math.Abs(term.Capacity-per) <= 0.05*per
 			}
 		}
 		return false
