@@ -288,6 +288,12 @@ type ExtProc struct {
 	// older than this is ignored, so nothing stays excluded or shed after
 	// the signals stop; default 5s.
 	LiveTTL Duration `yaml:"live_ttl" json:"live_ttl"`
+	// Steering moves a request off the cluster Envoy's draw picked when
+	// that cluster is saturated, or its engines are slower than another
+	// reachable cluster's (docs/architecture.md); default true. false:
+	// requests follow the weights (and the redraw off an excluded
+	// cluster) only, e.g. to check a plan or compare with it.
+	Steering bool `yaml:"steering" json:"steering"`
 	// RetryAfter is the retry-after of a 429, in whole seconds; default 1.
 	RetryAfter int `yaml:"retry_after" json:"retry_after"`
 	// DecisionLogBytes bounds the decision log's memory (an estimate of
@@ -348,6 +354,7 @@ func Default() *Config {
 			DefaultOutputTokens: 250,
 			ReportInterval:      Duration(time.Second),
 			LiveTTL:             Duration(5 * time.Second),
+			Steering:            true,
 			RetryAfter:          1,
 			DecisionLogBytes:    64 << 20,
 			MaxStreams:          20000,

@@ -424,6 +424,9 @@ func TestCapacityLearningValidation(t *testing.T) {
 				if c.Controller.Capacity.TTFTTarget.Std() != 2*time.Second || c.Controller.Capacity.TTFTQuantile != 0.99 {
 					t.Errorf("capacity %+v; want the defaults filled", c.Controller.Capacity)
 				}
+				if !c.ExtProc.Steering {
+					t.Error("extproc.steering is off by default; want on")
+				}
 				return
 			}
 			if err == nil {
@@ -435,5 +438,15 @@ func TestCapacityLearningValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSteeringOff(t *testing.T) {
+	c, err := config.Parse([]byte(base + "extproc: {steering: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ExtProc.Steering || c.ExtProc.LiveTTL.Std() != 5*time.Second {
+		t.Errorf("extproc %+v; want steering off and the other defaults kept", c.ExtProc)
 	}
 }

@@ -77,7 +77,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	} else {
 		draw = s.opts.Rand()
 	}
-	d := route.Decide(c.rc, sig, route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform()})
+	d := route.Decide(c.rc, sig, route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering})
 	if d.Waived > 0 {
 		rec.ShedWaived = d.Waived
 		s.metrics.waived.WithLabelValues(src.name, model, x.prio.String()).Inc()

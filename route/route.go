@@ -152,6 +152,10 @@ type Request struct {
 	Draw uint64
 	// Uniform is a uniform number in [0, 1) for the planned shed.
 	Uniform float64
+	// NoSteer keeps the request on the cluster Envoy's draw (or the redraw
+	// off an excluded cluster) picked, however loaded (extproc.steering:
+	// false).
+	NoSteer bool
 }
 
 // Decision is what Decide says of one request.
@@ -235,6 +239,9 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	if live[d.Chosen].Excluded {
 		d.Chosen, d.RedrawSlot = c.pickAmong(rem, req.Draw)
 		d.Redrawn = true
+	}
+	if req.NoSteer {
+		return d
 	}
 	if live[d.Chosen].Saturated && !saturated {
 		// Steering: the weights are planned on smoothed demand every tick;

@@ -126,6 +126,12 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 1},
 		},
 		{
+			name: "no steering: the draw stands on a saturated target",
+			ws:   w, live: []route.Signal{full, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 100, NoSteer: true},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 1},
+		},
+		{
 			name: "a weight-0 target is never chosen",
 			ws:   []uint64{0, 10}, live: []route.Signal{ok, ok},
 			req:  route.Request{Priority: weights.Standard, Draw: 3},
