@@ -258,3 +258,38 @@ func TestAwaitingRequestsSteer(t *testing.T) {
 		t.Errorf("after the response: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
 	}
 }
+
+// TestSteeringToSpillTargets: clusters the weights give nothing but the
+// source may reach are in the record as spill targets, and a request
+// whose drawn cluster is slow goes to one of them, named for Envoy.
+func TestSteeringToSpillTargets(t *testing.T) {
+	h := start(t, true)
+	publishCells(t, h, func(source, model string, cell *weights.Cell) {
+		if source == "edge-us" && model == "llama-3.1-8b-instruct" {
+			cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: weights.Total}}
+		}
+	})
+	live := allClusters(h.cfg, extproc.ClusterLive{TTFT: 0.05, TTFTKnown: true})
+	slow := live.Clusters["us-east-vllm"]
+	slow.TTFT = 30 // seconds: every request moves (k = 0.05/30)
+	live.Clusters["us-east-vllm"] = slow
+	h.srv.SetLive(live)
+	resps := h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"llama-3.1-8b-instruct","messages":[{"role":"user","content":"hi"}]}`))
+	set := mutation(t, resps[len(resps)-1].GetRequestBody().GetResponse())
+	rec, _ := h.srv.Decisions().Get("req-1")
+	if rec.Reason != "steered" || rec.Chosen == "us-east-vllm" || set[header.RouteCluster] != rec.Chosen {
+		t.Fatalf("record %s (%s), %s = %q; want steered to a spill target, named", rec.Chosen, rec.Reason, header.RouteCluster, set[header.RouteCluster])
+	}
+	spill := map[string]bool{}
+	for _, c := range rec.Candidates {
+		if c.Spill {
+			spill[c.Cluster] = true
+			if c.Excluded != "" || c.Weight != 0 {
+				t.Errorf("spill candidate %+v", c)
+			}
+		}
+	}
+	if !spill["us-west-sglang"] || !spill["eu-west-vllm"] || len(spill) != 2 || !spill[rec.Chosen] {
+		t.Errorf("spill candidates %v, chosen %s; want us-west-sglang and eu-west-vllm, the chosen among them", spill, rec.Chosen)
+	}
+}

@@ -118,6 +118,10 @@ type Candidate struct {
 	Weight   uint32  `json:"weight"`
 	Share    float64 `json:"share"`
 	Excluded string  `json:"excluded,omitempty"`
+	// Spill: weight 0 in this version, but the source may reach it:
+	// Envoy's draw never takes it, steering may send a request there when
+	// its engines are faster.
+	Spill bool `json:"spill,omitempty"`
 	// Saturated: the cluster was saturated when the request came.
 	Saturated bool `json:"saturated,omitempty"`
 }

@@ -125,6 +125,8 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		switch {
 		case !s.Allows(e.Region):
 			cand.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
+		case cand.Weight == 0 && slices.ContainsFunc(c.targets, func(t weights.Target) bool { return t.Cluster == e.Name }):
+			cand.Spill = true // weight 0, but steering may use it
 		case cand.Weight == 0:
 			cand.Excluded = "weight 0 in this weights version (ilb weights --explain says why)"
 		}

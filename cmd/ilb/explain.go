@@ -171,6 +171,13 @@ func printCandidates(w io.Writer, r extproc.Record) {
 		if c.Excluded != "" {
 			notes = append(notes, "excluded: "+c.Excluded)
 		}
+		if c.Spill {
+			note := "weight 0: never drawn; steering may send a request here when its engines are faster"
+			if c.Cluster == r.Chosen {
+				note = "weight 0, chosen by steering: its engines were faster"
+			}
+			notes = append(notes, note)
+		}
 		if c.Saturated {
 			notes = append(notes, "saturated")
 		}
