@@ -203,11 +203,9 @@ func (c *cell) annotate(live *Live) []Candidate {
 }
 
 // signals is the live state of the cell's targets, in order, for the
-// route decision; nil without live state. A target's TTFT is the
-// engines' figure, or, when more of ext_proc's own requests await their
-// response there than that figure explains, what Little's law says of
-// them (awaiting / first tokens per second): a burst shows here at once,
-// an interval before the engines' metrics do.
+// route decision; nil without live state. A target's TTFT counts
+// ext_proc's own requests still awaiting their response there
+// (route.PredictTTFT).
 func (s *Server) signals(c *cell, live *Live) []route.Signal {
 	if live == nil {
 		return nil
@@ -215,15 +213,13 @@ func (s *Server) signals(c *cell, live *Live) []route.Signal {
 	out := make([]route.Signal, len(c.targets))
 	for i, t := range c.targets {
 		cl := live.Clusters[t.Cluster]
-		ttft := cl.TTFT
-		if a := s.awaiting[t.Cluster]; a != nil && cl.FirstTokensPerSecond > 0 {
-			if n := a.Load(); n > 0 {
-				ttft = max(ttft, float64(n)/cl.FirstTokensPerSecond)
-			}
+		var awaiting int64
+		if a := s.awaiting[t.Cluster]; a != nil {
+			awaiting = a.Load()
 		}
 		out[i] = route.Signal{
 			Excluded: cl.Excluded != "", Saturated: cl.Saturated, Pressure: cl.Pressure, PressureKnown: cl.PressureKnown,
-			TTFT: ttft, TTFTKnown: cl.TTFTKnown,
+			TTFT: route.PredictTTFT(cl.TTFT, awaiting, cl.FirstTokensPerSecond), TTFTKnown: cl.TTFTKnown,
 		}
 	}
 	return out

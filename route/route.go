@@ -144,6 +144,19 @@ type Signal struct {
 	TTFTKnown bool
 }
 
+// PredictTTFT is a cluster's time to first token for the next request,
+// in seconds: the engines' figure (engine, an interval old), or, when
+// more of this router's own requests await their first token there (their
+// response headers) than that figure explains, what Little's law says of
+// them: awaiting / first tokens per second. A burst shows here at once,
+// an interval before the engines' metrics do.
+func PredictTTFT(engine float64, awaiting int64, firstTokensPerSecond float64) float64 {
+	if awaiting > 0 && firstTokensPerSecond > 0 {
+		return max(engine, float64(awaiting)/firstTokensPerSecond)
+	}
+	return engine
+}
+
 // Request is what the decision needs of one request.
 type Request struct {
 	Priority weights.Priority

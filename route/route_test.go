@@ -273,3 +273,25 @@ func TestPlannedRemoteTargetStays(t *testing.T) {
 		}
 	}
 }
+
+func TestPredictTTFT(t *testing.T) {
+	tests := []struct {
+		name     string
+		engine   float64
+		awaiting int64
+		rate     float64
+		want     float64
+	}{
+		{"nothing awaiting: the engines' figure", 0.2, 0, 10, 0.2},
+		{"few awaiting: the engines' figure explains them", 0.5, 2, 10, 0.5},
+		{"a burst awaiting: Little's law", 0.2, 30, 10, 3},
+		{"no first-token rate: the engines' figure", 0.2, 30, 0, 0.2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := route.PredictTTFT(tt.engine, tt.awaiting, tt.rate); got != tt.want {
+				t.Errorf("PredictTTFT(%v, %d, %v) = %v; want %v", tt.engine, tt.awaiting, tt.rate, got, tt.want)
+			}
+		})
+	}
+}

@@ -170,9 +170,17 @@ func clusterTTFT(reps []Replica, waiting, rate float64) (float64, bool) {
 	if meanRate > 0 {
 		mean = weighted / meanRate
 	}
-	wait := waiting // at one admission a second when none came
-	if rate > 0 {
-		wait = waiting / rate
+	return TTFTNow(mean, waiting, rate), true
+}
+
+// TTFTNow is the time to first token a cluster's engines give now, in
+// seconds: the larger of their measured mean TTFT and the wait of their
+// queue — waiting requests over the rate at which requests get their
+// first token (Little's law), or one a second when none did.
+func TTFTNow(mean, waiting, firstTokensPerSecond float64) float64 {
+	wait := waiting
+	if firstTokensPerSecond > 0 {
+		wait = waiting / firstTokensPerSecond
 	}
-	return max(mean, wait), true
+	return max(mean, wait)
 }

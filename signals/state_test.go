@@ -323,3 +323,22 @@ func TestTokenAndTTFTRates(t *testing.T) {
 		t.Errorf("metrics %+v; want TTFT unknown with a problem", r.Metrics)
 	}
 }
+
+func TestTTFTNow(t *testing.T) {
+	tests := []struct {
+		name                string
+		mean, waiting, rate float64
+		want                float64
+	}{
+		{"no queue: the measured mean", 0.3, 0, 20, 0.3},
+		{"a queue: waiting over the first-token rate", 0.3, 40, 20, 2},
+		{"a queue and no first token: one a second", 0.3, 5, 0, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := TTFTNow(tt.mean, tt.waiting, tt.rate); got != tt.want {
+				t.Errorf("TTFTNow(%v, %v, %v) = %v; want %v", tt.mean, tt.waiting, tt.rate, got, tt.want)
+			}
+		})
+	}
+}

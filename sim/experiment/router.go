@@ -103,7 +103,7 @@ func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, 
 			l := live[cl]
 			sig = append(sig, route.Signal{
 				Excluded: l.excluded, Saturated: l.saturated, Pressure: l.pressure, PressureKnown: !l.excluded,
-				TTFT: nowTTFT(l, awaiting[cl]), TTFTKnown: l.ttftKnown && !l.excluded,
+				TTFT: route.PredictTTFT(l.ttft, int64(awaiting[cl]), l.rate), TTFTKnown: l.ttftKnown && !l.excluded,
 			})
 		}
 		t.sig = sig
@@ -138,17 +138,4 @@ func (t *table) regionShares(k cellKey, clusters []*simCluster, regions int) []f
 		}
 	}
 	return out
-}
-
-// nowTTFT is a cluster's time to first token as ext_proc predicts it for
-// the next request: the engines' figure from the last interval, or, when
-// more of the router's own requests await their first token there than
-// that figure explains, what Little's law says of them (awaiting / first
-// tokens per second): a burst shows here at once, an interval before the
-// engines' metrics do.
-func nowTTFT(l liveCluster, awaiting int) float64 {
-	if l.rate > 0 && awaiting > 0 {
-		return max(l.ttft, float64(awaiting)/l.rate)
-	}
-	return l.ttft
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/signals"
 
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/weights"
@@ -179,11 +180,7 @@ func engineTTFT(lc *liveCluster, last liveCluster, first float64, sum time.Durat
 	if first > 0 {
 		lc.mean, lc.ttftKnown = sum.Seconds()/first, true
 	}
-	wait := waiting
-	if rate > 0 {
-		wait = waiting / rate
-	}
-	lc.ttft, lc.rate = max(lc.mean, wait), rate
+	lc.ttft, lc.rate = signals.TTFTNow(lc.mean, waiting, rate), rate
 }
 
 // newEstimator learns every cluster's capacity from the calibrated one,
