@@ -13,17 +13,7 @@ import (
 // newEstimator starts every cluster's capacity at its profile and exports
 // the estimates as gauges read at each scrape.
 func newEstimator(c *config.Config, reg *prometheus.Registry) (*capacity.Estimator, error) {
-	cs := make([]capacity.Cluster, 0, len(c.Clusters))
-	for _, e := range c.Clusters {
-		p, _ := c.Profile(e.Profile)
-		pc, oc := c.TokenCosts(e)
-		cs = append(cs, capacity.Cluster{Name: e.Name, Prior: p.CapacityPerReplica, PromptCost: pc, OutputCost: oc})
-	}
-	cl := c.Controller.Capacity
-	est, err := capacity.New(capacity.Settings{
-		Target: c.Controller.TargetUtilization, SaturationQueue: c.Signals.SaturationQueue, SaturationKV: c.Signals.SaturationKV,
-		TTFTTarget: cl.TTFTTarget.Std(), TTFTQuantile: cl.TTFTQuantile, TimeConstant: cl.TimeConstant.Std(),
-	}, cs)
+	est, err := capacity.NewFromConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ilbproject/ilb/config"
 )
 
 // Settings of an Estimator.
 type Settings struct {
-	// Target is the controller's target utilization, in (0, 1].
-	Target float64
 	// SaturationQueue and SaturationKV define a queue as the signals
 	// monitor does: waiting ≥ SaturationQueue × max(running, 1), or KV
 	// cache usage ≥ SaturationKV.
@@ -158,8 +158,8 @@ func New(s Settings, clusters []Cluster) (*Estimator, error) {
 		s.Range = 10
 	}
 	var errs []error
-	if !(s.Target > 0 && s.Target <= 1) {
-		errs = append(errs, fmt.Errorf("capacity: target utilization %v, want (0, 1]", s.Target))
+	if !(s.SaturationQueue > 0) || !(s.SaturationKV > 0 && s.SaturationKV <= 1) {
+		errs = append(errs, fmt.Errorf("capacity: saturation queue %v and KV %v, want > 0 and in (0, 1]", s.SaturationQueue, s.SaturationKV))
 	}
 	if !(s.TTFTQuantile > 0 && s.TTFTQuantile < 1) || s.TTFTTarget <= 0 {
 		errs = append(errs, fmt.Errorf("capacity: TTFT target %v at quantile %v, want > 0 and in (0, 1)", s.TTFTTarget, s.TTFTQuantile))
@@ -183,6 +183,24 @@ func New(s Settings, clusters []Cluster) (*Estimator, error) {
 	}
 	e.publish()
 	return e, nil
+}
+
+// NewFromConfig learns every engine cluster of c, each from its profile's
+// capacity_per_replica and its models' token costs, with the signals'
+// definition of a queue and controller.capacity's settings. c must be
+// validated.
+func NewFromConfig(c *config.Config) (*Estimator, error) {
+	cs := make([]Cluster, 0, len(c.Clusters))
+	for _, e := range c.Clusters {
+		p, _ := c.Profile(e.Profile)
+		pc, oc := c.TokenCosts(e)
+		cs = append(cs, Cluster{Name: e.Name, Prior: p.CapacityPerReplica, PromptCost: pc, OutputCost: oc})
+	}
+	cl := c.Controller.Capacity
+	return New(Settings{
+		SaturationQueue: c.Signals.SaturationQueue, SaturationKV: c.Signals.SaturationKV,
+		TTFTTarget: cl.TTFTTarget.Std(), TTFTQuantile: cl.TTFTQuantile, TimeConstant: cl.TimeConstant.Std(),
+	}, cs)
 }
 
 // Observe takes one interval of a cluster; unknown clusters and

@@ -12,7 +12,7 @@ import (
 var t0 = time.Unix(1_800_000_000, 0)
 
 func settings() capacity.Settings {
-	return capacity.Settings{Target: 0.8, SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: time.Second, TTFTQuantile: 0.99}
+	return capacity.Settings{SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: time.Second, TTFTQuantile: 0.99}
 }
 
 // obs is one second of a 2-replica cluster: x token-cost/s per replica
@@ -147,10 +147,10 @@ func TestNewRejects(t *testing.T) {
 		c    capacity.Cluster
 		want string
 	}{
-		{"target 0", capacity.Settings{TTFTTarget: time.Second, TTFTQuantile: 0.99}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "target utilization 0"},
+		{"no queue definition", capacity.Settings{TTFTTarget: time.Second, TTFTQuantile: 0.99}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "saturation queue 0 and KV 0"},
 		{"prior NaN", settings(), capacity.Cluster{Name: "c", Prior: math.NaN(), PromptCost: 1, OutputCost: 1}, `"c": prior NaN`},
 		{"cost 0", settings(), capacity.Cluster{Name: "c", Prior: 1, OutputCost: 1}, "costs 0/1"},
-		{"quantile 1", capacity.Settings{Target: 0.8, TTFTTarget: time.Second, TTFTQuantile: 1}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "at quantile 1"},
+		{"quantile 1", capacity.Settings{SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: time.Second, TTFTQuantile: 1}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "at quantile 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

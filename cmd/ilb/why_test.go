@@ -41,7 +41,7 @@ func whyAdmin(t *testing.T, noHistory bool) (string, *weights.Controller) {
 			t.Fatal(err)
 		}
 	}
-	est, err := capacity.New(capacity.Settings{Target: 0.8, SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: 2 * time.Second, TTFTQuantile: 0.99},
+	est, err := capacity.New(capacity.Settings{SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: 2 * time.Second, TTFTQuantile: 0.99},
 		[]capacity.Cluster{{Name: "us-east-vllm", Prior: 12000, PromptCost: 1, OutputCost: 4}, {Name: "eu-west-vllm", Prior: 12000, PromptCost: 1, OutputCost: 4}})
 	if err != nil {
 		t.Fatal(err)

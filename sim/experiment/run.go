@@ -253,7 +253,7 @@ func newRunner(o Options) (*runner, error) {
 	r.live = make([]liveCluster, len(r.clusters))
 	r.ttftTarget = engineBudget(f, s.SLO)
 	if o.Policy.LearnCapacity {
-		if r.est, err = newEstimator(cfg, f, o.Capacity, r.ttftTarget); err != nil {
+		if r.est, err = newEstimator(cfg, r.ttftTarget); err != nil {
 			return nil, err
 		}
 	}

@@ -183,18 +183,15 @@ func engineTTFT(lc *liveCluster, last liveCluster, first float64, sum time.Durat
 	lc.ttft, lc.rate = signals.TTFTNow(lc.mean, waiting, rate), rate
 }
 
-// newEstimator learns every cluster's capacity from the calibrated one,
-// as app does from the configured profiles.
-func newEstimator(cfg *config.Config, f Fleet, calibrated map[string]float64, ttftTarget time.Duration) (*capacity.Estimator, error) {
-	var cs []capacity.Cluster
-	for i, c := range f.Clusters {
-		pc, oc := cfg.TokenCosts(cfg.Clusters[i])
-		cs = append(cs, capacity.Cluster{Name: c.Name, Prior: calibrated[c.Profile], PromptCost: pc, OutputCost: oc})
-	}
-	return capacity.New(capacity.Settings{
-		Target: cfg.Controller.TargetUtilization, SaturationQueue: cfg.Signals.SaturationQueue, SaturationKV: cfg.Signals.SaturationKV,
-		TTFTTarget: ttftTarget, TTFTQuantile: ttftQuantile,
-	}, cs)
+// newEstimator learns every cluster's capacity as app does, from the
+// configuration the run built: its profiles hold the calibrated
+// capacities (the prior), and the engines' TTFT target is their share of
+// the SLO.
+func newEstimator(cfg *config.Config, ttftTarget time.Duration) (*capacity.Estimator, error) {
+	c := *cfg
+	c.Controller.Capacity.TTFTTarget = config.Duration(ttftTarget)
+	c.Controller.Capacity.TTFTQuantile = ttftQuantile
+	return capacity.NewFromConfig(&c)
 }
 
 // clusterStates is what ILB's signals tell the controller.
