@@ -1,12 +1,15 @@
 package signals
 
 import (
+	"math"
 	"net"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // oneVLLM is a harness watching one fake vLLM replica.
@@ -340,5 +343,17 @@ func TestTTFTNow(t *testing.T) {
 				t.Errorf("TTFTNow(%v, %v, %v) = %v; want %v", tt.mean, tt.waiting, tt.rate, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestHistogramWithinTakesTheLargestBoundAtOrBelowTheTarget(t *testing.T) {
+	bucket := func(ub float64, c uint64) *dto.Bucket { return &dto.Bucket{UpperBound: &ub, CumulativeCount: &c} }
+	count := uint64(50)
+	h := &dto.Histogram{SampleCount: &count, Bucket: []*dto.Bucket{bucket(2.5, 44), bucket(1, 40), bucket(0.5, 30), bucket(math.Inf(1), 50)}}
+	if c, w, ok := histogramWithin(h, 2); !ok || c != 50 || w != 40 {
+		t.Errorf("histogramWithin(buckets out of order, 2s) = %v, %v, %v; want 50, 40 (the 1 s bucket), true", c, w, ok)
+	}
+	if _, _, ok := histogramWithin(h, 0.1); ok {
+		t.Error("no bucket at or below 0.1 s: want unknown")
 	}
 }

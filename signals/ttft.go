@@ -70,19 +70,17 @@ func histogramWithin(h *dto.Histogram, target float64) (count, within float64, o
 	if v := h.GetSampleCountFloat(); v > 0 {
 		count = v
 	}
-	found := false
+	found, best := false, 0.0
 	for _, b := range h.GetBucket() {
 		ub := b.GetUpperBound()
-		if math.IsNaN(ub) || ub > target {
-			continue
+		if math.IsNaN(ub) || ub > target || (found && ub <= best) {
+			continue // not the largest bound at or below the target so far
 		}
 		c := float64(b.GetCumulativeCount())
 		if v := b.GetCumulativeCountFloat(); v > 0 {
 			c = v
 		}
-		if !found || ub >= 0 {
-			within, found = c, true
-		}
+		within, best, found = c, ub, true
 	}
 	if !found || !(count >= 0) || math.IsInf(count, 0) || !(within >= 0) || within > count {
 		return 0, 0, false

@@ -206,21 +206,17 @@ func evenSplit(n *network) map[*hubNode][]float64 {
 		other := make([]float64, len(h.clusters))
 		full := make([]float64, len(h.clusters))
 		for i, c := range h.clusters {
-			other[i], full[i] = load[c]/flowScale, c.full/n.quantum/flowScale
+			other[i], full[i] = load[c], c.full/n.quantum // in flow units
 		}
-		x := waterFill(total/flowScale, full, other)
+		x := waterFill(total, full, other)
 		for i, c := range h.clusters {
-			sh[i] = x[i] / (total / flowScale)
-			load[c] += x[i] * flowScale
+			sh[i] = x[i] / total
+			load[c] += x[i]
 		}
 		split[h] = sh
 	}
 	return split
 }
-
-// flowScale keeps water-filling's numbers near 1: flows are in units of
-// 2^-34 of the total demand.
-const flowScale = 1 << 20
 
 // waterFill spreads total over bins of the given capacities already
 // holding other: x_i = max(0, λ·full_i − other_i) with Σx_i = total, so
