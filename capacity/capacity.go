@@ -121,10 +121,8 @@ type state struct {
 	// how long the cluster has had no queue.
 	mean, first, slow float64
 	// vari is the variance of one interval's throughput (exponentially
-	// weighted over SmoothTime); lowMean the window mean less two
-	// standard errors: evidence that only raises an estimate must not
-	// follow the noise of the mean.
-	vari, lowMean float64
+	// weighted over SmoothTime).
+	vari float64
 	// waitPer is the queue per replica averaged over the window.
 	waitPer float64
 	// sustained is the throughput per replica averaged over TimeConstant:
@@ -249,9 +247,11 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	d := x - st.mean
 	st.mean += w * d
 	st.vari = (1 - w) * (st.vari + w*d*d)
-	// An exponential window of time constant SmoothTime holds about
-	// 2 × SmoothTime / dt independent intervals.
-	st.lowMean = max(0, st.mean-2*math.Sqrt(st.vari*dt.Seconds()/(2*e.s.SmoothTime.Seconds())))
+	// The window mean less two standard errors (an exponential window of
+	// time constant SmoothTime holds about 2 × SmoothTime / dt independent
+	// intervals): evidence that only raises an estimate must not follow
+	// the noise of the mean.
+	lowMean := max(0, st.mean-2*math.Sqrt(st.vari*dt.Seconds()/(2*e.s.SmoothTime.Seconds())))
 	if o.TTFTKnown != st.ttftKnown { // the engines changed: start the window again
 		st.first, st.slow, st.ttftKnown = 0, 0, o.TTFTKnown
 	}
@@ -311,13 +311,13 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	case st.calm >= e.s.SmoothTime:
 		// A calm window: the cluster served lowMean (at least) without a
 		// queue, so it can.
-		if st.lowMean > est.Saturation {
-			est.Saturation = move(est.Saturation, st.lowMean)
+		if lowMean > est.Saturation {
+			est.Saturation = move(est.Saturation, lowMean)
 		}
-		if st.lowMean > est.PerReplica {
+		if lowMean > est.PerReplica {
 			kind = FromHeadroom
-			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v without a queue, more than the %.0f planned with: capacity at least that", st.mean, st.lowMean, e.s.SmoothTime, est.PerReplica)
-			est.PerReplica = max(est.PerReplica, move(est.PerReplica, st.lowMean))
+			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v without a queue, more than the %.0f planned with: capacity at least that", st.mean, lowMean, e.s.SmoothTime, est.PerReplica)
+			est.PerReplica = max(est.PerReplica, move(est.PerReplica, lowMean))
 		}
 	}
 	if kind == "" {
