@@ -20,6 +20,10 @@ import (
 // runRender renders ILB's routing for a mesh that owns the proxies'
 // routes: `ilb render istio ...` (see docs/istio.md).
 func runRender(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stderr, "Usage: ilb render istio --config FILE --hosts HOST[,HOST] [flags]: ILB's routing as Istio resources (ilb render istio -h for the flags)")
+		return exitError{0}
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return errors.New("render: name the target: ilb render istio --config FILE --hosts HOST[,HOST] ... (-h for the flags)")
 	}

@@ -16,6 +16,10 @@ import (
 // stable version, the canary soaking (if any), the versions Envoys
 // rejected and which Envoy holds what.
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stderr, "Usage: ilb rollout status [--source NAME] [admin flags]: each source's xDS rollout (ilb rollout status -h for the flags)")
+		return exitError{0}
+	}
 	if len(args) == 0 || args[0] != "status" {
 		return fmt.Errorf("rollout: want the subcommand \"status\", got %q", strings.Join(args, " "))
 	}

@@ -68,6 +68,15 @@ func usage(w io.Writer) {
 }
 
 // parse parses flags into fs, which reports to stderr. -h is not an error.
+// isHelp reports whether arg asks for help instead of a subcommand.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {

@@ -320,3 +320,21 @@ func TestEngineCommandErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryCommandHelp: every subcommand answers -h (and --help) with its
+// usage on standard error and exit status 0, never an error.
+func TestEveryCommandHelp(t *testing.T) {
+	for _, c := range commands() {
+		for _, flag := range []string{"-h", "--help"} {
+			t.Run(c.name+" "+flag, func(t *testing.T) {
+				_, errOut, err := runCmd(t, c.name, flag)
+				if code := exitCode(err); code != 0 {
+					t.Fatalf("exit %d (%v), want 0", code, err)
+				}
+				if !strings.Contains(errOut, "Usage") {
+					t.Errorf("no usage on stderr: %q", errOut)
+				}
+			})
+		}
+	}
+}

@@ -196,15 +196,18 @@ func classifyFailure(ctx, actx context.Context, err error) failKind {
 // newUpstreamBody wraps the request body for the attempts: the buffered
 // body (ext_proc BUFFERED), the streaming downstream body, or none.
 func (s *stream) newUpstreamBody(buffering bool, touch func()) *requestBody {
+	var b *requestBody
 	switch {
 	case s.buffered:
-		b := newRequestBody(bytes.NewReader(s.body), s.lc.bufferLimit, buffering, touch)
+		b = newRequestBody(bytes.NewReader(s.body), s.lc.bufferLimit, buffering, touch)
 		b.complete = true
-		return b
 	case s.hasBody:
-		return newRequestBody(s.r.Body, s.lc.bufferLimit, buffering, touch)
+		b = newRequestBody(s.r.Body, s.lc.bufferLimit, buffering, touch)
+	default:
+		b = newRequestBody(nil, s.lc.bufferLimit, buffering, touch)
 	}
-	return newRequestBody(nil, s.lc.bufferLimit, buffering, touch)
+	s.upBody = b
+	return b
 }
 
 // upstreamRequest builds the upstream request from the request headers:

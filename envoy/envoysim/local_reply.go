@@ -174,6 +174,13 @@ func (s *stream) writeResponse(h *headerMap, body *responseBody, onChunk func())
 	if !h.has("content-type") {
 		wh["Content-Type"] = nil // no sniffed content type: Envoy adds none
 	}
+	if s.r.ProtoMajor == 1 && !s.remoteComplete() {
+		// ActiveStream::encodeHeaders: a response before the request is
+		// complete drains an HTTP/1 connection (drain_state_ Closing) and
+		// says so with "connection: close"; HTTP/2 resets only the stream.
+		wh.Set("Connection", "close")
+		s.closing = true
+	}
 	s.responded = true
 	s.e.stats.response(status)
 	s.w.WriteHeader(status)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 )
@@ -31,6 +32,12 @@ type stream struct {
 	hasBody  bool   // the request has a body (no end_stream on headers)
 	body     []byte // the buffered request body
 	buffered bool
+	// upBody is the body the router's attempts read (nil before the
+	// router ran): it owns the downstream body from then on.
+	upBody *requestBody
+	// closing: the response went before the request was complete, so
+	// the HTTP/1 connection closes after it.
+	closing bool
 
 	routeCached bool
 	rt          *routeResult
@@ -68,6 +75,7 @@ func (e *Envoy) serveHTTP(rl *runningListener, w http.ResponseWriter, r *http.Re
 
 func (s *stream) run(ctx context.Context) {
 	defer s.closeFilters()
+	defer s.endRead()
 	s.decodeHeadersHCM()
 	for _, f := range s.filters {
 		if lr := f.decode(ctx); lr != nil {
@@ -304,4 +312,45 @@ func contentLength(h *headerMap) int64 {
 		}
 	}
 	return -1
+}
+
+// settleGrace is how long remoteComplete waits for the rest of a request
+// body nobody read: Envoy's codec dispatches whatever bytes arrived before
+// a reply (a body sent with its headers is decoded while ext_proc is
+// asked about the headers), so bytes already on the connection complete
+// the request; a client still sending does not.
+const settleGrace = 50 * time.Millisecond
+
+// remoteComplete reports, as response headers are about to go
+// downstream, whether the whole request was received
+// (FilterManager::remoteDecodeComplete). A body nobody read (a reply
+// decided on headers alone) is read and dropped here, up to the buffer
+// limit and settleGrace: Envoy would have decoded those bytes, and
+// net/http must not be left to read it after the handler (with full
+// duplex on, that races its next-request read). The body the router's
+// attempts own is judged by what they read.
+func (s *stream) remoteComplete() bool {
+	switch {
+	case !s.hasBody || s.buffered:
+		return true
+	case s.upBody != nil:
+		return s.upBody.received()
+	}
+	rc := http.NewResponseController(s.w)
+	_ = rc.SetReadDeadline(time.Now().Add(settleGrace))
+	n, err := io.Copy(io.Discard, io.LimitReader(s.r.Body, int64(s.lc.bufferLimit)+1))
+	_ = rc.SetReadDeadline(time.Time{})
+	s.hasBody = false                                 // read: nothing more to settle
+	return err == nil && n <= int64(s.lc.bufferLimit) // io.Copy's nil is EOF
+}
+
+// endRead runs as the stream ends: when its HTTP/1 connection is closing
+// (the reply went before the request was complete), the rest of the
+// request body is not waited for — net/http would otherwise read it after
+// the handler, for a client that may never send it, where Envoy closes
+// the connection.
+func (s *stream) endRead() {
+	if s.closing {
+		_ = http.NewResponseController(s.w).SetReadDeadline(time.Now())
+	}
 }
