@@ -32,8 +32,10 @@ func (e *RequestError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg)
 }
 
-// Reason is the x-ilb-reason value: the code with '-' for '_'.
-func (e *RequestError) Reason() string { return strings.ReplaceAll(e.Code, "_", "-") }
+// Reason is the reason code: the x-ilb-reason value, the reason label of
+// the metrics and the decision record's reason, spelled as the JSON
+// error's code (one spelling everywhere, e.g. model_not_found).
+func (e *RequestError) Reason() string { return e.Code }
 
 func badRequest(param, code, msg string) *RequestError {
 	return &RequestError{Status: 400, Type: "invalid_request_error", Code: code, Param: param, Msg: msg}

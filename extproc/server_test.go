@@ -473,7 +473,7 @@ func checkImmediate(t *testing.T, ir *extprocv3.ImmediateResponse, status int, c
 	for _, o := range ir.GetHeaders().GetSetHeaders() {
 		hs[o.GetHeader().GetKey()] = string(o.GetHeader().GetRawValue())
 	}
-	if hs["content-type"] != "application/json" || hs[header.Reason] != strings.ReplaceAll(code, "_", "-") {
+	if hs["content-type"] != "application/json" || hs[header.Reason] != code {
 		t.Errorf("headers = %v", hs)
 	}
 }

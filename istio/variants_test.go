@@ -97,7 +97,7 @@ func TestVariants(t *testing.T) {
 			for _, r := range vs.GetHttp() {
 				if strings.HasSuffix(r.GetName(), "qwen2.5-7b-instruct") {
 					n++
-					if r.GetDirectResponse().GetStatus() != 503 || r.GetHeaders().GetResponse().GetSet()[header.Reason] != "no-capacity" || len(r.GetMatch()) == 0 {
+					if r.GetDirectResponse().GetStatus() != 503 || r.GetHeaders().GetResponse().GetSet()[header.Reason] != "no_capacity" || len(r.GetMatch()) == 0 {
 						t.Errorf("%s: %v", r.GetName(), r)
 					}
 				}

@@ -206,7 +206,7 @@ func directJSON(name string, status uint32, code, msg string) *networkingv1.HTTP
 		},
 		Headers: responseHeaders(map[string]string{
 			"content-type": "application/json",
-			header.Reason:  strings.ReplaceAll(code, "_", "-"),
+			header.Reason:  code,
 		}),
 	}
 }

@@ -73,7 +73,7 @@ func TestExtProcFailures(t *testing.T) {
 				t.Fatalf("fail-closed body %q is not JSON: %v", body, err)
 			}
 			if resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != "routing_unavailable" ||
-				!strings.Contains(e.Error.Message, `source "edge-eu" is fail-closed`) || resp.Header.Get("x-ilb-reason") != "routing-unavailable" {
+				!strings.Contains(e.Error.Message, `source "edge-eu" is fail-closed`) || resp.Header.Get("x-ilb-reason") != "routing_unavailable" {
 				t.Errorf("fail-closed: %d %+v reason %q; want 503 routing_unavailable", resp.StatusCode, e.Error, resp.Header.Get("x-ilb-reason"))
 			}
 			if st := open.Sim.Stats().ExtProc; st.StreamsFailed+st.MessageTimeouts == 0 || st.FailureModeAllowed == 0 {

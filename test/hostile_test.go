@@ -57,7 +57,7 @@ func TestHugeModelNamesStayBounded(t *testing.T) {
 	for i := range 20 {
 		resp, body := do(t, http.MethodPost, us+"/v1/chat/completions",
 			fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi %d"}]}`, model, i), nil)
-		if resp.StatusCode != http.StatusNotFound || len(body) > 64<<10 || resp.Header.Get("x-ilb-reason") != "model-not-found" {
+		if resp.StatusCode != http.StatusNotFound || len(body) > 64<<10 || resp.Header.Get("x-ilb-reason") != "model_not_found" {
 			t.Fatalf("request %d: %d (x-ilb-reason %q) with a %d-byte body; want ILB's 404 model_not_found of at most 64 KiB",
 				i, resp.StatusCode, resp.Header.Get("x-ilb-reason"), len(body))
 		}

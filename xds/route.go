@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -232,6 +231,6 @@ func directJSON(r *routev3.Route, status uint32, code, msg string) {
 	}}
 	r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd,
 		setHeader("content-type", "application/json"),
-		setHeader(header.Reason, strings.ReplaceAll(code, "_", "-")),
+		setHeader(header.Reason, code),
 	)
 }
