@@ -67,8 +67,12 @@ func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(re.Status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(re.Status)},
+			// Envoy adds the route's response headers to a local reply
+			// before these mutations (prepareLocalReplyViaFilterChain:
+			// finalizeResponseHeaders, then modify_headers), so the report
+			// headers are removed here: nothing was served, on any source.
+			Headers: &extprocv3.HeaderMutation{SetHeaders: hs, RemoveHeaders: header.Report()},
 			Body:    body,
 			Details: "ilb_" + strings.ReplaceAll(re.Code, "-", "_") + "_" + strconv.Itoa(re.Status),
 		},

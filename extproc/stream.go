@@ -357,7 +357,7 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 	if x.debug && x.rec != nil {
 		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.Decision, decisionHeader(x.rec)))
 	} else {
-		mut.RemoveHeaders = []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost}
+		mut.RemoveHeaders = header.Report()
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},

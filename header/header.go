@@ -33,6 +33,16 @@ const (
 	UpstreamHost   = "x-ilb-upstream-host"
 )
 
+// Report lists the internal response headers (a new slice each call): the
+// one list the listener's strip, the Istio EnvoyFilter, ext_proc and its
+// own answers use.
+func Report() []string { return []string{ServedCluster, WeightsVersion, UpstreamHost} }
+
+// EnginePrefix starts the response headers an engine may add about itself
+// (the simulated engines' x-ilb-engine-cluster and -replica): internal,
+// stripped on sources without debug.
+const EnginePrefix = "x-ilb-engine-"
+
 // Client hints, all optional.
 const (
 	// Priority is "critical", "standard" (default) or "sheddable".

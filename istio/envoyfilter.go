@@ -5,25 +5,18 @@ import (
 	"maps"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
 	"github.com/ilbproject/ilb/envoy"
-	"github.com/ilbproject/ilb/header"
 )
 
 // Short names of the Istio enums.
@@ -97,12 +90,12 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 		})
 		add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, wellknown.Router), opInsertBefore, &hcmv3.HttpFilter{
 			Name:       envoy.ExtProcFilter,
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(r.extProc(s.Name))},
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.ExtProc(r.extProcCluster(), s.Name, r.c.Envoy.MessageTimeout.Std()))},
 		})
 		if !s.Debug {
 			add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opInsertFirst, &hcmv3.HttpFilter{
 				Name:       envoy.HeaderMutationFilter,
-				ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(stripInternal())},
+				ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.StripInternal())},
 			})
 		}
 		if ev.RouteIdleTimeout > 0 {
@@ -127,34 +120,6 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 	}, true
 }
 
-// extProc is the ext_proc filter of ILB's own listener (package xds) with
-// the gRPC cluster istiod names: request headers and the buffered request
-// body go to ILB, response headers too (to read back the served cluster),
-// response bodies stream through; allow_mode_override lets ILB skip the
-// body when the client names the model in x-ilb-model; failure_mode_allow
-// lets the route table decide when ext_proc cannot (the default route).
-func (r *renderer) extProc(source string) *extprocfilterv3.ExternalProcessor {
-	return &extprocfilterv3.ExternalProcessor{
-		GrpcService: &corev3.GrpcService{
-			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
-				ClusterName: r.extProcCluster(),
-			}},
-			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: source}},
-		},
-		FailureModeAllow: true,
-		ProcessingMode: &extprocfilterv3.ProcessingMode{
-			RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
-			ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
-			RequestBodyMode:     extprocfilterv3.ProcessingMode_BUFFERED,
-			ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
-			RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
-			ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
-		},
-		MessageTimeout:    durationpb.New(r.c.Envoy.MessageTimeout.Std()),
-		AllowModeOverride: true,
-	}
-}
-
 // extProcCluster is the cluster ext_proc's gRPC service names: ILB's own
 // (added by the EnvoyFilter) with TLS, else istiod's.
 func (r *renderer) extProcCluster() string {
@@ -171,28 +136,9 @@ func (r *renderer) extProcCluster() string {
 // explain`).
 func connectionManager() *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
-		AlwaysSetRequestIdInResponse: true,
-		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{{
-			Name: envoy.EarlyHeaderMutation,
-			TypedConfig: envoy.MustAny(&earlyheadermutationv3.HeaderMutation{
-				Mutations: []*mutationrulesv3.HeaderMutation{{
-					Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
-						KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: header.RoutePrefix}},
-					}},
-				}},
-			}),
-		}},
+		AlwaysSetRequestIdInResponse:  true,
+		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{envoy.StripRouteHeaders()},
 	}
-}
-
-// stripInternal removes ILB's internal response headers (served cluster,
-// weights version, upstream host) before the client sees them.
-func stripInternal() *headermutationv3.HeaderMutation {
-	var muts []*mutationrulesv3.HeaderMutation
-	for _, h := range []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost} {
-		muts = append(muts, &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
-	}
-	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{ResponseMutations: muts}}
 }
 
 // listenerMatch matches the listeners of ctx (on port, when set), their

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ilbproject/ilb/header"
+
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/sim/engine"
 	"github.com/ilbproject/ilb/sim/loadgen"
@@ -40,6 +42,13 @@ func envoyURL(t *testing.T, s *stack.Stack, source string) string {
 type reply struct {
 	StatusCode int
 	Header     http.Header
+}
+
+// servedBy is the cluster of the engine that answered, as a client sees
+// it (loadgen.Served).
+func servedBy(r reply, body []byte) string {
+	c, _ := loadgen.Served(r.Header, body)
+	return c
 }
 
 // chat posts a chat request and returns the response with its body read.
@@ -149,11 +158,11 @@ func TestSessionsStick(t *testing.T) {
 	for _, session := range []string{"alice", "bob", "carol", "dave"} {
 		seen := map[string]bool{}
 		for range 12 {
-			resp, _ := chat(t, url, "llama3-8b", map[string]string{"x-ilb-session": session})
+			resp, body := chat(t, url, "llama3-8b", map[string]string{"x-ilb-session": session})
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
-			seen[resp.Header.Get(engine.HeaderCluster)] = true
+			seen[servedBy(resp, body)] = true
 		}
 		if len(seen) != 1 {
 			t.Errorf("session %s was served by %v; want one cluster", session, seen)
@@ -172,11 +181,11 @@ func TestClientCannotPickRoute(t *testing.T) {
 		"x-ilb-route-draw":    "9999",
 	}
 	for range 20 {
-		resp, _ := chat(t, url, "llama-3.1-8b-instruct", forged)
+		resp, body := chat(t, url, "llama-3.1-8b-instruct", forged)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
-		if got := resp.Header.Get(engine.HeaderCluster); got != "eu-west-vllm" {
+		if got := servedBy(resp, body); got != "eu-west-vllm" {
 			t.Fatalf("served by %s; a forged header must have no effect (edge-eu llama is 100%% eu-west-vllm)", got)
 		}
 		rec, ok := s.App.ExtProc.Decisions().Get(resp.Header.Get("x-request-id"))
@@ -222,6 +231,12 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 			}
 			if resp.Header.Get("x-ilb-reason") != tt.code {
 				t.Errorf("x-ilb-reason %q", resp.Header.Get("x-ilb-reason"))
+			}
+			// ILB answered: nothing was served, whatever the source.
+			for _, h := range []string{header.ServedCluster, header.UpstreamHost, header.WeightsVersion} {
+				if v := resp.Header.Get(h); v != "" {
+					t.Errorf("ILB's own answer carries %s: %q", h, v)
+				}
 			}
 		})
 	}
@@ -303,7 +318,7 @@ func TestDebugAndExplain(t *testing.T) {
 		t.Errorf("x-ilb-decision = %q", d)
 	}
 	resp, _ = chat(t, envoyURL(t, s, "edge-eu"), "llama3-8b", map[string]string{"x-ilb-debug": "1"})
-	for _, h := range []string{"x-ilb-decision", "x-ilb-served-cluster", "x-ilb-weights-version", "x-ilb-upstream-host"} {
+	for _, h := range []string{"x-ilb-decision", "x-ilb-served-cluster", "x-ilb-weights-version", "x-ilb-upstream-host", engine.HeaderCluster, engine.HeaderReplica} {
 		if v := resp.Header.Get(h); v != "" {
 			t.Errorf("edge-eu (debug not allowed) leaked %s: %s", h, v)
 		}

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/extproc"
-	"github.com/ilbproject/ilb/sim/engine"
 	"github.com/ilbproject/ilb/sim/stack"
 )
 
@@ -62,7 +61,7 @@ func TestExtProcFailures(t *testing.T) {
 			})
 			for range 3 {
 				resp, body := chat(t, open.URL, "qwen-7b", nil)
-				served := resp.Header.Get(engine.HeaderCluster)
+				served := servedBy(resp, body)
 				if resp.StatusCode != http.StatusOK || (served != "us-east-vllm" && served != "eu-west-vllm") {
 					t.Errorf("fail-open: %d from %q: %s; want 200 from a cluster serving every model", resp.StatusCode, served, body)
 				}
@@ -106,7 +105,7 @@ func TestForgedRouteHeadersWithExtProcDown(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
-		served[resp.Header.Get(engine.HeaderCluster)]++
+		served[servedBy(resp, body)]++
 	}
 	if served["us-west-sglang"] > 0 || served["us-east-vllm"] == 0 || served["eu-west-vllm"] == 0 {
 		t.Errorf("served %v; want the fallback's random spread over us-east-vllm and eu-west-vllm", served)

@@ -5,35 +5,17 @@ import (
 	"net"
 	"strconv"
 
-	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
-	"github.com/ilbproject/ilb/header"
 )
-
-// stripInternal removes ILB's internal response headers (the served
-// cluster, weights version and upstream host the routes report to
-// ext_proc) before the client sees them.
-func stripInternal() *headermutationv3.HeaderMutation {
-	var muts []*mutationrulesv3.HeaderMutation
-	for _, h := range []string{header.ServedCluster, header.WeightsVersion, header.UpstreamHost} {
-		muts = append(muts, &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
-	}
-	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{ResponseMutations: muts}}
-}
 
 // listener builds the source's HTTP listener (DESIGN §2): the early header
 // mutation that strips every client-sent x-ilb-route-* header, ext_proc
@@ -67,20 +49,9 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			ConfigSource:    adsSource(),
 			RouteConfigName: RouteConfigName,
 		}},
-		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{{
-			Name: envoy.EarlyHeaderMutation,
-			TypedConfig: envoy.MustAny(&earlyheadermutationv3.HeaderMutation{
-				Mutations: []*mutationrulesv3.HeaderMutation{{
-					Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
-						KeyMatcher: &matcherv3.StringMatcher{
-							MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: header.RoutePrefix},
-						},
-					}},
-				}},
-			}),
-		}},
+		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{envoy.StripRouteHeaders()},
 		HttpFilters: []*hcmv3.HttpFilter{
-			{Name: envoy.ExtProcFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(extProc(c, s))}},
+			{Name: envoy.ExtProcFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.ExtProc(c.Envoy.ExtProcCluster, s.Name, c.Envoy.MessageTimeout.Std()))}},
 			{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(&routerv3.Router{})}},
 		},
 	}
@@ -89,7 +60,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 		// read them, the internal headers go, even when ext_proc is down.
 		hcm.HttpFilters = append([]*hcmv3.HttpFilter{{
 			Name:       envoy.HeaderMutationFilter,
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(stripInternal())},
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.StripInternal())},
 		}}, hcm.HttpFilters...)
 	}
 	return &listenerv3.Listener{
@@ -103,33 +74,6 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			}},
 		}},
 	}, nil
-}
-
-// extProc is the ext_proc filter config: request headers and the buffered
-// request body (the OpenAI JSON) go to ILB, response headers too (to read
-// back the served cluster); response bodies stream through untouched.
-// allow_mode_override lets ILB skip the body when the client names the
-// model in x-ilb-model.
-func extProc(c *config.Config, s config.Source) *extprocfilterv3.ExternalProcessor {
-	return &extprocfilterv3.ExternalProcessor{
-		GrpcService: &corev3.GrpcService{
-			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
-				ClusterName: c.Envoy.ExtProcCluster,
-			}},
-			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: s.Name}},
-		},
-		FailureModeAllow: true,
-		ProcessingMode: &extprocfilterv3.ProcessingMode{
-			RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
-			ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
-			RequestBodyMode:     extprocfilterv3.ProcessingMode_BUFFERED,
-			ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
-			RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
-			ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
-		},
-		MessageTimeout:    durationpb.New(c.Envoy.MessageTimeout.Std()),
-		AllowModeOverride: true,
-	}
 }
 
 // ListenerAt is a copy of the source's listener bound to addr

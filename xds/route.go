@@ -53,7 +53,7 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 		Action: &routev3.Route_Route{Route: streamingAction(c, &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: header.RouteCluster},
 		})},
-		ResponseHeadersToAdd: reportHeaders(version, "%UPSTREAM_CLUSTER%"),
+		ResponseHeadersToAdd: reportHeaders(version),
 	}}
 	for _, m := range c.Models {
 		cell, _ := w.Cell(s.Name, m.Name)
@@ -70,7 +70,7 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 			noCapacity(r, s.Name, m.Name)
 		} else {
 			r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, header.RouteDraw))}
-			r.ResponseHeadersToAdd = reportHeaders(version, "")
+			r.ResponseHeadersToAdd = reportHeaders(version)
 		}
 		routes = append(routes, r)
 	}
@@ -103,7 +103,7 @@ func fallback(c *config.Config, w *weights.Weights, s config.Source) *routev3.Ro
 	default:
 		// No draw header: Envoy draws at random, by the same weights.
 		r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, ""))}
-		r.ResponseHeadersToAdd = reportHeaders(w.Version(), "")
+		r.ResponseHeadersToAdd = reportHeaders(w.Version())
 	}
 	return r
 }
@@ -174,15 +174,14 @@ func retryPolicy(r config.Retry) *routev3.RetryPolicy {
 	}
 }
 
-// weighted lists targets in order; each reports itself as served cluster.
-// drawHeader, when set, makes Envoy's pick deterministic.
+// weighted lists targets in order. drawHeader, when set, makes Envoy's
+// pick deterministic.
 func weighted(targets []weights.Target, drawHeader string) *routev3.RouteAction {
 	wc := &routev3.WeightedCluster{}
 	for _, t := range targets {
 		wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{
-			Name:                 t.Cluster,
-			Weight:               wrapperspb.UInt32(t.Weight),
-			ResponseHeadersToAdd: []*corev3.HeaderValueOption{setHeader(header.ServedCluster, t.Cluster)},
+			Name:   t.Cluster,
+			Weight: wrapperspb.UInt32(t.Weight),
 		})
 	}
 	if drawHeader != "" {
@@ -191,18 +190,18 @@ func weighted(targets []weights.Target, drawHeader string) *routev3.RouteAction 
 	return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}}
 }
 
-// reportHeaders are the route-level response headers ext_proc reads back.
-// servedCluster, when set, is the served-cluster value (for routes whose
-// cluster is not a ClusterWeight).
-func reportHeaders(version, servedCluster string) []*corev3.HeaderValueOption {
-	hs := []*corev3.HeaderValueOption{
+// reportHeaders are the route-level response headers ext_proc reads back:
+// the weights version, and the cluster and host the router sent the
+// request to. Those two are formatter operators, empty (so not added:
+// keep_empty_value is off) when the router never picked a cluster — a
+// reply ILB or a filter made from the request alone says nothing was
+// served, rather than naming the cluster the route would have drawn.
+func reportHeaders(version string) []*corev3.HeaderValueOption {
+	return []*corev3.HeaderValueOption{
 		setHeader(header.WeightsVersion, version),
+		setHeader(header.ServedCluster, "%UPSTREAM_CLUSTER%"),
 		setHeader(header.UpstreamHost, "%UPSTREAM_HOST%"),
 	}
-	if servedCluster != "" {
-		hs = append(hs, setHeader(header.ServedCluster, servedCluster))
-	}
-	return hs
 }
 
 // setHeader overwrites (never appends) a response header, so an engine
@@ -220,7 +219,7 @@ func noCapacity(r *routev3.Route, source, model string) {
 }
 
 // directJSON makes r answer with an OpenAI-style JSON error, its code in
-// x-ilb-reason (with '_' as '-').
+// x-ilb-reason.
 func directJSON(r *routev3.Route, status uint32, code, msg string) {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"message": msg, "type": "service_unavailable", "param": nil, "code": code,

@@ -78,9 +78,9 @@ func TestKeepAlive(t *testing.T) {
 			br := bufio.NewReader(conn)
 			for i := range c.rounds {
 				for j, st := range c.steps {
-					resp := h1RoundTrip(t, conn, br, st)
-					if resp.StatusCode != st.status || resp.Close {
-						t.Fatalf("round %d step %d: status %d close %v, want %d on a kept connection", i, j, resp.StatusCode, resp.Close, st.status)
+					status, closing := h1RoundTrip(t, conn, br, st)
+					if status != st.status || closing {
+						t.Fatalf("round %d step %d: status %d close %v, want %d on a kept connection", i, j, status, closing, st.status)
 					}
 				}
 			}
@@ -95,7 +95,7 @@ func TestKeepAlive(t *testing.T) {
 			trace := &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) { conns[ci.Conn] = true }}
 			for i := range c.rounds / 10 { // h2c streams are independent: fewer rounds say as much
 				for j, st := range c.steps {
-					req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", h.url("main", "/v1/completions"), strings.NewReader(st.body))
+					req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodPost, h.url("main", "/v1/completions"), strings.NewReader(st.body))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -138,8 +138,9 @@ func TestReplyBeforeRequestComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != 404 || !resp.Close {
+	if resp.StatusCode != http.StatusNotFound || !resp.Close {
 		t.Fatalf("status %d close %v, want 404 with connection: close", resp.StatusCode, resp.Close)
 	}
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) && !isConnReset(err) {
@@ -153,8 +154,9 @@ func isConnReset(err error) bool {
 }
 
 // h1RoundTrip writes st as one HTTP/1.1 request (headers and body in one
-// write) and reads its response.
-func h1RoundTrip(t *testing.T, conn net.Conn, br *bufio.Reader, st keepAliveStep) *http.Response {
+// write) and reads its response: its status, and whether it closes the
+// connection.
+func h1RoundTrip(t *testing.T, conn net.Conn, br *bufio.Reader, st keepAliveStep) (status int, closing bool) {
 	t.Helper()
 	var deny string
 	if st.deny != "" {
@@ -167,9 +169,9 @@ func h1RoundTrip(t *testing.T, conn net.Conn, br *bufio.Reader, st keepAliveStep
 	if err != nil {
 		t.Fatalf("connection dropped: %v", err)
 	}
+	defer resp.Body.Close()
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
-	return resp
+	return resp.StatusCode, resp.Close
 }

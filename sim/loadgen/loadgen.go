@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ilbproject/ilb/sim/engine"
 )
 
 // Target is the Envoy listener of one source.
@@ -54,8 +56,10 @@ type Result struct {
 	Source, Model, Session string
 	Stream                 bool
 	Status                 int
-	// Cluster and Replica are the sim engine's x-ilb-engine-* headers:
-	// where the request was really served.
+	// Cluster and Replica are where the request was really served: the
+	// sim engine's x-ilb-engine-* headers, which sources without debug
+	// strip, else the completion's system_fingerprint (the replica,
+	// "cluster/index", as sim/fleet names it).
 	Cluster, Replica string
 	RequestID        string // x-request-id of the response
 	Events           int    // SSE data events received
@@ -159,19 +163,58 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 	}
 	defer resp.Body.Close()
 	r.Status = resp.StatusCode
-	r.Cluster, r.Replica = resp.Header.Get("x-ilb-engine-cluster"), resp.Header.Get("x-ilb-engine-replica")
+	r.Cluster, r.Replica = resp.Header.Get(engine.HeaderCluster), resp.Header.Get(engine.HeaderReplica)
 	r.RequestID = resp.Header.Get("x-request-id")
+	var fingerprint string
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "data:") {
+			if data, ok := strings.CutPrefix(sc.Text(), "data:"); ok {
 				r.Events++
+				if fingerprint == "" {
+					fingerprint = systemFingerprint([]byte(data))
+				}
 			}
 		}
 		r.Err = sc.Err()
 	} else {
-		_, r.Err = io.Copy(io.Discard, resp.Body)
+		var b []byte
+		b, r.Err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		fingerprint = systemFingerprint(b)
+	}
+	if r.Replica == "" {
+		r.Cluster, r.Replica = fromFingerprint(fingerprint)
 	}
 	r.Latency = time.Since(start)
 	return r
+}
+
+// systemFingerprint is the system_fingerprint of a completion (or chunk)
+// in JSON, "" when there is none.
+func systemFingerprint(b []byte) string {
+	var c struct {
+		SystemFingerprint string `json:"system_fingerprint"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(b), &c) != nil {
+		return ""
+	}
+	return c.SystemFingerprint
+}
+
+// Served is where a simulated engine served a non-streamed completion:
+// its x-ilb-engine-* headers (kept on sources with debug), else the
+// body's system_fingerprint.
+func Served(h http.Header, body []byte) (cluster, replica string) {
+	if r := h.Get(engine.HeaderReplica); r != "" {
+		return h.Get(engine.HeaderCluster), r
+	}
+	return fromFingerprint(systemFingerprint(body))
+}
+
+// fromFingerprint splits a replica name "cluster/index".
+func fromFingerprint(replica string) (cluster, _ string) {
+	if i := strings.LastIndexByte(replica, '/'); i > 0 {
+		return replica[:i], replica
+	}
+	return "", replica
 }

@@ -1,0 +1,82 @@
+package envoy
+
+import (
+	"time"
+
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ilbproject/ilb/header"
+)
+
+// The wire contract between Envoy and ILB's ext_proc, written once: ILB's
+// own listener (package xds) and the Istio EnvoyFilter (package istio)
+// build these same pieces, so the two modes cannot drift apart.
+
+// ExtProc is the ext_proc filter: request headers and the buffered request
+// body (the OpenAI JSON) go to ILB, response headers too (to read back the
+// served cluster); response bodies stream through untouched.
+// allow_mode_override lets ILB skip the body when the client names the
+// model in x-ilb-model. failure_mode_allow lets the route table decide
+// when ext_proc cannot (unreachable, error, message timeout): the fallback
+// route serves a fail-open source by its default weights and answers a
+// fail-closed one 503 with a JSON body that says why. cluster is the Envoy
+// cluster of ILB's gRPC service; source goes in the stream's initial
+// metadata.
+func ExtProc(cluster, source string, messageTimeout time.Duration) *extprocfilterv3.ExternalProcessor {
+	return &extprocfilterv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+				ClusterName: cluster,
+			}},
+			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: source}},
+		},
+		FailureModeAllow: true,
+		ProcessingMode: &extprocfilterv3.ProcessingMode{
+			RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
+			ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocfilterv3.ProcessingMode_BUFFERED,
+			ResponseBodyMode:    extprocfilterv3.ProcessingMode_NONE,
+			RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
+			ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+		},
+		MessageTimeout:    durationpb.New(messageTimeout),
+		AllowModeOverride: true,
+	}
+}
+
+// StripRouteHeaders is the early header mutation that removes every
+// request header with the x-ilb-route- prefix before any filter runs, so
+// no client can pick a destination: only ext_proc sets them.
+func StripRouteHeaders() *corev3.TypedExtensionConfig {
+	return &corev3.TypedExtensionConfig{
+		Name: EarlyHeaderMutation,
+		TypedConfig: MustAny(&earlyheadermutationv3.HeaderMutation{
+			Mutations: []*mutationrulesv3.HeaderMutation{removePrefix(header.RoutePrefix)},
+		}),
+	}
+}
+
+// StripInternal is the header mutation filter of a source without debug,
+// first in the chain so last on the response: after ext_proc has read
+// them, the report headers (header.Report) and the engines' own
+// x-ilb-engine-* headers go, even when ext_proc is down.
+func StripInternal() *headermutationv3.HeaderMutation {
+	var muts []*mutationrulesv3.HeaderMutation
+	for _, h := range header.Report() {
+		muts = append(muts, &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
+	}
+	muts = append(muts, removePrefix(header.EnginePrefix))
+	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{ResponseMutations: muts}}
+}
+
+func removePrefix(prefix string) *mutationrulesv3.HeaderMutation {
+	return &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
+		KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: prefix}},
+	}}}
+}
