@@ -26,6 +26,13 @@ type Sink interface {
 	Prepare(ctx context.Context, w *Weights) (commit func(), err error)
 }
 
+// refresher is a sink that also takes the fresh weights of a tick whose
+// routing did not change (same version, new demand and explanations):
+// metrics must describe the latest tick, not the first of a version.
+type refresher interface {
+	Refresh(w *Weights)
+}
+
 // StateFunc returns the current state of every engine cluster and when it
 // was observed.
 type StateFunc func() (map[string]ClusterState, time.Time)
@@ -195,8 +202,13 @@ func (c *Controller) Tick(ctx context.Context) error {
 	}
 	if prev != nil && prev.Version() == w.Version() {
 		// Same routing (a deadband held, or nothing changed): no rollout,
-		// but keep the fresh explanation.
+		// but keep the fresh explanation, demand and planned load.
 		c.current.Store(w)
+		for _, s := range c.opts.Sinks {
+			if r, ok := s.(refresher); ok {
+				r.Refresh(w)
+			}
+		}
 		span.SetAttributes(attribute.String("ilb.outcome", "unchanged"), attribute.String("ilb.weights_version", w.Version()))
 		c.metrics.ticks.WithLabelValues("unchanged").Inc()
 		c.metrics.failStatic("")

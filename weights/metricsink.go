@@ -69,6 +69,12 @@ func NewMetricsSink(reg *prometheus.Registry) (*MetricsSink, error) {
 	return m, nil
 }
 
+var _ refresher = (*MetricsSink)(nil)
+
+// Refresh exports w, the same routing as the version in force with a new
+// tick's demand and planned load.
+func (m *MetricsSink) Refresh(w *Weights) { m.set(w) }
+
 // Prepare returns a commit that exports w; it never fails.
 func (m *MetricsSink) Prepare(_ context.Context, w *Weights) (func(), error) {
 	return func() { m.set(w) }, nil

@@ -57,3 +57,57 @@ func TestMetricsSinkGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsRefreshedEveryTick: while the routing stays the same version
+// (every tick unchanged), the planned demand and load gauges follow each
+// tick's demand, not the first tick's.
+func TestMetricsRefreshedEveryTick(t *testing.T) {
+	c := load(t)
+	reg := prometheus.NewRegistry()
+	sink, err := weights.NewMetricsSink(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	demand := 100.0
+	ctl, err := weights.NewController(weights.ControllerOptions{
+		Config: c, Policy: weights.Proportional{}, Sinks: []weights.Sink{sink}, Registry: reg,
+		Now: func() time.Time { return now },
+		Demand: func() (weights.Demand, time.Time) {
+			return weights.Demand{{Source: "edge-us", Model: "m1", Priority: weights.Standard}: {RequestsPerSecond: 1, CostPerSecond: demand}}, now
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := func() float64 {
+		t.Helper()
+		v, ok := promtest.Value(t, reg, "ilb_weights_demand", map[string]string{"source": "edge-us", "model": "m1"})
+		if !ok {
+			t.Fatal("no ilb_weights_demand for (edge-us, m1)")
+		}
+		return v
+	}
+	var first string
+	for i, tc := range []struct {
+		name   string
+		demand float64
+	}{
+		{"first tick", 100},
+		{"demand rises tenfold, same routing", 1000},
+	} {
+		demand = tc.demand
+		now = now.Add(5 * time.Minute) // ten half-lives: the average is the new demand
+		if err := ctl.Tick(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = ctl.Current().Version()
+		} else if v := ctl.Current().Version(); v != first {
+			t.Fatalf("version %s after %s: the routing changed, so this does not test an unchanged tick", v, first)
+		}
+		if got := gauge(); got < tc.demand*0.9 || got > tc.demand*1.1 {
+			t.Errorf("%s: ilb_weights_demand %v, want about %v", tc.name, got, tc.demand)
+		}
+	}
+}
