@@ -129,15 +129,17 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		rec.Redrawn = why
 		rec.Reason = reasonSteered
 	}
+	// The cluster is always named: Envoy's weighted route would draw the
+	// same one only if it held the weights version decided with, and a
+	// new version reaches ext_proc at once but each Envoy a moment later
+	// (1.5% of requests went elsewhere while versions changed every
+	// 50 ms). The model and draw headers stay: they say what the weighted
+	// routes, which serve what ext_proc does not decide, would do.
 	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 		setRaw(header.RouteModel, model),
 		setRaw(header.RouteDraw, strconv.FormatUint(draw, 10)),
+		setRaw(header.RouteCluster, rec.Chosen),
 	}}
-	if d.Chosen != d.Drawn || src.nameCluster {
-		// Name the cluster when it is not the one Envoy would draw, or
-		// when the source's routes are not ILB's (Istio).
-		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.RouteCluster, rec.Chosen))
-	}
 	return mut, nil
 }
 

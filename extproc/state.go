@@ -37,11 +37,8 @@ type sourceState struct {
 	// applies to every request.
 	trustPriority   bool
 	defaultPriority weights.Priority
-	// nameCluster: the source's routes match on x-ilb-route-cluster only
-	// (routing: cluster, the Istio mode), so every decision names it.
-	nameCluster  bool
-	defaultModel string
-	cells        map[string]*cell // by canonical model
+	defaultModel    string
+	cells           map[string]*cell // by canonical model
 }
 
 // cell is one (source, model): its targets as the route decision takes
@@ -80,7 +77,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 		}
 		ss := &sourceState{
 			name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{},
-			nameCluster: s.Routing == config.RoutingCluster, trustPriority: s.TrustPriorityHeader, defaultPriority: prio,
+			trustPriority: s.TrustPriorityHeader, defaultPriority: prio,
 		}
 		for _, m := range c.Models {
 			wc, ok := w.Cell(s.Name, m.Name)

@@ -1,0 +1,112 @@
+package test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/loadgen"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// TestServedIsChosenWhileWeightsChange drives load while new weights
+// versions are published every 50 ms, each moving most of edge-eu's qwen
+// traffic between its two clusters, so Envoys take each new route table a
+// moment after ext_proc decides with it. At most 0.1% of requests may be
+// served by another cluster than the one ILB recorded (issue 13: 16–53 a
+// demo run, one to a cluster ILB had just set to weight 0).
+func TestServedIsChosenWhileWeightsChange(t *testing.T) {
+	s := startWorld(t, nil, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyProportional
+		c.Controller.Tick = config.Duration(time.Hour) // only this test publishes
+		c.Controller.StaleAfter = config.Duration(2 * time.Hour)
+	})
+	base := s.App.Controller.Current()
+	flip := func(i int) *weights.Weights {
+		t.Helper()
+		var cells []weights.Cell
+		for _, c := range base.Cells() {
+			if c.Source == "edge-eu" && c.Model == "qwen2.5-7b-instruct" {
+				heavy := uint32(weights.Total * 9 / 10)
+				c.Targets = []weights.Target{{Cluster: "eu-west-vllm", Weight: heavy}, {Cluster: "eu-west-tgi", Weight: weights.Total - heavy}}
+				if i%2 == 1 {
+					c.Targets[0].Weight, c.Targets[1].Weight = c.Targets[1].Weight, c.Targets[0].Weight
+				}
+			}
+			c.Explanation = nil
+			cells = append(cells, c)
+		}
+		w, err := weights.New("test", base.Computed().Add(time.Duration(i)*time.Second), cells)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// Publish as the controller does: prepare every sink, then commit.
+	publish := func(w *weights.Weights) {
+		var commits []func()
+		for _, sink := range []weights.Sink{s.App.XDS, s.App.ExtProc} {
+			commit, err := sink.Prepare(context.Background(), w)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			commits = append(commits, commit)
+		}
+		for _, c := range commits {
+			c()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			publish(flip(i))
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	results, err := loadgen.Run(context.Background(), loadgen.Options{
+		Targets: []loadgen.Target{{Source: "edge-eu", URL: envoyURL(t, s, "edge-eu")}}, Models: []string{"qwen2.5-7b-instruct"},
+		Requests: 2000, Concurrency: 16, Seed: 5, StreamShare: 0.3,
+	})
+	cancel()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := s.App.ExtProc.Decisions()
+	versions := map[string]bool{}
+	var n, mismatched int
+	for _, r := range results {
+		if r.Err != nil || r.Status != 200 {
+			t.Fatalf("request %+v failed", r)
+		}
+		rec, ok := log.Get(r.RequestID)
+		if !ok {
+			t.Fatalf("no decision record for %s", r.RequestID)
+		}
+		versions[rec.WeightsVersion] = true
+		n++
+		if rec.Chosen != r.Cluster {
+			mismatched++
+			if mismatched <= 5 {
+				t.Logf("request %s: ILB chose %s (weights %s), served by %s (Envoy's route %s)", r.RequestID, rec.Chosen, rec.WeightsVersion, r.Cluster, rec.ServedVersion)
+			}
+		}
+	}
+	if len(versions) < 2 {
+		t.Fatalf("requests were decided under %d weights versions: nothing changed under them", len(versions))
+	}
+	t.Logf("%d requests decided under %d weights versions, %d served elsewhere than chosen", n, len(versions), mismatched)
+	if float64(mismatched) > 0.001*float64(n) {
+		t.Errorf("%d of %d requests (%.2f%%) served by another cluster than ILB chose, want ≤ 0.1%%", mismatched, n, 100*float64(mismatched)/float64(n))
+	}
+}
