@@ -133,6 +133,7 @@ func (d *demo) printBanner(w io.Writer) {
 	for _, e := range c.Clusters {
 		fmt.Fprintf(w, "  engine cluster %-15s %-8s %-7s %v\n", e.Name, e.Region, e.Engine, e.Endpoints)
 	}
+	fmt.Fprintln(w, "  (every server listens on an ephemeral loopback port, whatever the config's listen addresses say, so the demo runs beside anything else)")
 	fmt.Fprintf(w, "  ILB: xDS %s, ext_proc %s, admin http://%s (weights %s, policy %s)\n",
 		d.App.XDSAddr(), d.App.ExtProcAddr(), d.App.AdminAddr(), d.App.Controller.Current().Version(), c.Controller.Policy)
 	kind := "envoysim (the in-repo Envoy model)"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"text/tabwriter"
@@ -22,7 +23,9 @@ import (
 // request. It returns an error when requests failed, so `make demo` fails
 // loudly on a broken stack.
 func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result, elapsed time.Duration) error {
-	ok, shed, failed := 0, 0, map[string]int{}
+	ok, shed, failed := 0, 0, map[failure]int{}
+	example := map[failure]string{} // a request id of each failure
+	mismatched := 0
 	type key struct{ source, model, cluster string }
 	served := map[key]int{}
 	expected := map[key]float64{} // Σ over requests of the cluster's weight share when decided
@@ -38,12 +41,20 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 			continue
 		}
 		if r.Err != nil || r.Status != 200 {
-			failed[fmt.Sprintf("status %d %v", r.Status, r.Err)]++
+			f := failure{status: r.Status, reason: r.Reason, body: r.Body}
+			if r.Err != nil {
+				f.err = r.Err.Error()
+			}
+			failed[f]++
+			example[f] = r.RequestID
 			continue
 		}
 		ok++
 		model, _ := d.Config.ResolveModel(r.Model)
 		rec, found := d.App.ExtProc.Decisions().Get(r.RequestID)
+		if found && rec.Chosen != "" && rec.Chosen != r.Cluster {
+			mismatched++
+		}
 		if r.Session == "" && found && rec.Reason == "weighted" { // random draws; a session's draw is its hash
 			versions[rec.WeightsVersion] = true
 			served[key{r.Source, model, r.Cluster}]++
@@ -66,9 +77,10 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 	}
 	rate := float64(len(results)) / elapsed.Seconds()
 	fmt.Fprintf(w, "\n%d requests in %.1fs: %.0f requests/s, %d OK, %d streamed as SSE, %d shed (429)\n", len(results), elapsed.Seconds(), rate, ok, streamed, shed)
-	for reason, n := range failed {
-		fmt.Fprintf(w, "  FAILED %d: %s\n", n, reason)
+	for _, f := range slices.SortedFunc(maps.Keys(failed), func(a, b failure) int { return cmp.Compare(failed[b], failed[a]) }) {
+		fmt.Fprintf(w, "  FAILED %d × %s (e.g. request %s)\n", failed[f], f, cmp.Or(example[f], "without an x-request-id"))
 	}
+	fmt.Fprintf(w, "Served by the cluster ILB chose: %d of %d answered requests (%d elsewhere)\n", ok-mismatched, ok, mismatched)
 
 	fmt.Fprintf(w, "\nTraffic split per source and model (policy %s; requests were decided under %d weights versions as the controller followed the load; in force now: %s):\n",
 		cur.Policy(), len(versions), cur.Version())
@@ -117,11 +129,39 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 	return nil
 }
 
-// pickSample prefers a successful request with a session key.
+// failure is one kind of failed request as the client saw it.
+type failure struct {
+	status            int
+	reason, body, err string
+}
+
+func (f failure) String() string {
+	if f.err != "" {
+		return fmt.Sprintf("no response: %s", f.err)
+	}
+	s := fmt.Sprintf("status %d", f.status)
+	if f.reason != "" {
+		s += ", x-ilb-reason " + f.reason
+	}
+	return s + fmt.Sprintf(", body %q", f.body)
+}
+
+// pickSample is the latest successful request with a session key (else
+// the latest successful one): the most recent, so the decision log still
+// holds its record however long the load ran. Results are in completion
+// order.
 func pickSample(rs []loadgen.Result) *loadgen.Result {
-	i := slices.IndexFunc(rs, func(r loadgen.Result) bool { return r.Status == 200 && r.Session != "" && r.RequestID != "" })
+	last := func(ok func(r loadgen.Result) bool) int {
+		for i := len(rs) - 1; i >= 0; i-- {
+			if ok(rs[i]) {
+				return i
+			}
+		}
+		return -1
+	}
+	i := last(func(r loadgen.Result) bool { return r.Status == 200 && r.Session != "" && r.RequestID != "" })
 	if i < 0 {
-		i = slices.IndexFunc(rs, func(r loadgen.Result) bool { return r.Status == 200 && r.RequestID != "" })
+		i = last(func(r loadgen.Result) bool { return r.Status == 200 && r.RequestID != "" })
 	}
 	if i < 0 {
 		return nil

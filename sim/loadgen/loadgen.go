@@ -62,10 +62,13 @@ type Result struct {
 	// "cluster/index", as sim/fleet names it).
 	Cluster, Replica string
 	RequestID        string // x-request-id of the response
-	Events           int    // SSE data events received
-	Start            time.Time
-	Latency          time.Duration
-	Err              error
+	// Reason is the x-ilb-reason of a response that is not a 200, and Body
+	// the first 256 bytes of its body: why it failed, as the client saw it.
+	Reason, Body string
+	Events       int // SSE data events received
+	Start        time.Time
+	Latency      time.Duration
+	Err          error
 }
 
 // Run sends requests until the duration or count is reached or ctx is
@@ -181,6 +184,9 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 		var b []byte
 		b, r.Err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		fingerprint = systemFingerprint(b)
+		if resp.StatusCode != http.StatusOK {
+			r.Reason, r.Body = resp.Header.Get("x-ilb-reason"), string(b[:min(len(b), 256)])
+		}
 	}
 	if r.Replica == "" {
 		r.Cluster, r.Replica = fromFingerprint(fingerprint)
