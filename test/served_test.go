@@ -2,10 +2,12 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -109,4 +111,45 @@ func TestServedIsChosenWhileWeightsChange(t *testing.T) {
 	if float64(mismatched) > 0.001*float64(n) {
 		t.Errorf("%d of %d requests (%.2f%%) served by another cluster than ILB chose, want ≤ 0.1%%", mismatched, n, 100*float64(mismatched)/float64(n))
 	}
+}
+
+// TestEveryEngineKindIsRead: the demo world's engines speak their
+// cluster's engine kind (vLLM, SGLang, TGI metric names), so after a few
+// scrapes under load every replica is ready with its load and token rates
+// known, and none is stale (ILBStaleSignals stays quiet on a healthy
+// demo).
+func TestEveryEngineKindIsRead(t *testing.T) {
+	s := startStack(t, nil)
+	kinds := map[config.EngineKind]bool{}
+	for _, c := range s.Config.Clusters {
+		kinds[c.Engine] = true
+	}
+	if len(kinds) < 3 {
+		t.Fatalf("the demo world has engine kinds %v: want vLLM, SGLang and TGI", kinds)
+	}
+	var targets []loadgen.Target
+	for _, e := range s.Envoys {
+		targets = append(targets, loadgen.Target{Source: e.Source, URL: e.URL})
+	}
+	if _, err := loadgen.Run(context.Background(), loadgen.Options{
+		Targets: targets, Models: []string{"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"}, Requests: 200, Concurrency: 4, Seed: 2,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last replica not ready: %s", last)
+		}
+	})
+	waitUntil(t, "every replica ready with its load and rates known", 30*time.Second, func() bool {
+		snap := s.App.Signals.Snapshot()
+		for _, r := range snap.Replicas {
+			if r.State != signals.StateReady || !r.Metrics.RatesKnown {
+				last = fmt.Sprintf("%s %s: %s (rates known %v)", r.Cluster, r.Address, r.State, r.Metrics.RatesKnown)
+				return false
+			}
+		}
+		return len(snap.Replicas) > 0
+	})
 }

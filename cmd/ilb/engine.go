@@ -27,6 +27,7 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	slots := fs.Int("max-running", engine.DefaultMaxRunning, "with --profile fixed: requests generating at once; more wait in a FIFO queue")
 	itl := fs.Duration("inter-token-latency", engine.DefaultInterTokenLatency, "with --profile fixed: time between two tokens of one request")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	kind := fs.String("kind", "vllm", "engine kind whose metric names to export: "+strings.Join(engine.Kinds(), ", "))
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -77,6 +78,7 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		backend = engine.NewFixedBackend(timing)
 	}
 	srv, err := engine.New(engine.Options{
+		Kind: *kind,
 		Name: *name, Cluster: *cluster, Models: served,
 		Backend: backend, Logger: log,
 	})

@@ -33,7 +33,7 @@ func commands() []command {
 		{"why", "--source S --model M [--versions N] [--admin ADDR]", "explain one cell's weights and what changed in the last versions", runWhy},
 		{"solve", "--config FILE --demand FILE [--previous W.json]", "compute one controller tick offline from a demand file", runSolve},
 		{"sim", "[--scenario S|all] [--trace F] [--seed N] [--json] [--plots DIR] [--report F]", "compare routing policies on a simulated fleet in virtual time", runSim},
-		{"engine", "--cluster C --models M[,M...] [--listen ADDR]", "serve one simulated inference engine (OpenAI API, vLLM metrics), no GPU needed", runEngine},
+		{"engine", "--cluster C --models M[,M...] [--listen ADDR]", "serve one simulated inference engine (OpenAI API; vLLM, SGLang, TGI or trtllm-serve metrics), no GPU needed", runEngine},
 		{"render", "istio --config FILE --hosts H [flags]", "render Istio VirtualService, DestinationRules, EnvoyFilter for routing: cluster sources", runRender},
 		{"rollout", "status [--admin ADDR] [--source S]", "print each source's xDS rollout: stable, canary, rejected versions", runRollout},
 		{"signals", "[--admin ADDR] [--cluster C]", "print the engines' replica and cluster state, and measured demand", runSignals},

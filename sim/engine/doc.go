@@ -7,12 +7,16 @@
 //   - POST /v1/chat/completions, POST /v1/completions (non-streaming JSON or
 //     streaming text/event-stream, one SSE event per token, then "data: [DONE]");
 //   - POST /v1/embeddings (8 deterministic floats per input);
-//   - GET /v1/models, GET /health (200, empty body, as vLLM);
+//   - GET /v1/models, GET /v1/models/{id}, GET /health (200, empty body,
+//     as vLLM);
 //   - GET /metrics: Prometheus text exposition from the server's own
-//     registry, with vLLM's metric names (vllm:num_requests_running,
-//     vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
-//     vllm:prompt_tokens_total, vllm:generation_tokens_total,
-//     vllm:request_success_total, vllm:time_to_first_token_seconds).
+//     registry, in the metric names of its [Options.Kind]: vLLM's by
+//     default (vllm:num_requests_running, vllm:num_requests_waiting,
+//     vllm:kv_cache_usage_perc, vllm:prompt_tokens_total,
+//     vllm:generation_tokens_total, vllm:request_success_total,
+//     vllm:time_to_first_token_seconds), or SGLang's, TGI's (per-request
+//     token histograms, no KV gauge, no model label) or trtllm-serve's, so
+//     that a demo cluster of each kind is read as that engine would be.
 //
 // Bad input is answered with an OpenAI-style JSON error
 // {"error":{"message","type","param","code"}} that names the offending field.

@@ -70,6 +70,7 @@ func TestErrors(t *testing.T) {
 		{"POST models", "POST", "/v1/models", `{}`, 405, "", codeMethodNotAllowed, []string{"POST", "GET"}},
 		{"DELETE health", "DELETE", "/health", ``, 405, "", codeMethodNotAllowed, nil},
 		{"unknown path", "GET", "/v1/nope", ``, 404, "", codeNotFound, []string{"/v1/nope"}},
+		{"model card of a model not served", "GET", "/v1/models/gpt-9", ``, 404, "model", codeModelNotFound, []string{"gpt-9"}},
 		{"body over 8 MiB", "POST", chat, `{"model":"` + strings.Repeat("m", maxBodyBytes) + `"}`, 413, "", codeTooLarge, []string{"8388608"}},
 	}
 	for _, tc := range tests {

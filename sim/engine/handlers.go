@@ -176,6 +176,23 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// handleModel is GET /v1/models/{id}: the served model's card, or the
+// OpenAI 404 for a model the replica does not serve. Model ids may hold
+// slashes (org/name).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !slices.Contains(s.opts.Models, id) {
+		e := badRequest(codeModelNotFound, "model", "the model %q does not exist", id)
+		e.Status = http.StatusNotFound
+		s.writeError(w, e)
+		return
+	}
+	card := modelCard{ID: id, Object: "model", Created: s.opts.Now().Unix(), OwnedBy: "ilb-sim"}
+	if err := writeJSON(w, http.StatusOK, card); err != nil {
+		s.opts.Logger.DebugContext(r.Context(), "engine: write model", "err", err)
+	}
+}
+
 // serverError is a 500 apiError.
 func serverError(err error) *apiError {
 	return &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error", Code: codeServerError}

@@ -2,12 +2,14 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// vLLM metric names served at /metrics.
+// vLLM metric names served at /metrics (the default dialect).
 const (
 	metricRunning      = "vllm:num_requests_running"
 	metricWaiting      = "vllm:num_requests_waiting"
@@ -25,58 +27,125 @@ const (
 	finishAbort  = "abort"
 )
 
-// metrics are a server's Prometheus metrics. Every metric has the constant
-// label cluster (Options.Cluster) and the label model_name.
-type metrics struct {
-	promptTokens *prometheus.CounterVec   // model_name
-	genTokens    *prometheus.CounterVec   // model_name
-	success      *prometheus.CounterVec   // model_name, finished_reason
-	ttft         *prometheus.HistogramVec // model_name
+// dialect is the metric vocabulary of one engine kind, as that engine
+// names its series (the sources are cited in signals/mapping_builtin.go,
+// which reads them): load gauges, token counters (or, for TGI, per-request
+// token histograms whose _sum series count tokens), a TTFT histogram, a
+// finished-request counter, and the model label. "" means the engine
+// exports no such series.
+type dialect struct {
+	running, waiting, kv string
+	prompt, gen          string
+	tokenHistograms      bool
+	ttft, success        string
+	modelLabel           string
 }
 
-// newMetrics registers the metrics on reg. The load gauges are read from
-// load at scrape time and labelled with the primary (first) model name, as
-// vLLM labels everything with its first served model name; the counters are
-// labelled with the model each request asked for and start at 0 for every
-// model in models.
-func newMetrics(reg prometheus.Registerer, cluster string, models []string, load func() Load) (*metrics, error) {
+// Dialects are the engine kinds a simulated replica can speak: the names
+// of config.EngineKind.
+var dialects = map[string]dialect{
+	"vllm": {
+		running: metricRunning, waiting: metricWaiting, kv: metricKVUsage,
+		prompt: metricPromptTokens, gen: metricGenTokens, ttft: metricTTFT, success: metricSuccess, modelLabel: "model_name",
+	},
+	"sglang": {
+		running: "sglang:num_running_reqs", waiting: "sglang:num_queue_reqs", kv: "sglang:token_usage",
+		prompt: "sglang:prompt_tokens_total", gen: "sglang:generation_tokens_total", ttft: "sglang:time_to_first_token_seconds",
+		modelLabel: "model_name",
+	},
+	"tgi": {
+		running: "tgi_batch_current_size", waiting: "tgi_queue_size",
+		prompt: "tgi_request_input_length", gen: "tgi_request_generated_tokens", tokenHistograms: true,
+	},
+	"trtllm": { // trtllm-serve
+		running: "trtllm_num_requests_running", waiting: "trtllm_num_requests_waiting", kv: "trtllm_kv_cache_utilization",
+		prompt: "trtllm_prompt_tokens_total", gen: "trtllm_generation_tokens_total", ttft: "trtllm_time_to_first_token_seconds",
+		modelLabel: "model_name",
+	},
+}
+
+// Kinds lists the engine kinds a simulated replica can speak.
+func Kinds() []string { return slices.Sorted(maps.Keys(dialects)) }
+
+// ttftBuckets are vLLM's (and trtllm-serve's) time-to-first-token bounds.
+var ttftBuckets = []float64{
+	0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+}
+
+// metrics are a server's Prometheus metrics in its dialect. Every metric
+// has the constant label cluster (Options.Cluster), and the dialect's
+// model label when it has one.
+type metrics struct {
+	d            dialect
+	promptTokens *prometheus.CounterVec   // token counters, or nil
+	genTokens    *prometheus.CounterVec   //
+	promptHist   *prometheus.HistogramVec // per-request token histograms (TGI), or nil
+	genHist      *prometheus.HistogramVec //
+	success      *prometheus.CounterVec   // model, finished_reason; nil when the dialect has none
+	ttft         *prometheus.HistogramVec // nil when the dialect has none
+}
+
+// labels are the model label values of model (none without a model label).
+func (m *metrics) labels(model string) []string {
+	if m.d.modelLabel == "" {
+		return nil
+	}
+	return []string{model}
+}
+
+// newMetrics registers the metrics of dialect d on reg. The load gauges
+// are read from load at scrape time and labelled with the primary (first)
+// model name, as vLLM labels everything with its first served model name;
+// the counters are labelled with the model each request asked for and
+// start at 0 for every model in models.
+func newMetrics(reg prometheus.Registerer, d dialect, cluster string, models []string, load func() Load) (*metrics, error) {
 	reg = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": cluster}, reg)
-	m := &metrics{
-		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricPromptTokens, Help: "Number of prefill tokens processed.",
-		}, []string{"model_name"}),
-		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricGenTokens, Help: "Number of generation tokens processed.",
-		}, []string{"model_name"}),
-		success: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricSuccess, Help: "Count of successfully processed requests.",
-		}, []string{"model_name", "finished_reason"}),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: metricTTFT, Help: "Histogram of time to first token in seconds.",
-			// vLLM's buckets.
-			Buckets: []float64{
-				0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-				1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-			},
-		}, []string{"model_name"}),
+	var ml []string
+	if d.modelLabel != "" {
+		ml = []string{d.modelLabel}
 	}
-	lc := &loadCollector{
-		load:    load,
-		model:   models[0],
-		running: prometheus.NewDesc(metricRunning, "Number of requests in model execution batches.", []string{"model_name"}, nil),
-		waiting: prometheus.NewDesc(metricWaiting, "Number of requests waiting to be processed.", []string{"model_name"}, nil),
-		kv:      prometheus.NewDesc(metricKVUsage, "KV-cache usage. 1 means 100 percent usage.", []string{"model_name"}, nil),
+	m := &metrics{d: d}
+	var cs []prometheus.Collector
+	if d.tokenHistograms {
+		tokens := prometheus.ExponentialBuckets(1, 2, 20)
+		m.promptHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.prompt, Help: "Input tokens per request.", Buckets: tokens}, ml)
+		m.genHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.gen, Help: "Generated tokens per request.", Buckets: tokens}, ml)
+		cs = append(cs, m.promptHist, m.genHist)
+	} else {
+		m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.prompt, Help: "Number of prefill tokens processed."}, ml)
+		m.genTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.gen, Help: "Number of generation tokens processed."}, ml)
+		cs = append(cs, m.promptTokens, m.genTokens)
 	}
-	for _, c := range []prometheus.Collector{m.promptTokens, m.genTokens, m.success, m.ttft, lc} {
+	if d.success != "" {
+		m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.success, Help: "Count of successfully processed requests."}, append(slices.Clone(ml), "finished_reason"))
+		cs = append(cs, m.success)
+	}
+	if d.ttft != "" {
+		m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.ttft, Help: "Histogram of time to first token in seconds.", Buckets: ttftBuckets}, ml)
+		cs = append(cs, m.ttft)
+	}
+	lc := &loadCollector{load: load, labels: m.labels(models[0])}
+	lc.running = prometheus.NewDesc(d.running, "Number of requests in model execution batches.", ml, nil)
+	lc.waiting = prometheus.NewDesc(d.waiting, "Number of requests waiting to be processed.", ml, nil)
+	if d.kv != "" {
+		lc.kv = prometheus.NewDesc(d.kv, "KV-cache usage. 1 means 100 percent usage.", ml, nil)
+	}
+	cs = append(cs, lc)
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
 		}
 	}
 	for _, model := range models {
-		m.promptTokens.WithLabelValues(model)
-		m.genTokens.WithLabelValues(model)
-		for _, r := range []string{finishStop, finishLength, finishAbort} {
-			m.success.WithLabelValues(model, r)
+		if m.promptTokens != nil {
+			m.promptTokens.WithLabelValues(m.labels(model)...)
+			m.genTokens.WithLabelValues(m.labels(model)...)
+		}
+		if m.success != nil {
+			for _, r := range []string{finishStop, finishLength, finishAbort} {
+				m.success.WithLabelValues(append(m.labels(model), r)...)
+			}
 		}
 	}
 	return m, nil
@@ -86,21 +155,25 @@ func newMetrics(reg prometheus.Registerer, cluster string, models []string, load
 // that the three values are consistent.
 type loadCollector struct {
 	load                 func() Load
-	model                string
-	running, waiting, kv *prometheus.Desc
+	labels               []string
+	running, waiting, kv *prometheus.Desc // kv nil when the dialect has none
 }
 
 func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.running
 	ch <- c.waiting
-	ch <- c.kv
+	if c.kv != nil {
+		ch <- c.kv
+	}
 }
 
 func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 	l := c.load()
-	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(l.Running), c.model)
-	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(l.Waiting), c.model)
-	ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, l.KVCacheUsage, c.model)
+	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(l.Running), c.labels...)
+	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(l.Waiting), c.labels...)
+	if c.kv != nil {
+		ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, l.KVCacheUsage, c.labels...)
+	}
 }
 
 // genTracker accounts the choices of one generation request in the
@@ -127,12 +200,19 @@ func newGenTracker(m *metrics, now func() time.Time, job genJob) *genTracker {
 
 // token records one token of choice i; the first one completes its prefill.
 func (t *genTracker) token(i int) {
+	lv := t.m.labels(t.model)
 	if t.counts[i] == 0 {
-		t.m.ttft.WithLabelValues(t.model).Observe(t.now().Sub(t.start).Seconds())
-		t.m.promptTokens.WithLabelValues(t.model).Add(float64(t.prompts[i]))
+		if t.m.ttft != nil {
+			t.m.ttft.WithLabelValues(lv...).Observe(t.now().Sub(t.start).Seconds())
+		}
+		if t.m.promptTokens != nil {
+			t.m.promptTokens.WithLabelValues(lv...).Add(float64(t.prompts[i]))
+		}
 	}
 	t.counts[i]++
-	t.m.genTokens.WithLabelValues(t.model).Inc()
+	if t.m.genTokens != nil {
+		t.m.genTokens.WithLabelValues(lv...).Inc()
+	}
 }
 
 // complete reports whether every choice received all its tokens.
@@ -152,12 +232,19 @@ func (t *genTracker) finish() {
 		return
 	}
 	t.finished = true
-	for _, n := range t.counts {
+	lv := t.m.labels(t.model)
+	for i, n := range t.counts {
 		reason := finishLength
 		if n < t.want {
 			reason = finishAbort
 		}
-		t.m.success.WithLabelValues(t.model, reason).Inc()
+		if t.m.success != nil {
+			t.m.success.WithLabelValues(append(slices.Clone(lv), reason)...).Inc()
+		}
+		if t.m.promptHist != nil && n > 0 { // TGI observes a request as it ends
+			t.m.promptHist.WithLabelValues(lv...).Observe(float64(t.prompts[i]))
+			t.m.genHist.WithLabelValues(lv...).Observe(float64(n))
+		}
 	}
 }
 

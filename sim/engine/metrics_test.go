@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -129,4 +130,62 @@ func TestClientGoneReleasesSlot(t *testing.T) {
 	}
 	close(g.ch)
 	wantOK(t, resB)
+}
+
+// TestMetricDialects: a replica of each engine kind exports that engine's
+// series (the names ILB's built-in mappings read), with its model label
+// or none (TGI), and counts a request's tokens in them.
+func TestMetricDialects(t *testing.T) {
+	for _, tc := range []struct {
+		kind          string
+		series        []string // after one request (histograms by family name)
+		promptTokens  string   // the counter of prompt tokens, "" for none
+		modelLabelled bool
+		absent        []string
+	}{
+		{"vllm", []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds"}, "vllm:prompt_tokens_total", true, nil},
+		{"sglang", []string{"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:generation_tokens_total", "sglang:time_to_first_token_seconds"}, "sglang:prompt_tokens_total", true, []string{"vllm:num_requests_running"}},
+		// TGI's token histograms (one request observed: count 1); their
+		// _sum series are what ILB reads as token counters.
+		{"tgi", []string{"tgi_batch_current_size", "tgi_queue_size", "tgi_request_generated_tokens", "tgi_request_input_length"}, "", false, []string{"vllm:kv_cache_usage_perc", "tgi_request_input_length_total"}},
+		{"trtllm", []string{"trtllm_num_requests_running", "trtllm_num_requests_waiting", "trtllm_kv_cache_utilization", "trtllm_generation_tokens_total", "trtllm_time_to_first_token_seconds"}, "trtllm_prompt_tokens_total", true, nil},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			opts := testOptions(nil)
+			opts.Kind = tc.kind
+			base := startServer(t, opts)
+			// 40 characters -> 10 prompt tokens.
+			wantOK(t, post(t.Context(), base+"/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"0123456789012345678901234567890123456789"}],"max_tokens":2}`))
+			ms := scrape(t, base)
+			labels := map[string]string{"cluster": testCluster}
+			if tc.modelLabelled {
+				labels["model_name"] = testModel
+			}
+			for _, name := range tc.series {
+				if _, ok := sample(ms, name, labels); !ok {
+					t.Errorf("%s{%v} missing", name, labels)
+				}
+			}
+			if got, ok := sample(ms, tc.promptTokens, labels); tc.promptTokens != "" && (!ok || got != 10) {
+				t.Errorf("%s = %v (present %v), want 10 prompt tokens", tc.promptTokens, got, ok)
+			}
+			for _, name := range tc.absent {
+				if _, ok := ms[name]; ok {
+					t.Errorf("%s present: not %s's", name, tc.kind)
+				}
+			}
+			if !tc.modelLabelled {
+				for name, ss := range ms {
+					for _, s := range ss {
+						if _, ok := s.labels["model_name"]; ok {
+							t.Errorf("%s has a model_name label: %s labels none", name, tc.kind)
+						}
+					}
+				}
+			}
+		})
+	}
+	if _, err := New(Options{Name: "r", Cluster: "c", Models: []string{"m"}, Kind: "ollama"}); err == nil || !strings.Contains(err.Error(), `Kind: "ollama"`) {
+		t.Errorf("unknown kind: %v", err)
+	}
 }

@@ -36,6 +36,9 @@ type Options struct {
 	// printable ASCII. It is the constant label "cluster" on every metric
 	// and is sent in the x-ilb-engine-cluster header.
 	Cluster string
+	// Kind is the engine kind whose metric names the replica exports
+	// (vllm, sglang, tgi, trtllm: config.EngineKind); "" means vllm.
+	Kind string
 	// Models are the served model names, matched exactly against a
 	// request's "model"; at least one, non-empty, no duplicates. The first
 	// is the primary name that labels the load gauges.
@@ -86,7 +89,10 @@ func New(opts Options) (*Server, error) {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	s := &Server{opts: opts, reg: prometheus.NewRegistry()}
-	m, err := newMetrics(s.reg, opts.Cluster, opts.Models, opts.Backend.Load)
+	if opts.Kind == "" {
+		opts.Kind = "vllm"
+	}
+	m, err := newMetrics(s.reg, dialects[opts.Kind], opts.Cluster, opts.Models, opts.Backend.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +123,9 @@ func (o *Options) validate() error {
 		case slices.Index(o.Models, m) < i:
 			bad("Models[%d]: duplicate model %q", i, m)
 		}
+	}
+	if _, ok := dialects[o.Kind]; o.Kind != "" && !ok {
+		bad("Kind: %q is not an engine kind: want one of %v", o.Kind, Kinds())
 	}
 	if o.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout: %v must not be negative", o.ShutdownTimeout)
@@ -184,6 +193,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/completions", s.only(post, s.handleCompletion))
 	mux.Handle("/v1/embeddings", s.only(post, s.handleEmbeddings))
 	mux.Handle("/v1/models", s.only(get, s.handleModels))
+	mux.Handle("/v1/models/{id...}", s.only(get, s.handleModel))
 	mux.Handle("/health", s.only(get, func(http.ResponseWriter, *http.Request) {}))
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn)})
 	mux.Handle("/metrics", s.only(get, metrics.ServeHTTP))

@@ -215,6 +215,17 @@ func TestModelsHealthAndHeaders(t *testing.T) {
 			t.Errorf("got %+v, want %+v", l, want)
 		}
 	})
+	t.Run("one model's card", func(t *testing.T) {
+		resp, body := call(t, http.MethodGet, base+"/v1/models/"+testModel2, "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		var c modelCard
+		mustUnmarshal(t, body, &c)
+		if want := (modelCard{ID: testModel2, Object: "model", Created: testNow().Unix(), OwnedBy: "ilb-sim"}); c != want {
+			t.Errorf("got %+v, want %+v", c, want)
+		}
+	})
 	t.Run("health", func(t *testing.T) {
 		resp, body := call(t, http.MethodGet, base+"/health", "")
 		if resp.StatusCode != http.StatusOK || len(body) != 0 {

@@ -102,6 +102,7 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 			srv, err := engine.New(engine.Options{
 				Name:    name,
 				Cluster: cl.Name,
+				Kind:    string(cl.Engine),
 				Models:  servedNames(c, cl.Models),
 				Backend: backend,
 				Logger:  o.Logger.With("replica", name),
