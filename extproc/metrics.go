@@ -18,6 +18,7 @@ type metrics struct {
 	rejections *prometheus.CounterVec
 	latency    prometheus.Histogram
 	mismatches *prometheus.CounterVec
+	late       *prometheus.CounterVec
 	streams    prometheus.Gauge
 	shed       *prometheus.CounterVec
 	refused    *prometheus.CounterVec
@@ -49,6 +50,10 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 			Name: "ilb_extproc_served_mismatch_total",
 			Help: "Responses served by another cluster than ext_proc predicted (Envoy on another weights version, or a fallback route).",
 		}, []string{"source"}),
+		late: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_late_total",
+			Help: "Answers ext_proc gave after Envoy's message_timeout: Envoy had gone on without them (the request was routed by the fallback route).",
+		}, []string{"source"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ilb_extproc_streams",
 			Help: "Open ext_proc streams (one per in-flight request).",
@@ -78,7 +83,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

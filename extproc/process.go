@@ -113,6 +113,7 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 	defer s.endSpan(x)
 	defer s.unbooked(x)
 	defer s.answered(x)
+	defer s.unfinished(x)
 	for {
 		w.waitFor(x.stage, idle)
 		req, err := stream.Recv()

@@ -78,6 +78,14 @@ type Record struct {
 	// another weights version, or a route without ILB's headers matched).
 	Mismatch bool `json:"mismatch,omitempty"`
 
+	// Unanswered says why the record holds no answer the client got: ILB
+	// answered after Envoy's message_timeout (Envoy had gone on without
+	// it: a fail-open source's default weights, a fail-closed one's 503),
+	// or the stream ended before the response (the client went away, or
+	// Envoy stopped waiting for ILB) — or before ILB could decide. Status
+	// and Served* are then not what the client saw; "" otherwise.
+	Unanswered string `json:"unanswered,omitempty"`
+
 	// DecisionMicros is the time from the message that carried what ILB
 	// needed (headers or body) to the answer, in microseconds.
 	DecisionMicros int64 `json:"decision_us"`
@@ -105,7 +113,7 @@ func (r *Record) estimate() int64 {
 	n := recordOverhead + len(r.RequestID) + len(r.Source) + len(r.Method) + len(r.Path) +
 		len(r.RequestedModel) + len(r.Model) + len(r.Priority) + len(r.PriorityFrom) + len(r.SessionHash) + len(r.SessionFrom) +
 		len(r.ModelFrom) + len(r.TraceID) + len(r.SpanID) + len(r.WeightsVersion) + len(r.DrawFrom) +
-		len(r.Chosen) + len(r.Redrawn) + len(r.Reason) + len(r.ServedCluster) + len(r.ServedVersion) + len(r.UpstreamHost)
+		len(r.Chosen) + len(r.Redrawn) + len(r.Reason) + len(r.ServedCluster) + len(r.ServedVersion) + len(r.UpstreamHost) + len(r.Unanswered)
 	for _, c := range r.Candidates {
 		n += candidateOverhead + len(c.Cluster) + len(c.Excluded)
 	}

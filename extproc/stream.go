@@ -41,6 +41,8 @@ type exchange struct {
 	body   []byte  // request body chunks received so far
 	debug  bool    // debug asked and allowed
 	done   bool    // ILB answered with an ImmediateResponse
+	// responded: the response headers came back through ILB.
+	responded bool
 	prio   weights.Priority
 	key    demand.Key // set once the model is known
 	cost   float64    // estimated token cost, capped by the model's limits
@@ -255,6 +257,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 func (s *Server) decided(x *exchange, began time.Time) {
 	d := time.Since(began)
 	x.rec.DecisionMicros = d.Microseconds()
+	s.late(x, d)
 	s.metrics.latency.Observe(d.Seconds())
 	s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason).Inc()
 	provisional := x.provisional()
@@ -268,6 +271,44 @@ func (s *Server) decided(x *exchange, began time.Time) {
 		a.Add(1)
 		x.awaitingOn = a
 	}
+}
+
+// late marks the record of an answer that took d, longer than Envoy's
+// message_timeout: Envoy stopped waiting before it came and went on
+// without ILB. d is measured from when ILB received the message, so it
+// only underestimates what Envoy waited: a late answer is certainly late.
+func (s *Server) late(x *exchange, d time.Duration) bool {
+	timeout := s.opts.Config.Envoy.MessageTimeout.Std()
+	if timeout <= 0 || d <= timeout {
+		return false
+	}
+	x.rec.Unanswered = fmt.Sprintf("ILB answered after %v, past Envoy's message_timeout of %v: Envoy had gone on without ILB (a fail-open source by its default weights, a fail-closed one with 503 routing_unavailable)", d.Round(time.Millisecond), timeout)
+	s.metrics.late.WithLabelValues(x.source).Inc()
+	return true
+}
+
+// unfinished completes the record of a stream that ends without its
+// response headers: ILB decided but the response never came back through
+// it (the client went away, or Envoy stopped waiting for ILB and went on
+// without it), or Envoy ended the stream before ILB could decide. It runs
+// as the stream ends.
+func (s *Server) unfinished(x *exchange) {
+	switch {
+	case x.rec == nil || x.done || x.responded:
+		return
+	case x.rec.Chosen == "" && x.rec.Reason == "": // headers seen, no decision
+		x.rec.Reason = "undecided"
+		x.rec.Unanswered = fmt.Sprintf("the stream ended while ILB waited for the %s: Envoy stopped waiting for ILB, or the client went away; ILB did not decide", x.stage)
+		x.rec.Complete = true
+		s.log.add(x.rec)
+		return
+	}
+	s.log.update(x.rec, func(r *Record) {
+		if r.Unanswered == "" {
+			r.Unanswered = "the stream ended before the response headers came back through ILB: the client went away, or Envoy stopped waiting for ILB and went on without its decision"
+		}
+		r.Complete = true
+	})
 }
 
 // answered stops counting a request as awaiting its response (its
@@ -311,6 +352,9 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	d := time.Since(began)
 	x.rec.DecisionMicros = d.Microseconds()
 	x.rec.Reason, x.rec.Status, x.rec.Complete = re.Code, re.Status, true
+	if s.late(x, d) {
+		x.rec.Status = 0 // the client did not get ILB's answer
+	}
 	x.rec.TotalMillis = float64(s.opts.Now().Sub(x.start).Microseconds()) / 1000
 	source := x.source
 	if x.src == nil {
@@ -333,6 +377,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 
 func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	s.answered(x)
+	x.responded = true
 	hs := headerMap(m.GetHeaders())
 	code, _ := strconv.Atoi(hs[":status"])
 	if x.rec != nil && !x.done {

@@ -133,10 +133,14 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 		} else {
 			p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
 		}
-	} else {
+	} else if r.Status != 0 {
 		p("answered", "%d by ILB itself (reason %s)", r.Status, r.Reason)
+	} else {
+		p("decided", "reason %s, never seen by the client", r.Reason)
 	}
 	switch {
+	case r.Unanswered != "":
+		p("UNANSWERED", "%s", r.Unanswered)
 	case !r.Complete:
 		p("served", "no response yet (in flight, or the client went away)")
 	case r.ServedCluster != "":
