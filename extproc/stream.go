@@ -43,9 +43,9 @@ type exchange struct {
 	done   bool    // ILB answered with an ImmediateResponse
 	// responded: the response headers came back through ILB.
 	responded bool
-	prio   weights.Priority
-	key    demand.Key // set once the model is known
-	cost   float64    // estimated token cost, capped by the model's limits
+	prio      weights.Priority
+	key       demand.Key // set once the model is known
+	cost      float64    // estimated token cost, capped by the model's limits
 	// unconfirmed is the part of cost not booked as demand yet: booked
 	// when the engine accepts the request (2xx response headers), never
 	// when it refuses it or the client goes away.

@@ -123,7 +123,8 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 	}
 	p("weights", "version %s", orDash(r.WeightsVersion))
 	printCandidates(w, r)
-	if r.Chosen != "" {
+	switch {
+	case r.Chosen != "":
 		p("draw", "%d (%s) -> slot %d of %d", r.Draw, r.DrawFrom, r.Slot, r.TotalWeight)
 		if r.Redrawn != "" {
 			p(r.Reason, "%s", r.Redrawn)
@@ -133,9 +134,9 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 		} else {
 			p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
 		}
-	} else if r.Status != 0 {
+	case r.Status != 0:
 		p("answered", "%d by ILB itself (reason %s)", r.Status, r.Reason)
-	} else {
+	default:
 		p("decided", "reason %s, never seen by the client", r.Reason)
 	}
 	switch {
