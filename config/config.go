@@ -238,6 +238,11 @@ type Envoy struct {
 	// so a client cannot choose the id that keys decision records. Set
 	// false behind another proxy that already sets these headers.
 	UseRemoteAddress bool `yaml:"use_remote_address" json:"use_remote_address"`
+	// PathPrefixes are the request paths that reach the engines: the
+	// OpenAI API by default (["/v1/"]). Any other path (an engine's
+	// /metrics or /health) is answered 404 path_not_found by ext_proc and,
+	// when ext_proc cannot decide, by the listener's last route.
+	PathPrefixes []string `yaml:"path_prefixes" json:"path_prefixes"`
 	// RequestBufferBytes caps a buffered request body (the OpenAI JSON);
 	// a larger body gets 413 from Envoy. Default 8 MiB.
 	RequestBufferBytes uint32 `yaml:"request_buffer_bytes" json:"request_buffer_bytes"`
@@ -336,6 +341,7 @@ func Default() *Config {
 			XDSCluster:         "ilb_xds",
 			MessageTimeout:     Duration(time.Second),
 			UseRemoteAddress:   true,
+			PathPrefixes:       []string{"/v1/"},
 			RequestBufferBytes: 8 << 20,
 			ConnectTimeout:     Duration(2 * time.Second),
 			RouteIdleTimeout:   Duration(5 * time.Minute),

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"net"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,6 +37,20 @@ func (c *Config) validateSettings(p *problems) {
 	}
 	if ev.ConnectTimeout.Std() <= 0 {
 		p.addf("envoy.connect_timeout", "%s is not positive: want a duration such as 2s", ev.ConnectTimeout)
+	}
+	switch {
+	case len(ev.PathPrefixes) == 0:
+		p.addf("envoy.path_prefixes", "is empty: want the path prefixes that reach the engines, such as [/v1/]")
+	case len(ev.PathPrefixes) > 32:
+		p.addf("envoy.path_prefixes", "has %d entries: want at most 32", len(ev.PathPrefixes))
+	}
+	for i, pre := range ev.PathPrefixes {
+		switch {
+		case !strings.HasPrefix(pre, "/") || len(pre) > 256 || strings.ContainsFunc(pre, func(r rune) bool { return r <= ' ' || r > '~' }):
+			p.addf(fmt.Sprintf("envoy.path_prefixes[%d]", i), "%q is not a path prefix: want printable ASCII starting with /, at most 256 bytes", pre)
+		case slices.Index(ev.PathPrefixes, pre) < i:
+			p.addf(fmt.Sprintf("envoy.path_prefixes[%d]", i), "%q is listed twice", pre)
+		}
 	}
 	if ev.RequestBufferBytes < 1024 {
 		p.addf("envoy.request_buffer_bytes", "%d is too small: want >= 1024 bytes", ev.RequestBufferBytes)

@@ -239,7 +239,7 @@ func TestRouting(t *testing.T) {
 		},
 		{
 			"other endpoint without JSON: the default model", "edge-us",
-			[]*extprocv3.ProcessingRequest{post("/tokenize"), reqBody(`plain text`)},
+			[]*extprocv3.ProcessingRequest{post("/v1/audio/transcriptions"), reqBody(`plain text`)},
 			"llama-3.1-8b-instruct", fixedDraw, "weighted", false, "default",
 		},
 		{
@@ -383,6 +383,11 @@ func TestRejections(t *testing.T) {
 			"chat without messages", "edge-us",
 			[]*extprocv3.ProcessingRequest{post("/v1/chat/completions"), reqBody(`{"model":"llama3-8b"}`)},
 			400, "missing_required_parameter", "messages", `the request has no "messages"`,
+		},
+		{
+			"an engine's metrics path", "edge-us",
+			[]*extprocv3.ProcessingRequest{reqHeaders(true, ":method", "GET", ":path", "/metrics", "x-request-id", "req-1")},
+			404, "path_not_found", "", `GET "/metrics" is not served: only paths under /v1/ reach the engines (envoy.path_prefixes)`,
 		},
 		{
 			"unknown model", "edge-us",

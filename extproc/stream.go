@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -165,6 +166,17 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 	return headersResponse(nil, false)
 }
 
+// servedPath reports whether path (query included) starts with one of
+// prefixes.
+func servedPath(prefixes []string, path string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // needsBody reports whether a request must carry a JSON body: a POST to
 // an OpenAI endpoint ILB parses.
 func needsBody(h hints) bool {
@@ -194,6 +206,15 @@ func (s *Server) admit(x *exchange) error {
 		}
 	}
 	x.src = src
+	if !servedPath(s.opts.Config.Envoy.PathPrefixes, x.h.path) {
+		// An engine's /metrics, /health or admin paths are not for
+		// clients: only the API paths reach the engines.
+		return &RequestError{
+			Status: 404, Type: "invalid_request_error", Code: "path_not_found",
+			Msg: fmt.Sprintf("%s %s is not served: only paths under %s reach the engines (envoy.path_prefixes)",
+				bound.String(x.h.method, 16), bound.Quote(x.h.path, bound.Excerpt), strings.Join(s.opts.Config.Envoy.PathPrefixes, ", ")),
+		}
+	}
 	x.debug = x.h.debug && src.debug
 	x.prio, x.rec.Priority, x.rec.PriorityFrom = src.defaultPriority, src.defaultPriority.String(), "default"
 	switch {

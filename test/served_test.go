@@ -3,6 +3,8 @@ package test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +154,17 @@ func TestEveryEngineKindIsRead(t *testing.T) {
 		}
 		return len(snap.Replicas) > 0
 	})
+}
+
+// TestOnlyAPIPathsReachEngines: an engine's /metrics and /health are not
+// routed to it through Envoy (envoy.path_prefixes: the OpenAI API): the
+// client gets ILB's JSON 404.
+func TestOnlyAPIPathsReachEngines(t *testing.T) {
+	s := startStack(t, nil)
+	for _, path := range []string{"/metrics", "/health", "/tokenize"} {
+		resp, body := do(t, http.MethodGet, envoyURL(t, s, "edge-eu")+path, "", nil)
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("x-ilb-reason") != "path_not_found" || !strings.Contains(string(body), `"code":"path_not_found"`) {
+			t.Errorf("GET %s: %d %q %s; want ILB's JSON 404 path_not_found", path, resp.StatusCode, resp.Header.Get("x-ilb-reason"), body)
+		}
+	}
 }

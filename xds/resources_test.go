@@ -157,9 +157,9 @@ func TestRoutes(t *testing.T) {
 			}
 		}},
 		{"fail-open fallback: default model's weights over clusters serving every model, drawn at random", "edge-us", func(t *testing.T, routes []*routev3.Route) {
-			r := routes[len(routes)-1]
+			r := routes[len(routes)-2]
 			wc := r.GetRoute().GetWeightedClusters()
-			if len(r.GetMatch().GetHeaders()) != 0 || wc == nil || wc.GetHeaderName() != "" {
+			if len(r.GetMatch().GetHeaders()) != 0 || r.GetMatch().GetPrefix() != "/v1/" || wc == nil || wc.GetHeaderName() != "" {
 				t.Fatalf("fallback = %v", r)
 			}
 			cell, _ := w.Cell("edge-us", "llama-3.1-8b-instruct")
@@ -176,8 +176,14 @@ func TestRoutes(t *testing.T) {
 				t.Errorf("fallback clusters = %v; want %v", got, want)
 			}
 		}},
-		{"fail-closed fallback is a JSON 503", "edge-eu", func(t *testing.T, routes []*routev3.Route) {
+		{"any other path is a JSON 404", "edge-us", func(t *testing.T, routes []*routev3.Route) {
 			r := routes[len(routes)-1]
+			if d := r.GetDirectResponse(); r.GetMatch().GetPrefix() != "/" || d.GetStatus() != 404 || !strings.Contains(d.GetBody().GetInlineString(), `"code":"path_not_found"`) {
+				t.Fatalf("last route = %v", r)
+			}
+		}},
+		{"fail-closed fallback is a JSON 503", "edge-eu", func(t *testing.T, routes []*routev3.Route) {
+			r := routes[len(routes)-2]
 			d := r.GetDirectResponse()
 			if d.GetStatus() != 503 || !strings.Contains(d.GetBody().GetInlineString(), `"code":"routing_unavailable"`) {
 				t.Fatalf("fallback = %v", r)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -29,6 +30,7 @@ const (
 const (
 	routeOverride = "ilb_cluster_override"
 	routeFallback = "ilb_fallback"
+	routeNotFound = "ilb_not_found"
 	routeModel    = "ilb_model:"
 )
 
@@ -37,8 +39,10 @@ const (
 //  1. x-ilb-route-cluster present → cluster_header (explicit override);
 //  2. per model, x-ilb-route-model == model → weighted_clusters drawn by
 //     x-ilb-route-draw (a direct 503 when no cluster has capacity);
-//  3. anything else → the fallback: the default model's weights for a
-//     fail-open source, a 503 with a JSON body for a fail-closed one.
+//  3. anything else under a path prefix that reaches the engines
+//     (envoy.path_prefixes) → the fallback: the default model's weights
+//     for a fail-open source, a 503 with a JSON body for a fail-closed one;
+//  4. any other path → a JSON 404 (path_not_found).
 //
 // Every route reports, in response headers, the served cluster and the
 // weights version; ext_proc reads them back and removes them.
@@ -74,7 +78,7 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 		}
 		routes = append(routes, r)
 	}
-	routes = append(routes, fallback(c, w, s))
+	routes = append(routes, fallback(c, w, s)...)
 	return &routev3.RouteConfiguration{
 		Name: RouteConfigName,
 		VirtualHosts: []*routev3.VirtualHost{{
@@ -85,27 +89,39 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 	}
 }
 
-// fallback is the route of requests that carry no ILB decision. Envoy
-// cannot read the model without ext_proc, so a fail-open source routes by
-// its default model's weights, restricted to the clusters that serve every
-// model (so a request for another model does not land on an engine that
-// does not serve it) when there are any.
-func fallback(c *config.Config, w *weights.Weights, s config.Source) *routev3.Route {
-	r := &routev3.Route{Name: routeFallback, Match: match()}
+// fallback are the routes of requests that carry no ILB decision, one per
+// path prefix that reaches the engines (envoy.path_prefixes), then a JSON
+// 404 for every other path (an engine's /metrics or /health is not for
+// clients). Envoy cannot read the model without ext_proc, so a fail-open
+// source routes by its default model's weights, restricted to the
+// clusters that serve every model (so a request for another model does
+// not land on an engine that does not serve it) when there are any.
+func fallback(c *config.Config, w *weights.Weights, s config.Source) []*routev3.Route {
 	cell, _ := w.Cell(s.Name, s.DefaultModel)
 	cell.Targets = servingAll(c, cell.Targets)
-	switch {
-	case s.FailMode == config.FailClosed:
-		directJSON(r, 503, "routing_unavailable", fmt.Sprintf(
-			"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name))
-	case len(cell.Targets) == 0:
-		noCapacity(r, s.Name, s.DefaultModel)
-	default:
-		// No draw header: Envoy draws at random, by the same weights.
-		r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, ""))}
-		r.ResponseHeadersToAdd = reportHeaders(w.Version())
+	var routes []*routev3.Route
+	for i, prefix := range c.Envoy.PathPrefixes {
+		r := &routev3.Route{Name: routeFallback, Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}}}
+		if i > 0 {
+			r.Name = fmt.Sprintf("%s_%d", routeFallback, i)
+		}
+		switch {
+		case s.FailMode == config.FailClosed:
+			directJSON(r, 503, "service_unavailable", "routing_unavailable", fmt.Sprintf(
+				"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name))
+		case len(cell.Targets) == 0:
+			noCapacity(r, s.Name, s.DefaultModel)
+		default:
+			// No draw header: Envoy draws at random, by the same weights.
+			r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, ""))}
+			r.ResponseHeadersToAdd = reportHeaders(w.Version())
+		}
+		routes = append(routes, r)
 	}
-	return r
+	notFound := &routev3.Route{Name: routeNotFound, Match: match()}
+	directJSON(notFound, 404, "invalid_request_error", "path_not_found", fmt.Sprintf(
+		"this path is not served: only paths under %s reach the engines", strings.Join(c.Envoy.PathPrefixes, ", ")))
+	return append(routes, notFound)
 }
 
 // servingAll keeps the targets whose cluster serves every model, or all
@@ -214,15 +230,15 @@ func setHeader(name, value string) *corev3.HeaderValueOption {
 }
 
 func noCapacity(r *routev3.Route, source, model string) {
-	directJSON(r, 503, "no_capacity", fmt.Sprintf(
+	directJSON(r, 503, "service_unavailable", "no_capacity", fmt.Sprintf(
 		"no engine cluster has capacity for model %q from source %q", model, source))
 }
 
 // directJSON makes r answer with an OpenAI-style JSON error, its code in
 // x-ilb-reason.
-func directJSON(r *routev3.Route, status uint32, code, msg string) {
+func directJSON(r *routev3.Route, status uint32, typ, code, msg string) {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": "service_unavailable", "param": nil, "code": code,
+		"message": msg, "type": typ, "param": nil, "code": code,
 	}})
 	r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
 		Status: status,
