@@ -173,10 +173,14 @@ const (
 	EngineSGLang EngineKind = "sglang"
 	EngineTGI    EngineKind = "tgi"
 	EngineTRTLLM EngineKind = "trtllm"
+	// EngineTriton is Triton Inference Server with the TensorRT-LLM
+	// backend: metrics on their own port (8002), readiness at
+	// /v2/health/ready, series labelled "model".
+	EngineTriton EngineKind = "triton"
 )
 
 // EngineKinds lists the valid engine kinds, in documentation order.
-var EngineKinds = []EngineKind{EngineVLLM, EngineSGLang, EngineTGI, EngineTRTLLM}
+var EngineKinds = []EngineKind{EngineVLLM, EngineSGLang, EngineTGI, EngineTRTLLM, EngineTriton}
 
 // EngineCluster is a pool of identical engine replicas in one region; it
 // is one Envoy upstream cluster.

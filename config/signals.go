@@ -117,8 +117,13 @@ type Metrics struct {
 	// Path of the Prometheus endpoint; default "/metrics"
 	// ("/prometheus/metrics" for trtllm, whose /metrics is JSON).
 	Path string `yaml:"path" json:"path"`
+	// Port serves the metrics when it is not the endpoint's own port (the
+	// health path is probed on the endpoint's port); 0 means the
+	// endpoint's; default 8002 for triton, whose metrics have their own
+	// port.
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// HealthPath is probed for liveness; default "/health" (vLLM, SGLang,
-	// TGI and TensorRT-LLM all serve it).
+	// TGI and trtllm-serve serve it), "/v2/health/ready" for triton.
 	HealthPath string `yaml:"health_path" json:"health_path"`
 	// Mapping names a custom mapping of signals.mappings; default the
 	// built-in mapping of the cluster's engine.
@@ -216,6 +221,9 @@ func (c *Config) validateClusterSignals(p *problems, path string, e EngineCluste
 			p.addf(path+f.path, "%q is not a URL path: want one starting with /", f.v)
 		}
 	}
+	if e.Metrics.Port < 0 || e.Metrics.Port > 65535 {
+		p.addf(path+".metrics.port", "%d is not a port: want 1..65535, or 0 for the endpoint's", e.Metrics.Port)
+	}
 	if m := e.Metrics.Mapping; m != "" {
 		if _, ok := c.Signals.Mappings[m]; !ok {
 			names := make([]string, 0, len(c.Signals.Mappings))
@@ -249,5 +257,11 @@ func (e *EngineCluster) applySignalDefaults() {
 	}
 	if e.Metrics.HealthPath == "" {
 		e.Metrics.HealthPath = "/health"
+		if e.Engine == EngineTriton {
+			e.Metrics.HealthPath = "/v2/health/ready"
+		}
+	}
+	if e.Metrics.Port == 0 && e.Engine == EngineTriton {
+		e.Metrics.Port = 8002
 	}
 }

@@ -81,7 +81,7 @@ func FuzzParseExposition(f *testing.F) {
 		}
 		mappings[k] = mp
 	}
-	kinds := []config.EngineKind{config.EngineVLLM, config.EngineSGLang, config.EngineTGI, config.EngineTRTLLM}
+	kinds := []config.EngineKind{config.EngineVLLM, config.EngineSGLang, config.EngineTGI, config.EngineTRTLLM, config.EngineTriton}
 	if len(kinds) != len(mappings) {
 		f.Fatalf("built-in mappings %d, kinds listed here %d: list every kind", len(mappings), len(kinds))
 	}

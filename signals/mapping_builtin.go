@@ -80,6 +80,19 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 		prompt:     []string{"tgi_request_input_length_sum"},
 		generation: []string{"tgi_request_generated_tokens_sum"},
 	},
+	// Triton with the TensorRT-LLM backend: the backend's families alone,
+	// labelled "model" (and "version") as Triton labels every series.
+	config.EngineTriton: {
+		waiting: []string{`nv_trt_llm_request_metrics{request_type="waiting"}`},
+		running: []string{`nv_trt_llm_request_metrics{request_type="active"}`},
+		kv: []string{
+			`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`,
+			`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"} / nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}`,
+		},
+		prompt:     []string{`nv_llm_input_token_len_sum{response_metric_type="total_input_tokens"}`},
+		generation: []string{`nv_llm_output_token_len_sum{response_metric_type="total_output_tokens"}`},
+		modelLabel: "model",
+	},
 	config.EngineTRTLLM: {
 		waiting: []string{"trtllm_num_requests_waiting", `nv_trt_llm_request_metrics{request_type="waiting"}`},
 		running: []string{"trtllm_num_requests_running", `nv_trt_llm_request_metrics{request_type="active"}`},

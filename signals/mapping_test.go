@@ -84,6 +84,11 @@ func TestBuiltinMappings(t *testing.T) {
 			want: Metrics{Waiting: 6, Running: 46, KVUsage: 0.25, KVKnown: true, PromptTokens: 1.912e6, GenerationTokens: 603411},
 		},
 		{
+			name: "triton: the backend's families, the model label read", engine: config.EngineTriton,
+			body: readFixture(t, "triton_trtllm.txt"), contentType: ctTxt, good: true,
+			want: Metrics{Waiting: 6, Running: 46, KVUsage: 0.25, KVKnown: true, PromptTokens: 1.912e6, GenerationTokens: 603411, Models: []string{"tensorrt_llm"}},
+		},
+		{
 			name: "trtllm on triton without the fraction: used / max", engine: config.EngineTRTLLM,
 			body: []byte(tritonNoFraction), contentType: ctTxt, good: true,
 			want: Metrics{Waiting: 6, Running: 46, KVUsage: 1560.0 / 6239, KVKnown: true, PromptTokens: 1.912e6, GenerationTokens: 603411},

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -49,6 +51,19 @@ func (m *Monitor) scrape(ctx context.Context, cl *cluster, addr string) scrapeRe
 	return res
 }
 
+// metricsAddr is where a replica at addr (host:port) serves its metrics:
+// addr itself, or its host on port when port is set (Triton's 8002).
+func metricsAddr(addr string, port int) string {
+	if port == 0 {
+		return addr
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr // discovery gives host:port; a bad one fails the fetch
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
 func (m *Monitor) scrapeOnce(ctx context.Context, cl *cluster, addr string) scrapeResult {
 	if err := m.probe(ctx, "http://"+addr+cl.cfg.Metrics.HealthPath); err != nil {
 		return scrapeResult{err: err.Error(), silent: isSilent(err), result: resultProbeFailed}
@@ -58,7 +73,7 @@ func (m *Monitor) scrapeOnce(ctx context.Context, cl *cluster, addr string) scra
 		b = &scrapeBuffers{}
 	}
 	defer m.buffers.Put(b)
-	h, err := m.fetch(ctx, "http://"+addr+cl.cfg.Metrics.Path, &b.body)
+	h, err := m.fetch(ctx, "http://"+metricsAddr(addr, cl.cfg.Metrics.Port)+cl.cfg.Metrics.Path, &b.body)
 	if err != nil {
 		return scrapeResult{alive: true, err: err.Error(), result: resultMetricsError}
 	}
