@@ -8,9 +8,12 @@ PKGS    := ./...
 
 all: build
 
-## build: compile the ilb binary into bin/ilb
+## build: compile the serving binary into bin/ilb (-tags serving: no demo,
+## sim, engine or envoysim commands, no simulation code linked), and the
+## full one, with those commands, into bin/ilb-lab
 build:
-	$(GO) build -o $(BIN) ./cmd/ilb
+	$(GO) build -tags serving -o $(BIN) ./cmd/ilb
+	$(GO) build -o $(BIN)-lab ./cmd/ilb
 
 ## test: vet, lint, race-enabled tests of every package (what CI runs)
 test: vet lint

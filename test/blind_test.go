@@ -18,9 +18,9 @@ import (
 	"github.com/ilbproject/ilb/app"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
-	"github.com/ilbproject/ilb/envoy/envoysim"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/engine"
+	"github.com/ilbproject/ilb/sim/envoysim"
 	"github.com/ilbproject/ilb/xds"
 )
 

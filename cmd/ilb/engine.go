@@ -1,3 +1,5 @@
+//go:build !serving
+
 package main
 
 import (

@@ -23,22 +23,19 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{
+	return append([]command{
 		{"serve", "--config FILE", "run ILB: xDS (:18000), ext_proc (:18001) and admin (:18002) in one process", runServe},
-		{"demo", "[--config FILE] [--duration D]", "run the whole stack here (engines, ILB, envoysim) under a short load and report", runDemo},
 		{"validate", "--config FILE | --envoy FILE...", "check an ILB configuration, or Envoy bootstrap/resource files offline: one problem per line, exit 1 on errors", runValidate},
 		{"envoy-config", "--config FILE --source S", "print the Envoy bootstrap for the Envoys of source S", runEnvoyConfig},
 		{"explain", "[--admin ADDR] [--trace-url T] REQUEST_ID", "explain how one request was routed", runExplain},
 		{"weights", "[--admin ADDR] [--source S] [--model M] [--explain]", "print the weights in force, and why", runWeights},
 		{"why", "--source S --model M [--versions N] [--admin ADDR]", "explain one cell's weights and what changed in the last versions", runWhy},
 		{"solve", "--config FILE --demand FILE [--previous W.json]", "compute one controller tick offline from a demand file", runSolve},
-		{"sim", "[--scenario S|all] [--trace F] [--seed N] [--json] [--plots DIR] [--report F]", "compare routing policies on a simulated fleet in virtual time", runSim},
-		{"engine", "--cluster C --models M[,M...] [--listen ADDR]", "serve one simulated inference engine (OpenAI API; vLLM, SGLang, TGI or trtllm-serve metrics), no GPU needed", runEngine},
 		{"render", "istio --config FILE --hosts H [flags]", "render Istio VirtualService, DestinationRules, EnvoyFilter for routing: cluster sources", runRender},
 		{"rollout", "status [--admin ADDR] [--source S]", "print each source's xDS rollout: stable, canary, rejected versions", runRollout},
 		{"signals", "[--admin ADDR] [--cluster C]", "print the engines' replica and cluster state, and measured demand", runSignals},
 		{"certs", "--dir DIR --sources S,... [--hosts H,...] [--force]", "make a development CA, certificates for ILB, each source's Envoys and the admin CLI, and an admin token", runCerts},
-	}
+	}, labCommands()...)
 }
 
 // run is the whole program behind main: it parses args and runs one

@@ -19,8 +19,8 @@ import (
 	"github.com/ilbproject/ilb/app"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
-	"github.com/ilbproject/ilb/envoy/envoysim"
 	"github.com/ilbproject/ilb/sim/engine"
+	"github.com/ilbproject/ilb/sim/envoysim"
 	"github.com/ilbproject/ilb/sim/fleet"
 	"github.com/ilbproject/ilb/xds"
 )

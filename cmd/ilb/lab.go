@@ -1,0 +1,16 @@
+//go:build !serving
+
+package main
+
+// labCommands are the commands that run simulated engines, Envoys and
+// fleets: the demo, the routing benchmark, one engine, one Envoy model.
+// The serving binary (built with -tags serving: `make build`) has none
+// of them, and links neither envoysim nor the engine model nor gonum/plot.
+func labCommands() []command {
+	return []command{
+		{"demo", "[--config FILE] [--duration D]", "run the whole stack here (engines, ILB, envoysim) under a short load and report", runDemo},
+		{"sim", "[--scenario S|all] [--trace F] [--seed N] [--json] [--plots DIR] [--report F]", "compare routing policies on a simulated fleet in virtual time", runSim},
+		{"engine", "--cluster C --models M[,M...] [--listen ADDR] [--kind K]", "serve one simulated inference engine (OpenAI API; vLLM, SGLang, TGI or trtllm-serve metrics), no GPU needed", runEngine},
+		{"envoysim", "--bootstrap FILE", "run one Envoy model (envoysim) from an ilb envoy-config bootstrap, when no Envoy is at hand", runEnvoySim},
+	}
+}

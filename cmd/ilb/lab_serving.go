@@ -1,0 +1,7 @@
+//go:build serving
+
+package main
+
+// labCommands: the serving binary has no simulation commands (build
+// without -tags serving for demo, sim, engine and envoysim).
+func labCommands() []command { return nil }

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestServingBinaryLinksNoSim: the serving binary (-tags serving, what
+// `make build` builds) links no simulation code: neither envoysim, the
+// engine model, the benchmark nor gonum/plot.
+func TestServingBinaryLinksNoSim(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "serving", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/ilbproject/ilb/sim/") || strings.HasPrefix(pkg, "gonum.org/") {
+			t.Errorf("the serving binary links %s", pkg)
+		}
+	}
+}
