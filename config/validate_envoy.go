@@ -2,15 +2,23 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// retryOns are the retry_on conditions Envoy's router knows.
-var retryOns = map[string]bool{
-	"5xx": true, "gateway-error": true, "reset": true, "reset-before-request": true, "connect-failure": true,
-	"envoy-ratelimited": true, "retriable-4xx": true, "refused-stream": true, "retriable-status-codes": true,
-	"retriable-headers": true, "http3-post-connect-failure": true,
-}
+// RetryOnHTTP are the retry_on conditions of Envoy's router for HTTP
+// (RetryStateImpl::parseRetryOn), RetryOnGRPC those for gRPC status codes
+// (parseRetryGrpcOn). Envoy ignores any other value silently, so a typo
+// disables the retry: the configuration (HTTP engines: RetryOnHTTP) and
+// the offline Envoy checks (both) refuse unknown ones from these lists.
+var (
+	RetryOnHTTP = []string{
+		"5xx", "gateway-error", "reset", "reset-before-request", "connect-failure",
+		"envoy-ratelimited", "retriable-4xx", "refused-stream", "retriable-status-codes",
+		"retriable-headers", "http3-post-connect-failure",
+	}
+	RetryOnGRPC = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+)
 
 func (c *Config) validateEnvoyKnobs(p *problems) {
 	ev := c.Envoy
@@ -28,7 +36,7 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 		hasCodes := false
 		for _, on := range strings.Split(r.On, ",") {
 			on = strings.TrimSpace(on)
-			if !retryOns[on] {
+			if !slices.Contains(RetryOnHTTP, on) {
 				p.addf("envoy.retry.on", "unknown retry condition %q in %q", on, r.On)
 			}
 			hasCodes = hasCodes || on == "retriable-status-codes"

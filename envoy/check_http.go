@@ -3,6 +3,7 @@ package envoy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+
+	"github.com/ilbproject/ilb/config"
 )
 
 // checkListener finds the HTTP connection managers of l's filter chains.
@@ -196,15 +199,15 @@ func (k *checker) checkRoute(where string, rt *routev3.Route) {
 	}
 }
 
-// retryConditions are the retry_on values Envoy knows (router.cc
-// RetryStateImpl::parseRetryOn and parseRetryGrpcOn); Envoy ignores any
-// other value silently, so a typo disables the retry.
-var retryConditions = map[string]bool{
-	"5xx": true, "gateway-error": true, "reset": true, "reset-before-request": true, "connect-failure": true,
-	"envoy-ratelimited": true, "retriable-4xx": true, "refused-stream": true, "retriable-status-codes": true,
-	"retriable-headers": true, "http3-post-connect-failure": true,
-	"cancelled": true, "deadline-exceeded": true, "internal": true, "resource-exhausted": true, "unavailable": true,
-}
+// retryConditions are the retry_on values Envoy knows, HTTP and gRPC
+// (config.RetryOnHTTP, config.RetryOnGRPC).
+var retryConditions = func() map[string]bool {
+	m := map[string]bool{}
+	for _, on := range append(slices.Clone(config.RetryOnHTTP), config.RetryOnGRPC...) {
+		m[on] = true
+	}
+	return m
+}()
 
 func (k *checker) checkRetry(where string, rp *routev3.RetryPolicy) {
 	codes := false
