@@ -5,9 +5,11 @@ package promtest
 import (
 	"bytes"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -45,4 +47,19 @@ func Golden(t testing.TB, got []byte, path string, update bool) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("exposition differs from %s (rerun the test with -update to accept it):\n%s", path, got)
 	}
+}
+
+// Without is reg without the families skip names: for a golden file of a
+// registry whose histograms of wall-clock durations are not reproducible.
+func Without(reg prometheus.Gatherer, skip ...string) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := reg.Gather()
+		out := mfs[:0]
+		for _, mf := range mfs {
+			if !slices.Contains(skip, mf.GetName()) {
+				out = append(out, mf)
+			}
+		}
+		return out, err
+	})
 }
