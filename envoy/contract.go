@@ -1,12 +1,16 @@
 package envoy
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -78,5 +82,33 @@ func StripInternal() *headermutationv3.HeaderMutation {
 func removePrefix(prefix string) *mutationrulesv3.HeaderMutation {
 	return &mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
 		KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: prefix}},
+	}}}
+}
+
+// LocalReplies maps Envoy's own 413 — a body past the listener's buffer
+// limit, which Envoy answers before ext_proc sees the body — to the same
+// OpenAI-style JSON error ILB gives past its own limit (code
+// request_too_large in the body and in x-ilb-reason), so a client gets one
+// answer whichever limit it hit. limit is the smaller of the two, in
+// bytes. The mapper matches every local reply with status 413, ILB's
+// included (the same text).
+func LocalReplies(limit int) *hcmv3.LocalReplyConfig {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": fmt.Sprintf("the request body is over %d bytes", limit),
+		"type":    "invalid_request_error", "param": nil, "code": "request_too_large",
+	}})
+	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{{
+		Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogv3.StatusCodeFilter{
+			Comparison: &accesslogv3.ComparisonFilter{Op: accesslogv3.ComparisonFilter_EQ, Value: &corev3.RuntimeUInt32{DefaultValue: 413, RuntimeKey: "ilb.local_reply.request_too_large"}},
+		}}},
+		Body: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(body)}},
+		BodyFormatOverride: &corev3.SubstitutionFormatString{
+			Format:      &corev3.SubstitutionFormatString_TextFormatSource{TextFormatSource: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "%LOCAL_REPLY_BODY%"}}},
+			ContentType: "application/json",
+		},
+		HeadersToAdd: []*corev3.HeaderValueOption{{
+			Header:       &corev3.HeaderValue{Key: header.Reason, Value: "request_too_large"},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}},
 	}}}
 }

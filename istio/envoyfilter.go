@@ -86,7 +86,7 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 			&listenerv3.Listener{PerConnectionBufferLimitBytes: wrapperspb.UInt32(ev.RequestBufferBytes)})
 		add(applyNetworkFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opMerge, &listenerv3.Filter{
 			Name:       wellknown.HTTPConnectionManager,
-			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(connectionManager())},
+			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(connectionManager(min(int(ev.RequestBufferBytes), r.c.ExtProc.MaxBodyBytes)))},
 		})
 		add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, wellknown.Router), opInsertBefore, &hcmv3.HttpFilter{
 			Name:       envoy.ExtProcFilter,
@@ -133,11 +133,12 @@ func (r *renderer) extProcCluster() string {
 // the early header mutation removing every header with the x-ilb-route-
 // prefix, so no client can pick a destination, and x-request-id on every
 // response, so a client has the key of its decision record (`ilb
-// explain`).
-func connectionManager() *hcmv3.HttpConnectionManager {
+// explain`), and Envoy's own 413 as ILB's JSON error (bodyLimit bytes).
+func connectionManager(bodyLimit int) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		AlwaysSetRequestIdInResponse:  true,
 		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{envoy.StripRouteHeaders()},
+		LocalReplyConfig:              envoy.LocalReplies(bodyLimit),
 	}
 }
 

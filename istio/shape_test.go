@@ -146,7 +146,7 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 			// A part of a connection manager: istiod merges it (Any with
 			// Any) into the proxy's; ILB's own stands for that one.
 			base := proto.Clone(ilbHCMConfig).(*hcmv3.HttpConnectionManager)
-			base.EarlyHeaderMutationExtensions, base.AlwaysSetRequestIdInResponse = nil, false
+			base.EarlyHeaderMutationExtensions, base.AlwaysSetRequestIdInResponse, base.LocalReplyConfig = nil, false, nil
 			proto.Merge(base, patch)
 			validate(t, name, &listenerv3.Filter{Name: f.GetName(), ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(base)}})
 			if !proto.Equal(base, ilbHCMConfig) {

@@ -168,3 +168,16 @@ func TestOnlyAPIPathsReachEngines(t *testing.T) {
 		}
 	}
 }
+
+// TestOversizedBodyIsJSON413: a body past Envoy's buffer limit, which
+// Envoy answers before ext_proc sees it, gets the same OpenAI-style JSON
+// error as one past ILB's own limit (the listener's local_reply_config).
+func TestOversizedBodyIsJSON413(t *testing.T) {
+	s := startStack(t, nil)
+	big := `{"model":"llama3-8b","messages":[{"role":"user","content":"` + strings.Repeat("x", int(s.Config.Envoy.RequestBufferBytes)) + `"}]}`
+	resp, body := do(t, http.MethodPost, envoyURL(t, s, "edge-eu")+"/v1/chat/completions", big, nil)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/json" ||
+		resp.Header.Get("x-ilb-reason") != "request_too_large" || !strings.Contains(string(body), `"code":"request_too_large"`) {
+		t.Errorf("%d %q %q %s; want ILB's JSON 413", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("x-ilb-reason"), body)
+	}
+}

@@ -50,6 +50,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			RouteConfigName: RouteConfigName,
 		}},
 		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{envoy.StripRouteHeaders()},
+		LocalReplyConfig:              envoy.LocalReplies(min(int(c.Envoy.RequestBufferBytes), c.ExtProc.MaxBodyBytes)),
 		HttpFilters: []*hcmv3.HttpFilter{
 			{Name: envoy.ExtProcFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.ExtProc(c.Envoy.ExtProcCluster, s.Name, c.Envoy.MessageTimeout.Std()))}},
 			{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(&routerv3.Router{})}},

@@ -202,7 +202,15 @@
 // message timeout gives 504 or continues; a mutation error always gives
 // status_on_error. ImmediateResponse becomes a local reply. Local replies
 // sent while decoding go through every ext_proc filter's response path, as
-// in Envoy's filter manager.
+// in Envoy's filter manager. The connection manager's local_reply_config
+// rewrites them (LocalReplyImpl::rewrite, after the route's and the
+// filter's header changes; the first matching mapper wins): mappers with a
+// status_code_filter, status_code, an inline body, a body_format_override
+// of text with %LOCAL_REPLY_BODY% and its content_type, and
+// headers_to_add; other filters, formatters and a top-level body_format
+// are refused. A response sent before the request was complete closes an
+// HTTP/1.1 connection with "connection: close" (ActiveStream::
+// encodeHeaders); a body that arrived with its headers completes it.
 // https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/ext_proc_filter
 //
 // # Refused

@@ -50,6 +50,7 @@ type hcmConfig struct {
 	stripAnyHostPort             bool
 	stripTrailingHostDot         bool
 	forwardClientCert            hcmv3.HttpConnectionManager_ForwardClientCertDetails
+	localReply                   []localReplyMapper
 }
 
 func compileHCM(c *hcmv3.HttpConnectionManager, clusterExists func(string) bool) (*hcmConfig, error) {
@@ -86,6 +87,11 @@ func compileHCM(c *hcmv3.HttpConnectionManager, clusterExists func(string) bool)
 	if c.GetStreamIdleTimeout() != nil {
 		h.streamIdleTimeout = c.GetStreamIdleTimeout().AsDuration()
 	}
+	lr, err := compileLocalReply(c.GetLocalReplyConfig())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	h.localReply = lr
 	if c.GetRequestTimeout().AsDuration() != 0 {
 		errs = append(errs, errors.New("request_timeout: only 0s (disabled, the default) is supported by envoysim"))
 	}

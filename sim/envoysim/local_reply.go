@@ -32,7 +32,7 @@ type localReply struct {
 // entry, or of the direct response; lr.modify; then for a non-empty body
 // content-length and, unless set, content-type text/plain, and for an empty
 // body neither content-length nor content-type.
-func (s *stream) localReplyHeaders(lr *localReply) *headerMap {
+func (s *stream) localReplyHeaders(lr *localReply) (*headerMap, string) {
 	h := &headerMap{}
 	h.add(":status", strconv.Itoa(lr.status))
 	if rt := s.route(); rt != nil && (lr.direct || rt.route.direct == nil) {
@@ -41,8 +41,9 @@ func (s *stream) localReplyHeaders(lr *localReply) *headerMap {
 	if lr.modify != nil {
 		lr.modify(h)
 	}
-	if lr.body != "" {
-		h.set("content-length", strconv.Itoa(len(lr.body)))
+	body := s.rewriteLocalReply(h, lr.body)
+	if body != "" {
+		h.set("content-length", strconv.Itoa(len(body)))
 		if !h.has("content-type") {
 			h.set("content-type", "text/plain")
 		}
@@ -50,7 +51,7 @@ func (s *stream) localReplyHeaders(lr *localReply) *headerMap {
 		h.remove("content-length")
 		h.remove("content-type")
 	}
-	return h
+	return h, body
 }
 
 func (s *stream) formatContext() formatContext {
@@ -64,8 +65,8 @@ func (s *stream) localReply(ctx context.Context, lr *localReply) {
 		panic(http.ErrAbortHandler) // reset the downstream stream
 	}
 	s.countLocalReply(lr)
-	h := s.localReplyHeaders(lr)
-	body := &responseBody{buf: []byte(lr.body), buffered: true, has: lr.body != ""}
+	h, text := s.localReplyHeaders(lr)
+	body := &responseBody{buf: []byte(text), buffered: true, has: text != ""}
 	if !s.encode(ctx, h, body) {
 		return
 	}
@@ -81,8 +82,8 @@ func (s *stream) directLocalReply(lr *localReply) {
 		panic(http.ErrAbortHandler)
 	}
 	s.countLocalReply(lr)
-	h := s.localReplyHeaders(lr)
-	_, _ = s.writeResponse(h, &responseBody{buf: []byte(lr.body), buffered: true, has: lr.body != ""}, nil)
+	h, text := s.localReplyHeaders(lr)
+	_, _ = s.writeResponse(h, &responseBody{buf: []byte(text), buffered: true, has: text != ""}, nil)
 }
 
 func (s *stream) countLocalReply(lr *localReply) {

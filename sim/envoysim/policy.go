@@ -213,7 +213,7 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.config.endpoint.v3.Endpoint", "address")
 	ign("envoy.config.endpoint.v3.Endpoint", "hostname", "observability_name")
 	mod("envoy.extensions.upstreams.http.v3.HttpProtocolOptions", "explicit_http_config",
-		"common_http_protocol_options")
+		"common_http_protocol_options", "local_reply_config")
 	ign("envoy.extensions.upstreams.http.v3.HttpProtocolOptions", "upstream_http_protocol_options")
 	mod("envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig", "http_protocol_options",
 		"http2_protocol_options")
@@ -253,7 +253,7 @@ func newFieldPolicy() fieldPolicy {
 		"always_set_request_id_in_response", "server_name", "server_header_transformation",
 		"strip_matching_host_port", "strip_any_host_port", "strip_trailing_host_dot", "normalize_path",
 		"path_with_escaped_slashes_action", "forward_client_cert_details",
-		"common_http_protocol_options")
+		"common_http_protocol_options", "local_reply_config")
 	ign(hcm, "stat_prefix", "access_log", "access_log_options", "access_log_flush_interval",
 		"flush_access_log_on_new_request", "tracing", "http_protocol_options", "http2_protocol_options",
 		"max_request_headers_kb", "drain_timeout", "drain_timeout_jitter", "delayed_close_timeout",
@@ -262,6 +262,15 @@ func newFieldPolicy() fieldPolicy {
 		"http1_safe_max_connection_duration", "stream_error_on_invalid_http_message", "append_local_overload",
 		"add_proxy_protocol_connection_state", "set_current_client_cert_details")
 	mod("envoy.extensions.filters.network.http_connection_manager.v3.Rds", "config_source", "route_config_name")
+	mod("envoy.extensions.filters.network.http_connection_manager.v3.LocalReplyConfig", "mappers", "body_format")
+	mod("envoy.extensions.filters.network.http_connection_manager.v3.ResponseMapper", "filter", "status_code", "body", "body_format_override", "headers_to_add")
+	mod("envoy.config.accesslog.v3.AccessLogFilter", "status_code_filter")
+	mod("envoy.config.accesslog.v3.StatusCodeFilter", "comparison")
+	mod("envoy.config.accesslog.v3.ComparisonFilter", "op", "value")
+	mod("envoy.config.core.v3.RuntimeUInt32", "default_value")
+	ign("envoy.config.core.v3.RuntimeUInt32", "runtime_key")
+	mod("envoy.config.core.v3.SubstitutionFormatString", "text_format", "text_format_source", "content_type", "json_format")
+	ign("envoy.config.core.v3.SubstitutionFormatString", "omit_empty_values")
 	mod("envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter", "name", "typed_config")
 	ign("envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter", "is_optional")
 	mod("envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation", "mutations")
