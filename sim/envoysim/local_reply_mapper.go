@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 )
 
@@ -56,9 +57,13 @@ func compileLocalReply(c *hcmv3.LocalReplyConfig) ([]localReplyMapper, error) {
 			lm.body, lm.hasBody = b.GetInlineString()+string(b.GetInlineBytes()), true
 		}
 		if f := m.GetBodyFormatOverride(); f != nil {
-			text := f.GetTextFormat() + f.GetTextFormatSource().GetInlineString()
-			if f.GetJsonFormat() != nil || text == "" {
-				errs = append(errs, fmt.Errorf("%s.body_format_override: only text_format or text_format_source.inline_string is supported by envoysim", where))
+			var text string
+			src, ok := f.GetFormat().(*corev3.SubstitutionFormatString_TextFormatSource)
+			if ok {
+				text = src.TextFormatSource.GetInlineString()
+			}
+			if text == "" {
+				errs = append(errs, fmt.Errorf("%s.body_format_override: only text_format_source.inline_string is supported by envoysim", where))
 			}
 			if rest := strings.ReplaceAll(text, "%LOCAL_REPLY_BODY%", ""); strings.Contains(rest, "%") {
 				errs = append(errs, fmt.Errorf("%s.body_format_override: %q: only %%LOCAL_REPLY_BODY%% is modelled by envoysim", where, text))

@@ -41,9 +41,9 @@ func TestLocalReplyMappers(t *testing.T) {
 		{name: "404 untouched", mappers: []*hcmv3.ResponseMapper{jsonBody}, code: "404", wantBody: "Payload Too Large"},
 		{name: "GE matches above", mappers: []*hcmv3.ResponseMapper{{Filter: status(accesslogv3.ComparisonFilter_GE, 500), StatusCode: nil, Body: inline("server")}}, code: "503", wantBody: "server"},
 		{name: "another filter is refused", mappers: []*hcmv3.ResponseMapper{{Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_NotHealthCheckFilter{NotHealthCheckFilter: &accesslogv3.NotHealthCheckFilter{}}}}}, err: "only status_code_filter"},
-		{name: "json_format is refused", mappers: []*hcmv3.ResponseMapper{{Filter: status(accesslogv3.ComparisonFilter_EQ, 413), BodyFormatOverride: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: &structpb.Struct{}}}}}, err: "only text_format"},
-		{name: "other operators are refused", mappers: []*hcmv3.ResponseMapper{{Filter: status(accesslogv3.ComparisonFilter_EQ, 413), BodyFormatOverride: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormat{TextFormat: "%RESPONSE_CODE%"}}}}, err: "only %LOCAL_REPLY_BODY%"},
-		{name: "a top-level body_format is refused", bodyFmt: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormat{TextFormat: "x"}}, err: "body_format is not supported"},
+		{name: "json_format is refused", mappers: []*hcmv3.ResponseMapper{{Filter: status(accesslogv3.ComparisonFilter_EQ, 413), BodyFormatOverride: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: &structpb.Struct{}}}}}, err: "only text_format_source"},
+		{name: "other operators are refused", mappers: []*hcmv3.ResponseMapper{{Filter: status(accesslogv3.ComparisonFilter_EQ, 413), BodyFormatOverride: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormatSource{TextFormatSource: inline("%RESPONSE_CODE%")}}}}, err: "only %LOCAL_REPLY_BODY%"},
+		{name: "a top-level body_format is refused", bodyFmt: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormatSource{TextFormatSource: inline("x")}}, err: "body_format is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms, err := compileLocalReply(&hcmv3.LocalReplyConfig{Mappers: tc.mappers, BodyFormat: tc.bodyFmt})
