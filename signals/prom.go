@@ -56,11 +56,11 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 		}, []string{"cluster"}),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ilb_signals_cluster_waiting",
-			Help: "Requests waiting in the engines' queues, summed over the cluster's serving replicas with known metrics.",
+			Help: "Requests waiting in the engines' queues, summed over the cluster's serving replicas with known metrics; absent when none's are known.",
 		}, []string{"cluster"}),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ilb_signals_cluster_running",
-			Help: "Requests running in the engines' batches, summed over the cluster's serving replicas with known metrics.",
+			Help: "Requests running in the engines' batches, summed over the cluster's serving replicas with known metrics; absent when none's are known.",
 		}, []string{"cluster"}),
 		kv: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ilb_signals_cluster_kv_usage",
@@ -113,8 +113,13 @@ func (p *promMetrics) observe(s *Snapshot, capacity map[string]float64) {
 		}
 		p.saturated.WithLabelValues(name).Set(v)
 		p.capacity.WithLabelValues(name).Set(capacity[name])
-		p.waiting.WithLabelValues(name).Set(c.Waiting)
-		p.running.WithLabelValues(name).Set(c.Running)
+		if c.LoadKnown > 0 {
+			p.waiting.WithLabelValues(name).Set(c.Waiting)
+			p.running.WithLabelValues(name).Set(c.Running)
+		} else { // unknown is an absent series, never 0
+			p.waiting.DeleteLabelValues(name)
+			p.running.DeleteLabelValues(name)
+		}
 		if c.KVKnown {
 			p.kv.WithLabelValues(name).Set(c.KVUsage)
 		} else {

@@ -26,10 +26,10 @@ func TestMetricsGolden(t *testing.T) {
 	s := &Snapshot{At: at, Clusters: map[string]Cluster{
 		"c1": {
 			Name: "c1", Ready: 2, Warming: 1, Ramps: []float64{0.5}, Draining: 1, Unhealthy: 1,
-			Waiting: 3, Running: 40, KVUsage: 0.42, KVKnown: true, Saturated: false,
+			Waiting: 3, Running: 40, LoadKnown: 3, KVUsage: 0.42, KVKnown: true, Saturated: false,
 			OldestScrape: at.Add(-1500 * time.Millisecond),
 		},
-		"c2": {Name: "c2", Starting: 1, Saturated: true},
+		"c2": {Name: "c2", Starting: 1, Saturated: true}, // load unknown: no waiting/running series
 	}, Blind: &Blind{Reason: "the signals loop woke 2s late (interval 1s)", Since: at.Add(-time.Second)}}
 	p.observe(s, map[string]float64{"c1": 2500, "c2": 1000})
 	p.scrapes.WithLabelValues("c1", resultOK).Add(7)

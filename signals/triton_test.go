@@ -2,6 +2,7 @@ package signals
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -71,5 +72,31 @@ func TestTritonReplica(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("not ready: %+v", m.Snapshot().Replicas)
 		}
+	}
+}
+
+// TestUnknownIsNull: what the monitor does not know is null in JSON
+// (/debug/signals), never 0, and reads back as unknown.
+func TestUnknownIsNull(t *testing.T) {
+	c := Cluster{Name: "c", Stale: 1, Waiting: 0, KVUsage: 0}
+	b, err := json.Marshal(Snapshot{Clusters: map[string]Cluster{"c": c}, Replicas: []Replica{{Cluster: "c", Metrics: Metrics{Waiting: 2}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"Waiting":null`, `"Running":null`, `"TokensPerSecond":null`, `"KVUsage":null`, `"TTFTSeconds":null`, `"TTFTMeanSeconds":null`, `"Waiting":2`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s: %s", want, b)
+		}
+	}
+	var back Snapshot
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Clusters["c"]; got.LoadKnown != 0 || got.KVKnown || got.Stale != 1 {
+		t.Errorf("read back %+v", got)
+	}
+	known := Cluster{Name: "k", Waiting: 3, Running: 4, LoadKnown: 1, KVUsage: 0.5, KVKnown: true}
+	if b, _ := json.Marshal(known); !strings.Contains(string(b), `"Waiting":3`) || !strings.Contains(string(b), `"KVUsage":0.5`) {
+		t.Errorf("known values: %s", b)
 	}
 }

@@ -68,8 +68,15 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 			if c.KVKnown {
 				kv = fmt.Sprintf("%.0f%%", 100*c.KVUsage)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t%.0f\t%v (%d)\t%s\t%s\n", n, c.Ready, c.Warming, c.Starting, c.Draining, c.Unhealthy, c.Stale,
-				c.Waiting, c.Running, kv, c.TokensPerSecond, c.Saturated, c.SaturatedReplicas, age(now, c.OldestScrape), c.DiscoveryError)
+			queue, running, tokens := "unknown", "unknown", "unknown"
+			if c.LoadKnown > 0 {
+				queue, running = fmt.Sprintf("%.0f", c.Waiting), fmt.Sprintf("%.0f", c.Running)
+			}
+			if c.RatesKnown > 0 {
+				tokens = fmt.Sprintf("%.0f", c.TokensPerSecond)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%v (%d)\t%s\t%s\n", n, c.Ready, c.Warming, c.Starting, c.Draining, c.Unhealthy, c.Stale,
+				queue, running, kv, tokens, c.Saturated, c.SaturatedReplicas, age(now, c.OldestScrape), c.DiscoveryError)
 		}
 		_ = tw.Flush()
 		fmt.Fprintln(w)
@@ -87,8 +94,12 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 			if r.LastError != "" && r.LastError != reason {
 				reason += "; last error: " + r.LastError
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.0f\t%.0f\t%s\t%s ago\t%s\n", r.Cluster, r.Address, r.State, age(now, r.Since), r.Ramp,
-				r.Metrics.Waiting, r.Metrics.Running, kv, age(now, r.LastScrape), reason)
+			queue, running := "unknown", "unknown"
+			if !r.LastScrape.IsZero() { // the latest good values, however old (LAST SCRAPE says)
+				queue, running = fmt.Sprintf("%.0f", r.Metrics.Waiting), fmt.Sprintf("%.0f", r.Metrics.Running)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s ago\t%s\n", r.Cluster, r.Address, r.State, age(now, r.Since), r.Ramp,
+				queue, running, kv, age(now, r.LastScrape), reason)
 		}
 		_ = tw.Flush()
 	}
