@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -125,10 +126,39 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 		}
 		printRecord(w, rec)
 	}
+	stale := d.staleSignals(w)
 	if len(failed) > 0 {
 		return errors.New("demo: some requests failed")
 	}
+	if stale > 0 {
+		return fmt.Errorf("demo: %d engine replicas without usable metrics: ILBStaleSignals would fire on this demo", stale)
+	}
 	return nil
+}
+
+// staleSignals prints what the ILBStaleSignals alert looks at (stale
+// replicas, the oldest scrape) and returns the stale replicas.
+func (d *demo) staleSignals(w io.Writer) int {
+	if d.App.Signals == nil {
+		return 0
+	}
+	snap := d.App.Signals.Snapshot()
+	stale := 0
+	var oldest time.Duration
+	for _, c := range snap.Clusters {
+		stale += c.Stale
+		if !c.OldestScrape.IsZero() {
+			oldest = max(oldest, snap.At.Sub(c.OldestScrape))
+		}
+	}
+	fmt.Fprintf(w, "\nEngine signals: %d replicas, %d stale, oldest scrape %s ago (ILBStaleSignals fires on a stale replica or a scrape over 30s old)\n",
+		len(snap.Replicas), stale, oldest.Round(time.Millisecond))
+	for _, r := range snap.Replicas {
+		if r.State == signals.StateStale {
+			fmt.Fprintf(w, "  STALE %s %s: %s\n", r.Cluster, r.Address, r.Reason)
+		}
+	}
+	return stale
 }
 
 // failure is one kind of failed request as the client saw it.
