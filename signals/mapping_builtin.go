@@ -28,7 +28,11 @@ import (
 // sglang:time_to_first_token_seconds, trtllm_time_to_first_token_seconds
 // (trtllm-serve; vLLM's bucket bounds); TGI has none.
 //
-// TGI — huggingface.co/docs/text-generation-inference/reference/metrics:
+// TGI — huggingface.co/docs/text-generation-inference/reference/metrics,
+// checked against TGI's router source (router/src/infer/queue.rs sets the
+// gauge tgi_queue_size as entries come and go; router/src/server.rs
+// observes the histograms tgi_request_input_length and
+// tgi_request_generated_tokens once per request, as it ends):
 // gauges tgi_queue_size and tgi_batch_current_size. TGI has no KV cache
 // gauge (KV stays unknown) and no token counters; the histograms
 // tgi_request_input_length and tgi_request_generated_tokens count tokens
