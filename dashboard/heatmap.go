@@ -187,7 +187,14 @@ func (d *Dashboard) clusterSamples(vi *versionInfo) []ClusterSample {
 				cs.Known = true
 				cs.Ready, cs.Warming, cs.Draining, cs.Unhealthy, cs.Stale, cs.Starting = c.Ready, c.Warming, c.Draining, c.Unhealthy, c.Stale, c.Starting
 				cs.Saturated, cs.SaturatedReplicas = c.Saturated, c.SaturatedReplicas
-				cs.Waiting, cs.Running, cs.TokensPerSecond = c.Waiting, c.Running, c.TokensPerSecond
+				if c.LoadKnown > 0 {
+					w, r := c.Waiting, c.Running
+					cs.Waiting, cs.Running = &w, &r
+				}
+				if c.RatesKnown > 0 {
+					tps := c.TokensPerSecond
+					cs.TokensPerSecond = &tps
+				}
 				if c.KVKnown {
 					kv := c.KVUsage
 					cs.KVUsage = &kv

@@ -36,13 +36,15 @@ type ClusterSample struct {
 	Saturated         bool `json:"saturated"`
 	SaturatedReplicas int  `json:"saturated_replicas"`
 	// Waiting (queue) and Running are request counts summed over the
-	// replicas with known metrics.
-	Waiting float64 `json:"waiting"`
-	Running float64 `json:"running"`
+	// replicas with known metrics; null when none's are known (unknown is
+	// never 0).
+	Waiting *float64 `json:"waiting"`
+	Running *float64 `json:"running"`
 	// KVUsage is the mean KV cache usage in [0, 1]; null when no replica
 	// reports one.
-	KVUsage         *float64 `json:"kv_usage"`
-	TokensPerSecond float64  `json:"tokens_per_second"`
+	KVUsage *float64 `json:"kv_usage"`
+	// TokensPerSecond is the token rate; null before two good scrapes.
+	TokensPerSecond *float64 `json:"tokens_per_second"`
 	// Capacity (token-cost units/s) and Utilization (in [0, ∞), 1 = the
 	// planned capacity) are the controller's plan in the weights in force;
 	// null when its explanation has none (policies that ignore demand).
