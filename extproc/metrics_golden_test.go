@@ -1,9 +1,7 @@
 package extproc_test
 
 import (
-	"errors"
 	"flag"
-	"io"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -33,22 +31,7 @@ func TestMetricsGolden(t *testing.T) {
 		{"edge-us", []*extprocv3.ProcessingRequest{post("/v1/chat/completions", "x-request-id", "refused"), reqBody(`{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`)}},
 		{"edge-eu", []*extprocv3.ProcessingRequest{post("/v1/chat/completions", "x-request-id", "gone"), chat}},
 	} {
-		st, _ := openStream(t, h, ex.source)
-		for _, m := range ex.msgs {
-			resp, err := exchangeOne(t, st, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.GetImmediateResponse() != nil {
-				break
-			}
-		}
-		if err := st.CloseSend(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-			t.Fatalf("stream end: %v", err)
-		}
+		playAndEnd(t, h, ex.source, ex.msgs...)
 	}
 	promtest.Golden(t, promtest.Exposition(t, promtest.Without(h.reg, "ilb_extproc_decision_duration_seconds")), "testdata/metrics.golden", *update)
 }

@@ -41,25 +41,7 @@ func TestUnansweredRecords(t *testing.T) {
 					o.Config = &c
 				}
 			})
-			st, _ := openStream(t, h, "edge-us")
-			for _, m := range tc.msgs {
-				resp, err := exchangeOne(t, st, m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if resp.GetImmediateResponse() != nil {
-					break
-				}
-			}
-			// Envoy ends the stream without response headers; the server's
-			// end is seen once its handler (and what it runs on the way
-			// out) returned.
-			if err := st.CloseSend(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-				t.Fatalf("stream end: %v", err)
-			}
+			playAndEnd(t, h, "edge-us", tc.msgs...)
 			rec, ok := h.srv.Decisions().Get("req-1")
 			if !ok {
 				t.Fatal("no record")
@@ -68,5 +50,29 @@ func TestUnansweredRecords(t *testing.T) {
 				t.Errorf("record complete %v reason %q status %d unanswered %q; want complete, %q, %d, %q", rec.Complete, rec.Reason, rec.Status, rec.Unanswered, tc.reason, tc.status, tc.why)
 			}
 		})
+	}
+}
+
+// playAndEnd plays msgs on one stream as source, stopping after an
+// ImmediateResponse, then ends the stream as Envoy does (whether or not
+// response headers were sent). It returns once the server's end of the
+// stream, and what it runs on the way out, is done.
+func playAndEnd(t *testing.T, h *harness, source string, msgs ...*extprocv3.ProcessingRequest) {
+	t.Helper()
+	st, _ := openStream(t, h, source)
+	for _, m := range msgs {
+		resp, err := exchangeOne(t, st, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetImmediateResponse() != nil {
+			break
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v", err)
 	}
 }

@@ -18,20 +18,7 @@ import (
 // status, x-ilb-reason and body, and fails the demo; the explained request
 // is the latest one, whose record the decision log still holds.
 func TestDemoReportFailures(t *testing.T) {
-	c, err := config.Load("../../examples/demo/ilb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, c, stack.Options{Seed: 1})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = st.Wait()
-	})
+	st, ctx := startDemoWorld(t)
 	d := &demo{Stack: st}
 	results, err := loadgen.Run(ctx, loadgen.Options{
 		Targets: d.targets(), Models: modelNames(st.Config), Requests: 20, Concurrency: 2, MaxTokens: 4, Seed: 1,
@@ -55,4 +42,25 @@ func TestDemoReportFailures(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// startDemoWorld runs the demo world (engines, ILB, envoysim per source)
+// until the test ends; ctx ends with it.
+func startDemoWorld(t *testing.T) (*stack.Stack, context.Context) {
+	t.Helper()
+	c, err := config.Load("../../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := stack.Start(ctx, c, stack.Options{Seed: 1})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = st.Wait()
+	})
+	return st, ctx
 }

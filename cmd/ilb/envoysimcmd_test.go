@@ -15,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
-	"github.com/ilbproject/ilb/sim/stack"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -42,20 +40,7 @@ func (l *lockedBuffer) String() string {
 // running ILB, as a separate Envoy process would be: it takes its
 // configuration over ADS and serves a chat request through ILB's ext_proc.
 func TestEnvoySimCommand(t *testing.T) {
-	c, err := config.Load("../../examples/demo/ilb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, c, stack.Options{Seed: 1})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = st.Wait()
-	})
+	st, ctx := startDemoWorld(t)
 	b, err := envoy.Bootstrap(st.Config, "edge-us", envoy.BootstrapOptions{NodeID: "edge-us-separate", XDS: st.App.XDSAddr(), ExtProc: st.App.ExtProcAddr()})
 	if err != nil {
 		t.Fatal(err)
