@@ -100,12 +100,12 @@ func TestRouteOrder(t *testing.T) {
 			"ilb-cluster-us-east-vllm", "ilb-cluster-us-west-sglang", "ilb-cluster-eu-west-vllm", "ilb-cluster-eu-west-tgi",
 			"ilb-model-llama-3.1-8b-instruct", "ilb-model-qwen2.5-7b-instruct",
 			"ilb-hint-llama-3.1-8b-instruct", "ilb-hint-qwen2.5-7b-instruct",
-			"ilb-default",
+			"ilb-default", "ilb-not-found",
 		}},
 		{"edge-eu", []string{ // fail-closed: no hint routes, a 503 default
 			"ilb-cluster-eu-west-vllm", "ilb-cluster-eu-west-tgi",
 			"ilb-model-llama-3.1-8b-instruct", "ilb-model-qwen2.5-7b-instruct",
-			"ilb-default",
+			"ilb-default", "ilb-not-found",
 		}},
 	} {
 		t.Run(tt.source, func(t *testing.T) {
@@ -143,12 +143,16 @@ func TestRouteOrder(t *testing.T) {
 							model = cm
 						}
 					}
-					if !slices.Equal(matchHeaders[header.Model], append([]string{model.Name}, model.Aliases...)) {
+					if !slices.Equal(slices.Compact(matchHeaders[header.Model]), append([]string{model.Name}, model.Aliases...)) {
 						t.Errorf("%s: match %v", name, matchHeaders)
 					}
 				case name == routeDefault:
-					if len(r.GetMatch()) != 0 {
-						t.Errorf("the default route matches %v", r.GetMatch())
+					if len(r.GetMatch()) != 1 || r.GetMatch()[0].GetUri().GetPrefix() != "/v1/" || len(r.GetMatch()[0].GetHeaders()) != 0 {
+						t.Errorf("the default route matches %v; want the API paths only", r.GetMatch())
+					}
+				case name == routeNotFound:
+					if len(r.GetMatch()) != 0 || r.GetDirectResponse().GetStatus() != 404 || !strings.Contains(r.GetDirectResponse().GetBody().GetString_(), `"code":"path_not_found"`) {
+						t.Errorf("the last route %v; want a JSON 404 for every other path", r)
 					}
 				}
 				if r.GetTimeout() != nil || (len(r.GetRoute()) > 0 && r.GetRetries().GetAttempts() != 2) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 
@@ -23,6 +24,7 @@ const (
 	routeModelPrefix   = "ilb-model-"
 	routeHintPrefix    = "ilb-hint-"
 	routeDefault       = "ilb-default"
+	routeNotFound      = "ilb-not-found"
 )
 
 // IstioTotal is the sum of the weights of an Istio route's destinations.
@@ -58,17 +60,23 @@ func (r *renderer) virtualService(p plan) (Object, bool) {
 		cells[m.Name] = r.cell(s, m.Name)
 		routes = append(routes, r.weighted(routeModelPrefix+m.Name, matches(header.RouteModel, m.Name), cells[m.Name], s, m.Name))
 	}
+	prefixes := r.c.Envoy.PathPrefixes
 	if s.FailMode == config.FailOpen {
 		for _, m := range r.c.Models {
-			routes = append(routes, r.weighted(routeHintPrefix+m.Name, matches(header.Model, append([]string{m.Name}, m.Aliases...)...), cells[m.Name], s, m.Name))
+			routes = append(routes, r.weighted(routeHintPrefix+m.Name, underPaths(matches(header.Model, append([]string{m.Name}, m.Aliases...)...), prefixes), cells[m.Name], s, m.Name))
 		}
 	}
 	if s.FailMode == config.FailClosed {
-		routes = append(routes, directJSON(routeDefault, 503, "routing_unavailable", fmt.Sprintf(
-			"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name)))
+		rt := directJSON(routeDefault, 503, "service_unavailable", "routing_unavailable", fmt.Sprintf(
+			"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name))
+		rt.Match = underPaths(nil, prefixes)
+		routes = append(routes, rt)
 	} else {
-		routes = append(routes, r.weighted(routeDefault, nil, servingAll(r.c, cells[s.DefaultModel]), s, s.DefaultModel))
+		routes = append(routes, r.weighted(routeDefault, underPaths(nil, prefixes), servingAll(r.c, cells[s.DefaultModel]), s, s.DefaultModel))
 	}
+	// Any other path (an engine's /metrics or /health) is not for clients.
+	routes = append(routes, directJSON(routeNotFound, 404, "invalid_request_error", "path_not_found", fmt.Sprintf(
+		"this path is not served: only paths under %s reach the engines", strings.Join(prefixes, ", "))))
 	md, ok := r.meta(s.Name, r.o.Namespace, map[string]string{versionAnnotation: r.w.Version(), policyAnnotation: r.w.Policy()}, s.Name)
 	if !ok {
 		return Object{}, false
@@ -116,7 +124,7 @@ func (r *renderer) weighted(name string, match []*networkingv1.HTTPMatchRequest,
 		dests = append(dests, destination(e, pct[i]))
 	}
 	if len(dests) == 0 {
-		rt := directJSON(name, 503, "no_capacity", fmt.Sprintf("no engine cluster has capacity for model %q from source %q", model, s.Name))
+		rt := directJSON(name, 503, "service_unavailable", "no_capacity", fmt.Sprintf("no engine cluster has capacity for model %q from source %q", model, s.Name))
 		rt.Match = match
 		return rt
 	}
@@ -186,6 +194,23 @@ func matches(name string, values ...string) []*networkingv1.HTTPMatchRequest {
 	return out
 }
 
+// underPaths restricts match to the path prefixes that reach the engines:
+// each of its alternatives (or, for nil, any request) under each prefix.
+func underPaths(match []*networkingv1.HTTPMatchRequest, prefixes []string) []*networkingv1.HTTPMatchRequest {
+	if match == nil {
+		match = []*networkingv1.HTTPMatchRequest{{}}
+	}
+	var out []*networkingv1.HTTPMatchRequest
+	for _, m := range match {
+		for _, p := range prefixes {
+			c := proto.CloneOf(m)
+			c.Uri = &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Prefix{Prefix: p}}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // responseHeaders sets (overwrites: an engine cannot forge them) response
 // headers.
 func responseHeaders(set map[string]string) *networkingv1.Headers {
@@ -193,10 +218,10 @@ func responseHeaders(set map[string]string) *networkingv1.Headers {
 }
 
 // directJSON answers with an OpenAI-style JSON error, its code in
-// x-ilb-reason (with '_' as '-'), as ILB's own routes do.
-func directJSON(name string, status uint32, code, msg string) *networkingv1.HTTPRoute {
+// x-ilb-reason, as ILB's own routes do.
+func directJSON(name string, status uint32, typ, code, msg string) *networkingv1.HTTPRoute {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": "service_unavailable", "param": nil, "code": code,
+		"message": msg, "type": typ, "param": nil, "code": code,
 	}})
 	return &networkingv1.HTTPRoute{
 		Name: name,
