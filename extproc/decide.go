@@ -111,17 +111,13 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, live.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
 		rec.Reason = reasonRedrawn
 	}
-	if d.Steered {
-		why := fmt.Sprintf("%s is saturated: drawn again among %d unsaturated clusters, slot %d", c.targets[d.SteeredFrom].Cluster, d.SteerAmong, d.SteerSlot)
-		if d.Graded {
-			from := c.targets[d.SteeredFrom].Cluster
-			if sig[d.SteeredFrom].TTFTKnown {
-				why = fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is faster, round trip included: moved (probability 1 − %.2f) among %d faster clusters",
-					from, 1000*sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
-			} else {
-				why = fmt.Sprintf("%s has %.2f queued requests per running one, others less: moved (probability 1 − %.2f) among %d clusters with less, slot %d",
-					from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
-			}
+	if d.Steered { // always graded: by predicted TTFT, or by queue pressure
+		from := c.targets[d.SteeredFrom].Cluster
+		why := fmt.Sprintf("%s has %.2f queued requests per running one, others less: moved (probability 1 − %.2f) among %d clusters with less, slot %d",
+			from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
+		if sig[d.SteeredFrom].TTFTKnown {
+			why = fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is faster, round trip included: moved (probability 1 − %.2f) among %d faster clusters",
+				from, 1000*sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
 		}
 		if rec.Redrawn != "" { // redrawn first: keep why
 			why = rec.Redrawn + "; then " + why

@@ -65,6 +65,13 @@ func allSaturated() *extproc.Live {
 	}}
 }
 
+// sat is a saturated cluster as the signals give it: a queue of three
+// requests per running one (saturation needs a known load).
+var sat = extproc.ClusterLive{Saturated: true, Pressure: 3, PressureKnown: true}
+
+// free is a cluster with headroom: nothing queued.
+var free = extproc.ClusterLive{PressureKnown: true}
+
 // now is the harness clock (extproc.Options.Now).
 var now = time.Unix(1700000000, 0)
 
@@ -92,28 +99,28 @@ func TestFastLoop(t *testing.T) {
 		{"planned shedding of standard, confirmed by every cluster saturated", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "standard", 429, "shed", "", ""},
 		{"planned shedding spares more important priorities", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "critical", 0, "weighted", "", ""},
 		{"planned shedding while a cluster has headroom: waived", weights.ShedFractions{weights.Standard: 1}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true},
-		}}, "standard", 0, "steered", "eu-west-tgi", "eu-west-vllm is saturated: drawn again among 1 unsaturated clusters"},
+			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": free,
+		}}, "standard", 0, "steered", "eu-west-tgi", "eu-west-vllm has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25) among 1 clusters with less"},
 		{"planned shedding without live state: waived", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 0, "weighted", "", ""},
 		{"all saturated: sheddable refused", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
+			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": sat,
 		}}, "sheddable", 429, "overloaded", "", ""},
 		{"all saturated: critical still served", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
+			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": sat,
 		}}, "critical", 0, "weighted", "", ""},
 		{"one cluster not saturated: sheddable served there", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true},
-		}}, "sheddable", 0, "steered", "eu-west-tgi", "eu-west-vllm is saturated: drawn again among 1 unsaturated clusters"},
+			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": free,
+		}}, "sheddable", 0, "steered", "eu-west-tgi", "eu-west-vllm has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25) among 1 clusters with less"},
 		// The draw (4242) falls in eu-west-vllm [4000, 8000).
-		{"drawn cluster saturated: steered by weight among the others", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"eu-west-vllm": {Saturated: true},
-		}}, "", 0, "steered", "eu-west-tgi", "eu-west-vllm is saturated: drawn again among 2 unsaturated clusters, slot 4242"}, // us-east [0, 4000), tgi [4000, 6000)
+		{"drawn cluster saturated: steered (graded) among the others", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+			"us-east-vllm": free, "eu-west-vllm": sat, "eu-west-tgi": free,
+		}}, "", 0, "steered", "eu-west-tgi", "eu-west-vllm has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25) among 2 clusters with less, slot 4242"}, // us-east [0, 4000), tgi [4000, 6000)
 		{"another cluster saturated: the draw stands", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"us-east-vllm": {Saturated: true},
+			"us-east-vllm": sat,
 		}}, "", 0, "weighted", "", ""},
 		{"redrawn onto a saturated cluster: steered", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
-			"eu-west-vllm": {Excluded: "no ready replica"}, "eu-west-tgi": {Saturated: true},
-		}}, "", 0, "steered", "us-east-vllm", "eu-west-tgi is saturated: drawn again among 1 unsaturated clusters"},
+			"us-east-vllm": free, "eu-west-vllm": {Excluded: "no ready replica"}, "eu-west-tgi": sat,
+		}}, "", 0, "steered", "us-east-vllm", "then eu-west-tgi has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,9 +9,10 @@ import (
 )
 
 var (
-	ok   = route.Signal{}
-	out  = route.Signal{Excluded: true}
-	full = route.Signal{Saturated: true}
+	ok  = route.Signal{PressureKnown: true}
+	out = route.Signal{Excluded: true}
+	// full is saturated: a queue of three per running request.
+	full = route.Signal{Saturated: true, Pressure: 3, PressureKnown: true}
 )
 
 // targets are targets of these weights, all at the same round trip.
@@ -63,7 +64,9 @@ func TestDecideOrder(t *testing.T) {
 			name: "planned shed while a target has headroom is waived and routed",
 			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, ok},
 			req:  route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.2},
-			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 1, Steered: true, SteeredFrom: 0, SteerAmong: 1, SteerSlot: 100, Waived: 0.5},
+			// Not shed; graded steering keeps this draw on the saturated
+			// target with probability (1+0)/(1+3) = 0.25, and this one stays.
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 0.25, Waived: 0.5},
 		},
 		{
 			name: "planned shed without live state is waived: no evidence of overload",
@@ -108,10 +111,10 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 1, Redrawn: true, RedrawSlot: 150, SteeredFrom: -1, Keep: 1},
 		},
 		{
-			name: "redrawn then steered off a saturated target",
+			name: "redrawn then steered (graded) off a saturated target",
 			ws:   []uint64{600, 300, 100}, live: []route.Signal{out, full, ok},
 			req:  route.Request{Priority: weights.Standard, Draw: 550},
-			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 2, Redrawn: true, RedrawSlot: 150, Steered: true, SteeredFrom: 1, SteerAmong: 1, SteerSlot: 50},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 2, Redrawn: true, RedrawSlot: 150, Steered: true, Graded: true, Keep: 0.25, SteeredFrom: 1, SteerAmong: 1, SteerSlot: 50},
 		},
 		{
 			name: "graded: equal pressure moves nothing",
