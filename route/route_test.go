@@ -63,7 +63,7 @@ func TestDecideOrder(t *testing.T) {
 		{
 			name: "planned shed while a target has headroom is waived and routed",
 			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, ok},
-			req:  route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.2},
+			req: route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.2},
 			// Not shed; graded steering keeps this draw on the saturated
 			// target with probability (1+0)/(1+3) = 0.25, and this one stays.
 			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 0.25, Waived: 0.5},
