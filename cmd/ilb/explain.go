@@ -69,7 +69,7 @@ var reasonMeaning = map[string]string{
 	"weighted": "a random draw over the weights",
 	"session":  "the draw is the session key's hash: the session sticks to one cluster",
 	"redrawn":  "the drawn cluster is excluded now: drawn again among the rest",
-	"steered":  "the drawn cluster is saturated now: drawn again among the unsaturated ones",
+	"steered":  "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
 }
 
 // printRecord writes a decision record for people, without a trace link.

@@ -16,7 +16,12 @@ func TestExplainStory(t *testing.T) {
 	drawn := s.drawn(t, src, model)
 	s.request(t, "r-weighted", model, drawn)
 	s.request(t, "r-elsewhere", model, "eu-west-tgi")
-	s.srv.SetLive(&extproc.Live{At: time.Now(), Clusters: map[string]extproc.ClusterLive{drawn: {Saturated: true}}})
+	live := map[string]extproc.ClusterLive{}
+	for _, c := range []string{"us-east-vllm", "eu-west-vllm", "eu-west-tgi"} {
+		live[c] = extproc.ClusterLive{PressureKnown: true}
+	}
+	live[drawn] = extproc.ClusterLive{Saturated: true, Pressure: 3, PressureKnown: true} // a queue of 3 per running request
+	s.srv.SetLive(&extproc.Live{At: time.Now(), Clusters: live})
 	s.request(t, "r-steered", model, "")
 	s.srv.SetLive(nil)
 	s.request(t, "r-bad", "no-such-model", "")
@@ -65,9 +70,9 @@ func TestExplainStory(t *testing.T) {
 			[]string{"r-steered"},
 			"",
 			[]string{
-				"steered     " + drawn + " is saturated: drawn again among",
+				"steered     " + drawn + " has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25)",
 				"saturated; <- slot 4242 falls here, passed over (steered)",
-				"chosen      " + steered.Chosen + " (reason steered: the drawn cluster is saturated now",
+				"chosen      " + steered.Chosen + " (reason steered: the drawn cluster's engines are slower now",
 			},
 			nil,
 		},
