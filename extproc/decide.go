@@ -23,7 +23,7 @@ const (
 	reasonWeighted = "weighted" // random draw over the weights
 	reasonSession  = "session"  // draw from the session key: sticky
 	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
-	reasonSteered  = "steered"  // the drawn cluster is saturated now: drawn again among the unsaturated
+	reasonSteered  = "steered"  // moved off the drawn cluster by graded steering (slower, a queue included)
 )
 
 // decide resolves the model, applies the fast loop (live exclusions —
