@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 )
 
@@ -51,6 +52,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	usage(stderr)
+	if slices.Contains(labCommandNames, args[0]) {
+		return fmt.Errorf("%q is not in this binary, built with -tags serving: use bin/ilb-lab (make build) or go run ./cmd/ilb %s", args[0], args[0])
+	}
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
@@ -93,3 +97,6 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
+
+// labCommandNames are the commands only the full build has (lab.go).
+var labCommandNames = []string{"demo", "sim", "engine", "envoysim"}

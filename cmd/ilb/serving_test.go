@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -18,5 +19,17 @@ func TestServingBinaryLinksNoSim(t *testing.T) {
 		if strings.HasPrefix(pkg, "github.com/ilbproject/ilb/sim/") || strings.HasPrefix(pkg, "gonum.org/") {
 			t.Errorf("the serving binary links %s", pkg)
 		}
+	}
+}
+
+// TestLabCommandNames: the names the serving binary refers to the lab
+// binary for are the lab commands.
+func TestLabCommandNames(t *testing.T) {
+	var names []string
+	for _, c := range labCommands() {
+		names = append(names, c.name)
+	}
+	if !slices.Equal(names, labCommandNames) {
+		t.Errorf("lab commands %v, labCommandNames %v", names, labCommandNames)
 	}
 }
