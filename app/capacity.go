@@ -33,8 +33,8 @@ func (a *App) observeCapacity(snap *signals.Snapshot) {
 		return
 	}
 	for name, c := range snap.Clusters {
-		n := min(c.LoadKnown, c.RatesKnown)
-		if c.LoadKnown != c.RatesKnown {
+		n := c.LoadKnown
+		if c.RatesKnown != n {
 			n = 0 // sums over different replicas: not one observation
 		}
 		o := capacity.Observation{

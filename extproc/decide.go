@@ -225,7 +225,7 @@ func (s *Server) signals(c *cell, live *Live) []route.Signal {
 
 // noCapacityWhy says why no target of the cell is left.
 func (c *cell) noCapacityWhy(live *Live) string {
-	if len(c.targets) == 0 || live == nil {
+	if c.rc.Total() == 0 || live == nil { // spill targets alone carry no weight
 		return " (no cluster has capacity for it in the current weights)"
 	}
 	var why []string

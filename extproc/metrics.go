@@ -48,7 +48,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 		}),
 		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_served_mismatch_total",
-			Help: "Responses served by another cluster than ext_proc predicted (Envoy on another weights version, or a fallback route).",
+			Help: "Responses served by another cluster than ext_proc chose (a fallback route, or a cluster header Envoy could not follow).",
 		}, []string{"source"}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_late_total",

@@ -74,3 +74,18 @@ func publishEmptyQwen(t *testing.T, h *harness, shed weights.ShedFractions) {
 		t.Fatal(err)
 	}
 }
+
+// TestNoCapacityWhyWithoutWeights: a cell the weights give nothing says
+// so, even when its source may reach clusters (spill targets, weight 0)
+// that the live state does not exclude.
+func TestNoCapacityWhyWithoutWeights(t *testing.T) {
+	h := start(t, true)
+	publishEmptyQwen(t, h, weights.ShedFractions{})
+	h.srv.SetLive(&extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}})
+	resps := h.run(t, "edge-us", qwenRequest("")...)
+	ir := resps[len(resps)-1].GetImmediateResponse()
+	if ir == nil {
+		t.Fatalf("answer %v; want 503", resps[len(resps)-1])
+	}
+	checkImmediate(t, ir, 503, "no_capacity", "", "no cluster has capacity for it in the current weights")
+}

@@ -74,8 +74,9 @@ type Record struct {
 	ServedCluster string `json:"served_cluster,omitempty"`
 	ServedVersion string `json:"served_version,omitempty"`
 	UpstreamHost  string `json:"upstream_host,omitempty"`
-	// Mismatch says the served cluster is not the chosen one (Envoy had
-	// another weights version, or a route without ILB's headers matched).
+	// Mismatch says the served cluster is not the chosen one (a route
+	// without ILB's headers matched, or Envoy could not follow the
+	// cluster header).
 	Mismatch bool `json:"mismatch,omitempty"`
 
 	// Unanswered says why the record holds no answer the client got: ILB

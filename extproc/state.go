@@ -45,7 +45,7 @@ type sourceState struct {
 // them, their names in the same order, and every cluster serving the
 // model for decision records.
 type cell struct {
-	targets    []weights.Target
+	targets    []route.Target // weighted, then spill targets (route.Targets)
 	rc         *route.Cell
 	candidates []Candidate
 }
@@ -96,24 +96,12 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 // why they have none that is known without the controller's explanation
 // (residency); `ilb why` tells the rest.
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
-	c := &cell{targets: slices.Clone(wc.Targets)}
+	c := &cell{targets: route.Targets(cfg, s, wc)}
+	c.rc = route.NewCell(c.targets, wc.Shed)
 	weight := map[string]uint32{}
-	for _, t := range c.targets {
+	for _, t := range wc.Targets {
 		weight[t.Cluster] = t.Weight
 	}
-	// The other clusters the source may reach for the model are spill
-	// targets: weight 0, so Envoy's draw never takes them, but steering
-	// may name one when the weighted ones are slower (package route).
-	for _, e := range cfg.Reachable(s, model) {
-		if _, ok := weight[e.Name]; !ok {
-			c.targets = append(c.targets, weights.Target{Cluster: e.Name})
-		}
-	}
-	ts := make([]route.Target, len(c.targets))
-	for i, t := range c.targets {
-		ts[i] = route.Target{Weight: uint64(t.Weight), RTT: rttOf(cfg, s, t.Cluster)}
-	}
-	c.rc = route.NewCell(ts, wc.Shed)
 	for _, e := range cfg.Clusters {
 		if !e.Serves(model) {
 			continue
@@ -122,7 +110,7 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		switch {
 		case !s.Allows(e.Region):
 			cand.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)
-		case cand.Weight == 0 && slices.ContainsFunc(c.targets, func(t weights.Target) bool { return t.Cluster == e.Name }):
+		case cand.Weight == 0 && slices.ContainsFunc(c.targets, func(t route.Target) bool { return t.Cluster == e.Name }):
 			cand.Spill = true // weight 0, but steering may use it
 		case cand.Weight == 0:
 			cand.Excluded = "weight 0 in this weights version (ilb weights --explain says why)"
@@ -130,13 +118,6 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		c.candidates = append(c.candidates, cand)
 	}
 	return c
-}
-
-// rttOf is the round trip from source s to cluster name, in seconds.
-func rttOf(cfg *config.Config, s config.Source, name string) float64 {
-	e, _ := cfg.Cluster(name)
-	l, _ := cfg.Link(s.Region, e.Region)
-	return l.RTTMs / 1000
 }
 
 // sameModel reports whether two names a client gave name one model (the

@@ -76,6 +76,8 @@ type Cell struct {
 
 // Target is one cluster of a cell.
 type Target struct {
+	// Cluster is the engine cluster's name (not used by Decide).
+	Cluster string
 	// Weight is its integer weight in Envoy's weighted_clusters; 0 for a
 	// cluster the source may use but the weights give nothing: Envoy's
 	// draw never takes it, steering may move a request there (a spill
@@ -190,10 +192,8 @@ type Decision struct {
 	// under more pressure than another; the request was drawn again among
 	// the SteerAmong targets with headroom (faster, or with less pressure),
 	// at SteerSlot (0 when moved by predicted TTFT, which draws by what
-	// each target saves). Graded is always set with Steered (kept for the
-	// records' wording).
+	// each target saves).
 	Steered bool
-	Graded  bool
 	// Keep is the probability the steering gave the chosen target of
 	// keeping the request: k of graded steering (see predict and grade), 1
 	// when no steering applied.
@@ -325,7 +325,7 @@ func (c *Cell) predict(d *Decision, live []Signal, draw uint64) {
 			}
 		}
 	}
-	d.SteeredFrom, d.Steered, d.Graded, d.SteerAmong, d.SteerSlot = from, true, true, n, 0
+	d.SteeredFrom, d.Steered, d.SteerAmong, d.SteerSlot = from, true, n, 0
 }
 
 // grade is graded steering: a request drawn to a target with a queue
@@ -360,7 +360,7 @@ func (c *Cell) grade(d *Decision, rem []int, live []Signal, draw uint64) {
 	}
 	d.SteeredFrom = d.Chosen
 	d.Chosen, d.SteerSlot = c.pickAmong(cool, draw)
-	d.Steered, d.Graded, d.SteerAmong = true, true, len(cool)
+	d.Steered, d.SteerAmong = true, len(cool)
 }
 
 // mix is the splitmix64 finalizer: a draw turned into an independent

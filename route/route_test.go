@@ -114,7 +114,7 @@ func TestDecideOrder(t *testing.T) {
 			name: "redrawn then steered (graded) off a saturated target",
 			ws:   []uint64{600, 300, 100}, live: []route.Signal{out, full, ok},
 			req:  route.Request{Priority: weights.Standard, Draw: 550},
-			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 2, Redrawn: true, RedrawSlot: 150, Steered: true, Graded: true, Keep: 0.25, SteeredFrom: 1, SteerAmong: 1, SteerSlot: 50},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 550, Chosen: 2, Redrawn: true, RedrawSlot: 150, Steered: true, Keep: 0.25, SteeredFrom: 1, SteerAmong: 1, SteerSlot: 50},
 		},
 		{
 			name: "graded: equal pressure moves nothing",

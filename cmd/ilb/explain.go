@@ -147,7 +147,7 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 	case r.ServedCluster != "":
 		p("served", "%s at %s, weights %s, status %d", r.ServedCluster, orDash(r.UpstreamHost), orDash(r.ServedVersion), r.Status)
 		if r.Mismatch {
-			p("WARNING", "Envoy served %s, not %s: it routed with weights %s while ILB decided on %s", r.ServedCluster, r.Chosen, orDash(r.ServedVersion), r.WeightsVersion)
+			p("WARNING", "Envoy served %s, not %s (its routes are weights %s, ILB decided on %s): a route without ILB's headers matched, or Envoy could not follow the cluster ILB named", r.ServedCluster, r.Chosen, orDash(r.ServedVersion), r.WeightsVersion)
 		}
 	case r.Chosen != "":
 		p("served", "status %d, no served-cluster report (a local reply from Envoy)", r.Status)

@@ -141,7 +141,7 @@ func TestExplainCommand(t *testing.T) {
 		"b        7000    70.0%  [3000, 10000)  <- slot 3500 falls here",
 		"excluded: residency: region x",
 		"draw        13500 (random) -> slot 3500 of 10000",
-		"WARNING     Envoy served a, not b: it routed with weights v0 while ILB decided on v1",
+		"WARNING     Envoy served a, not b (its routes are weights v0, ILB decided on v1)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -72,13 +72,7 @@ func TestDecisionParity(t *testing.T) {
 		if err := srv.Publish(t.Context(), w); err != nil {
 			t.Fatalf("version %d: %v", v, err)
 		}
-		rtt := make([][]time.Duration, len(f.Sources))
-		for si, src := range f.Sources {
-			for _, c := range f.Clusters {
-				rtt[si] = append(rtt[si], time.Duration(f.link(src.Region, c.Region).RTTMs*float64(time.Millisecond)))
-			}
-		}
-		tab := newTable(cfg, w, sources, models, clusters, rtt)
+		tab := newTable(cfg, w, sources, models, clusters)
 		live := make([]liveCluster, len(f.Clusters))
 		el := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{}}
 		pExcluded, pSaturated := rng.Float64(), rng.Float64() // some versions lose every cluster

@@ -1,9 +1,6 @@
 package experiment
 
 import (
-	"slices"
-	"time"
-
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
@@ -36,33 +33,19 @@ type routeCell struct {
 	rc       *route.Cell
 }
 
-// newTable indexes w for the fleet, as extproc's State does: each cell's
-// weighted targets in order, then the other clusters the source may reach
-// for the model with weight 0 (spill targets for steering), each with its
-// round trip from the source.
-func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters map[string]int, rtt [][]time.Duration) *table {
+// newTable indexes w for the fleet with the targets ext_proc's State
+// builds (route.Targets: weighted, then spill targets).
+func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters map[string]int) *table {
 	t := &table{cells: map[cellKey]*routeCell{}}
 	for _, c := range w.Cells() {
-		si := sources[c.Source]
-		rc := &routeCell{}
-		var ts []route.Target
-		add := func(name string, weight uint64) {
-			ci := clusters[name]
-			rc.clusters = append(rc.clusters, ci)
-			rc.weights = append(rc.weights, weight)
-			ts = append(ts, route.Target{Weight: weight, RTT: rtt[si][ci].Seconds()})
-		}
-		for _, tg := range c.Targets {
-			add(tg.Cluster, uint64(tg.Weight))
-		}
 		src, _ := cfg.Source(c.Source)
-		for _, e := range cfg.Reachable(src, c.Model) {
-			if !slices.Contains(rc.clusters, clusters[e.Name]) {
-				add(e.Name, 0)
-			}
+		ts := route.Targets(cfg, src, c)
+		rc := &routeCell{rc: route.NewCell(ts, c.Shed)}
+		for _, tg := range ts {
+			rc.clusters = append(rc.clusters, clusters[tg.Cluster])
+			rc.weights = append(rc.weights, tg.Weight)
 		}
-		rc.rc = route.NewCell(ts, c.Shed)
-		t.cells[cellKey{si, models[c.Model]}] = rc
+		t.cells[cellKey{sources[c.Source], models[c.Model]}] = rc
 	}
 	return t
 }

@@ -367,7 +367,7 @@ func (r *runner) tick(ctx context.Context) error {
 		return errors.New("experiment: the controller published no weights")
 	}
 	if r.table == nil || r.rec.version != w.Version() {
-		r.table = newTable(r.cfg, w, r.sources, r.models, r.cnames, r.rtt)
+		r.table = newTable(r.cfg, w, r.sources, r.models, r.cnames)
 		r.rec.weights(r.clock.now, w)
 	}
 	return nil
