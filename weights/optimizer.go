@@ -93,7 +93,7 @@ type cellPlan struct {
 	final    []float64 // after the step bounds
 	eligible []bool
 	alpha    float64
-	forced   bool // a cluster of the previous weights lost its eligibility
+	forced   bool // a cluster of the previous weights lost its eligibility or left the configuration
 	deadband bool
 	regionX  map[string]float64 // flow per region, token-cost/s
 	pastX0   map[string]bool    // the flow into a region reached its previous amount
@@ -156,7 +156,7 @@ func extract(in Input, n *network) *solution {
 			if served <= 0 {
 				p.opt = fallbackShares(p, sol.capacity)
 			}
-			p.prev = previousShares(ix, in.Previous, mb.source.Name, cell.model.Name, in.Config.Controller.MinCellDemand)
+			p.prev, p.forced = previousShares(ix, in.Previous, mb.source.Name, cell.model.Name, in.Config.Controller.MinCellDemand)
 			sol.plans = append(sol.plans, p)
 		}
 	}
@@ -272,24 +272,32 @@ func fallbackShares(p *cellPlan, capacity []float64) []float64 {
 // min_cell_demand floor): it has no load to herd, so at a cold start or
 // when a source starts sending, its weights go to the optimum at once
 // instead of creeping there from the floor's placement by step bounds.
-func previousShares(ix *index, prev *Weights, source, model string, minDemand float64) []float64 {
+// lost reports a previous target the configuration no longer has serving
+// the model (the cluster was removed, or serves other models now): the
+// shares then sum to less than 1 and the cell must move at once, as one
+// whose cluster lost its capacity.
+func previousShares(ix *index, prev *Weights, source, model string, minDemand float64) (shares []float64, lost bool) {
 	if prev == nil {
-		return nil
+		return nil, false
 	}
 	cell, ok := prev.Cell(source, model)
 	if !ok || len(cell.Targets) == 0 || cell.Demand <= minDemand*(1+1e-9) {
-		return nil
+		return nil, false
 	}
 	pos := ix.position[model]
 	out := make([]float64, len(ix.byModel[model]))
 	for _, t := range cell.Targets {
-		if i, ok := ix.cluster[t.Cluster]; ok {
-			if j, ok := pos[i]; ok {
-				out[j] = float64(t.Weight) / Total
-			}
+		j, ok := -1, false
+		if i, known := ix.cluster[t.Cluster]; known {
+			j, ok = pos[i]
 		}
+		if !ok {
+			lost = true
+			continue
+		}
+		out[j] = float64(t.Weight) / Total
 	}
-	return out
+	return out, lost
 }
 
 // summary describes a cell's plan in one line.

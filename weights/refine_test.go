@@ -2,6 +2,7 @@ package weights_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -216,4 +217,50 @@ func farShare(t *testing.T, w *weights.Weights) float64 {
 		}
 	}
 	return 0
+}
+
+// TestRemovedClusterMovesAtOnce: when the configuration no longer has a
+// cluster the previous weights used (removed, or no longer serving the
+// model), the cell lost it as surely as one that lost its capacity: it
+// moves at once, and neither the deadband nor the step bound may keep
+// previous weights that no longer sum to Total.
+func TestRemovedClusterMovesAtOnce(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c *config.Config)
+	}{
+		{"cluster removed", func(c *config.Config) { c.Clusters = c.Clusters[:1] }},
+		{"cluster serves another model", func(c *config.Config) {
+			other := c.Models[0]
+			other.Name = "other"
+			c.Models = append(c.Models, other)
+			c.Clusters[1].Models = []string{"other"}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := smallNearBigFar(t)
+			c.Controller.Deadband, c.Controller.MaxWeightStep = 0.99, 0.1
+			d := demandOf("src", "m", weights.Standard, 800.0)
+			first := mustSolve(t, weights.Input{Config: c, Clusters: weights.StaticState(c), Demand: d})
+			if share := farShare(t, first); share < 0.5 {
+				t.Fatalf("first tick: far has %.3f of the cell; the test needs most of it there", share)
+			}
+			next := *c
+			next.Clusters = slices.Clone(c.Clusters)
+			next.Models = slices.Clone(c.Models)
+			tt.change(&next)
+			if err := next.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			w := mustSolve(t, weights.Input{Config: &next, Clusters: weights.StaticState(&next), Demand: d, Previous: first})
+			cell := explained(t, w, "src", "m")
+			if len(cell.Targets) != 1 || cell.Targets[0].Cluster != "near" || cell.Targets[0].Weight != weights.Total {
+				t.Errorf("targets %+v; want all on near", cell.Targets)
+			}
+			if !strings.Contains(cell.Explanation.Summary, "moved at once") {
+				t.Errorf("summary %q does not say the cell moved at once", cell.Explanation.Summary)
+			}
+		})
+	}
 }
