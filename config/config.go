@@ -31,6 +31,7 @@ type Config struct {
 	// Security configures TLS on ILB's ports and which peers may speak
 	// for which sources (see docs/security.md).
 	Security Security `yaml:"security,omitempty" json:"security"`
+	HA       *HA      `yaml:"ha,omitempty" json:"ha,omitempty"` // nil: one process, no etcd (config/ha.go)
 }
 
 // Region is a place: a cloud region or a data centre.

@@ -44,6 +44,7 @@ func (c *Config) Validate() error {
 	c.validateSources(&p, regions, models)
 	c.validateServed(&p)
 	c.validateSettings(&p)
+	c.validateHA(&p)
 	return errors.Join(p...)
 }
 
