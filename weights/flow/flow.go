@@ -6,6 +6,11 @@
 // initial potentials at zero. It is the solver of ILB's weights optimizer;
 // convex piecewise-linear costs are expressed as one arc per segment.
 //
+// Every solve starts from zero flow and zero potentials: the result
+// depends only on the arcs, in the order they were added, never on what
+// a Graph solved before. Reset reuses a Graph's memory for the next
+// network (the optimizer's next tick) without changing that.
+//
 // A Graph is not safe for concurrent use.
 package flow
 
@@ -19,7 +24,8 @@ import (
 // Inf is an unbounded capacity.
 const Inf int64 = math.MaxInt64 / 4
 
-// Graph is a directed network under construction, then solved once.
+// Graph is a directed network under construction, then solved once (or
+// Reset and built again).
 type Graph struct {
 	n     int
 	head  []int32 // tail node of each arc (forward 2k, residual 2k+1)
@@ -30,10 +36,22 @@ type Graph struct {
 	built bool
 	start []int32 // CSR: arcs of node v are order[start[v]:start[v+1]]
 	order []int32
+	fill  []int32 // scratch of build
+	ph    phase   // scratch of Solve
 }
 
 // New returns a graph of n nodes, numbered 0..n-1.
 func New(n int) *Graph { return &Graph{n: n} }
+
+// Reset empties g to n nodes and no arcs, keeping the memory of its
+// arrays for the next network: building and solving a network of the
+// same size again allocates nothing. The next Solve is exactly that of a
+// new Graph with the same arcs.
+func (g *Graph) Reset(n int) {
+	g.n = n
+	g.head, g.to, g.cap, g.cost = g.head[:0], g.to[:0], g.cap[:0], g.cost[:0]
+	g.built = false
+}
 
 // Grow reserves room for arcs more arcs.
 func (g *Graph) Grow(arcs int) {
@@ -95,21 +113,38 @@ func (g *Graph) build() error {
 			return fmt.Errorf("%w: arc %d", ErrBadArc, i)
 		}
 	}
-	g.start = make([]int32, g.n+1)
+	g.start = zeroed(g.start, g.n+1)
 	for _, h := range g.head {
 		g.start[h+1]++
 	}
 	for v := range g.n {
 		g.start[v+1] += g.start[v]
 	}
-	g.order = make([]int32, len(g.head))
-	fill := append([]int32(nil), g.start[:g.n]...)
+	g.order = resized(g.order, len(g.head))
+	fill := append(g.fill[:0], g.start[:g.n]...)
 	for a, h := range g.head {
 		g.order[fill[h]] = int32(a)
 		fill[h]++
 	}
-	g.pot = make([]int64, g.n)
+	g.fill = fill
+	g.pot = zeroed(g.pot, g.n)
 	return nil
+}
+
+// resized returns s with length n, reusing its memory when it can; the
+// contents are unspecified.
+func resized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// zeroed returns s with length n, every element zero.
+func zeroed[T any](s []T, n int) []T {
+	s = resized(s, n)
+	clear(s)
+	return s
 }
 
 // Solve sends up to limit units from s to t at minimum total cost and
@@ -122,7 +157,8 @@ func (g *Graph) Solve(s, t int, limit int64) (flow, cost int64, err error) {
 	if s == t || s < 0 || t < 0 || s >= g.n || t >= g.n {
 		return 0, 0, fmt.Errorf("flow: bad source %d or sink %d of %d nodes", s, t, g.n)
 	}
-	ph := newPhase(g)
+	ph := &g.ph
+	ph.reset(g)
 	for flow < limit {
 		if !ph.dijkstra(s, t) {
 			break

@@ -181,3 +181,73 @@ func TestMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestResetSolvesAsNew solves random networks of changing sizes (a large
+// one, then smaller and larger ones) on one Graph, Reset between them,
+// and on a new Graph each: every flow on every arc, the flow, the cost
+// and every potential are the same. Reuse keeps memory, never state.
+func TestResetSolvesAsNew(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	reused := New(0)
+	for i := range 300 {
+		n := 2 + r.IntN(40)
+		if i%7 == 0 {
+			n = 2 + r.IntN(3) // much smaller than the one before
+		}
+		var arcs [][4]int64
+		for range r.IntN(8 * n) {
+			arcs = append(arcs, [4]int64{int64(r.IntN(n)), int64(r.IntN(n)), int64(r.IntN(20)), int64(r.IntN(30))})
+		}
+		limit := Inf
+		if r.IntN(2) == 0 {
+			limit = int64(r.IntN(80))
+		}
+		fresh := New(n)
+		reused.Reset(n)
+		for _, a := range arcs {
+			fresh.AddArc(int(a[0]), int(a[1]), a[2], a[3])
+			reused.AddArc(int(a[0]), int(a[1]), a[2], a[3])
+		}
+		f1, c1, err1 := fresh.Solve(0, n-1, limit)
+		f2, c2, err2 := reused.Solve(0, n-1, limit)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("graph %d: %v, %v", i, err1, err2)
+		}
+		if f1 != f2 || c1 != c2 {
+			t.Fatalf("graph %d: reused graph sends %d at %d, a new one %d at %d", i, f2, c2, f1, c1)
+		}
+		for a := range arcs {
+			if fresh.Flow(2*a) != reused.Flow(2*a) {
+				t.Fatalf("graph %d arc %d: flow %d reused, %d new", i, a, reused.Flow(2*a), fresh.Flow(2*a))
+			}
+		}
+		for v := range n {
+			if fresh.Potential(v) != reused.Potential(v) {
+				t.Fatalf("graph %d node %d: potential %d reused, %d new", i, v, reused.Potential(v), fresh.Potential(v))
+			}
+		}
+	}
+	if _, _, err := reused.Solve(0, 1, Inf); err == nil {
+		t.Error("a second Solve without Reset accepted")
+	}
+}
+
+// TestResetSolveAllocatesNothing: once a Graph has solved a network,
+// building and solving one of the same size again allocates nothing.
+func TestResetSolveAllocatesNothing(t *testing.T) {
+	g := New(0)
+	build := func() {
+		g.Reset(50)
+		for v := range 49 {
+			g.AddArc(v, v+1, int64(10+v%7), int64(v%5))
+			g.AddArc(0, v+1, 3, int64(20+v))
+		}
+		if _, _, err := g.Solve(0, 49, Inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build()
+	if n := testing.AllocsPerRun(20, build); n != 0 {
+		t.Errorf("%v allocations per rebuild and solve; want 0", n)
+	}
+}

@@ -19,14 +19,16 @@ type frame struct {
 	push int64
 }
 
-func newPhase(g *Graph) *phase {
-	return &phase{
-		g:     g,
-		dist:  make([]int64, g.n),
-		done:  make([]bool, g.n),
-		level: make([]int32, g.n),
-		iter:  make([]int32, g.n),
-	}
+// reset sizes the scratch for g, keeping its memory. dijkstra and
+// blockingFlow initialise every entry they read, so old contents do not
+// matter.
+func (p *phase) reset(g *Graph) {
+	p.g = g
+	p.dist = resized(p.dist, g.n)
+	p.done = resized(p.done, g.n)
+	p.level = resized(p.level, g.n)
+	p.iter = resized(p.iter, g.n)
+	p.queue, p.pq, p.stack, p.arcs = p.queue[:0], p.pq[:0], p.stack[:0], p.arcs[:0]
 }
 
 // dijkstra computes shortest distances from s on reduced costs over
