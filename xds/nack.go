@@ -74,12 +74,8 @@ func (s *Server) nacked(ctx context.Context, e event) {
 		return
 	}
 
-	c := s.tracker.census(s.inForce())[source]
-	rejectors, connected := 0, 0
-	if c != nil {
-		rejectors, connected = c.rejectors[typeVersion(e.typ, e.version)], c.connected
-		s.m.held.WithLabelValues(source).Set(float64(c.held))
-	}
+	in := map[string]map[string]string{source: versions(r.stable), source + canarySuffix: versions(r.canary)}
+	rejectors, connected := s.tracker.quorumCount(source, e.typ, e.version, in)
 	q := s.cfg.Envoy.Rollout.NACKQuorum
 	attrs = append(attrs, "rejectors", rejectors, "connected", connected, "nack_quorum", q)
 	_, banned := r.banned[typeVersion(e.typ, e.version)]

@@ -232,19 +232,27 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case e := <-s.events:
-			s.acked(e)
+		case <-s.acks.wake:
+			s.ackedAll(s.acks.take())
 		case <-tick.C:
 			s.tick(ctx, s.now())
 		}
 	}
 }
 
-// acked makes the snapshot in force for the node's key a rollback target
-// once the node acknowledged all of it. O(1) in the number of nodes.
-func (s *Server) acked(e event) {
+// ackedAll handles a batch of ACKs (see acked) under one lock.
+func (s *Server) ackedAll(batch []event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, e := range batch {
+		s.acked(e)
+	}
+}
+
+// acked makes the snapshot in force for the node's key a rollback target
+// once the node acknowledged all of it. O(1) in the number of nodes.
+// Called under mu.
+func (s *Server) acked(e event) {
 	r := s.rollouts[sourceOf(e.key)]
 	if r == nil {
 		return

@@ -80,7 +80,7 @@ type Server struct {
 	epsGen    uint64              // bumped by every SetEndpoints that changed them
 	rollouts  map[string]*rollout // per source
 
-	events chan event // ACKs, for Run
+	acks *ackQueue // ACKs, for Run
 }
 
 var _ weights.Sink = (*Server)(nil)
@@ -103,8 +103,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	events := make(chan event, 1024)
-	t := newTracker(o.Config, o.Logger, m, o.Now, o.Authorizer, events)
+	acks := newACKQueue()
+	t := newTracker(o.Config, o.Logger, m, o.Now, o.Authorizer, acks)
 	key := nodeKey{o.Config.Envoy.Rollout.CanaryPercent}
 	c := &holdingCache{
 		SnapshotCache: cache.NewSnapshotCache(true, key, newCacheLogger(o.Logger, o.Now)),
@@ -120,7 +120,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		tracker:  t,
 		tracer:   o.TracerProvider.Tracer(tracerName),
 		rollouts: map[string]*rollout{},
-		events:   events,
+		acks:     acks,
 	}
 	// NACKs are decided on the stream's own goroutine, before its request
 	// is served (see tracker.request); their spans start a trace of their

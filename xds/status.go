@@ -213,7 +213,7 @@ func (t *tracker) nodes(in map[string]map[string]string, now time.Time) []NodeSt
 	defer t.mu.Unlock()
 	out := make([]NodeStatus, 0, len(t.records))
 	for _, n := range t.records {
-		if t.gone(n, now) {
+		if t.expired(n, now) {
 			continue
 		}
 		st := NodeStatus{

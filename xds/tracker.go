@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,19 +30,45 @@ type tracker struct {
 	now  func() time.Time
 	auth Authorizer // nil: every peer may speak for any source
 	// refusals limits the log lines of refused unknown sources: one per
-	// distinct value per minute, for at most 256 values at a time; drops
-	// those of a full ACK queue: one per 10 s.
-	refusals, drops *logLimiter
+	// distinct value per minute, for at most 256 values at a time.
+	refusals *logLimiter
 
 	mu      sync.Mutex
 	streams map[streamID]*streamState
 	records map[nodeRef]*nodeState
+	// connected counts, per source, the nodes with an open stream;
+	// rejecting, per snapshot key and "type version", the connected nodes
+	// of that key whose last rejection of the type is that version. Both
+	// are kept as streams open and close and answers come, so that a
+	// NACK's quorum is counted in O(1).
+	connected map[string]int
+	rejecting map[rejection]int
+	// departed lists the nodes whose last stream closed, in that order
+	// (entries of nodes that came back, or were forgotten, are skipped);
+	// gone counts the records without an open stream. Past maxDeparted
+	// of them, the longest gone is forgotten before its node_ttl.
+	departed []departure
+	gone     int
 
-	events chan<- event // ACKs, for Run; never blocks
+	acks *ackQueue // ACKs, for Run; never blocks, never drops
 	// onNACK handles a NACK on the stream's goroutine, before
 	// go-control-plane serves the NACK's request; set once before serving.
 	onNACK func(event)
 }
+
+// rejection is a version of a type rejected by nodes of a snapshot key.
+type rejection struct{ key, typeVersion string }
+
+// departure is a node whose last stream closed at left.
+type departure struct {
+	ref  nodeRef
+	left time.Time
+}
+
+// maxDeparted bounds the records of nodes without an open stream: a
+// fleet that replaces its Envoys (new node ids at every deploy) leaves
+// at most this many behind, whatever envoy.rollout.node_ttl.
+const maxDeparted = 1024
 
 // nodeRef names a node record: its source (node.cluster) and its id,
 // bounded (boundedID).
@@ -93,13 +120,14 @@ type answer struct {
 	nack    *rpcstatus.Status
 }
 
-func newTracker(c *config.Config, l *slog.Logger, m *metrics, now func() time.Time, auth Authorizer, events chan<- event) *tracker {
+func newTracker(c *config.Config, l *slog.Logger, m *metrics, now func() time.Time, auth Authorizer, acks *ackQueue) *tracker {
 	return &tracker{
-		cfg: c, log: l, m: m, now: now, auth: auth, events: events,
-		refusals: newLogLimiter(time.Minute, 256),
-		drops:    newLogLimiter(10*time.Second, 1),
-		streams:  map[streamID]*streamState{},
-		records:  map[nodeRef]*nodeState{},
+		cfg: c, log: l, m: m, now: now, auth: auth, acks: acks,
+		refusals:  newLogLimiter(time.Minute, 256),
+		streams:   map[streamID]*streamState{},
+		records:   map[nodeRef]*nodeState{},
+		connected: map[string]int{},
+		rejecting: map[rejection]int{},
 	}
 }
 
@@ -147,11 +175,60 @@ func (t *tracker) closed(id streamID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st := t.streams[id]; st != nil && st.node != nil {
-		if st.node.streams--; st.node.streams == 0 {
-			st.node.left = t.now()
+		n := st.node
+		if n.streams--; n.streams == 0 {
+			n.left = t.now()
+			t.count(n, -1)
+			t.gone++
+			t.departed = append(t.departed, departure{ref: n.ref, left: n.left})
+			t.trimDeparted()
 		}
 	}
 	delete(t.streams, id)
+}
+
+// count adds d (+1 or -1) to the counts of a node that connects (its
+// first open stream) or leaves (its last one closed). Called under mu.
+func (t *tracker) count(n *nodeState, d int) {
+	t.connected[n.ref.source] += d
+	for typ, r := range n.rejected {
+		t.reject(n.key, typ, r.Version, d)
+	}
+}
+
+func (t *tracker) reject(key, typ, version string, d int) {
+	k := rejection{key, typ + " " + version}
+	if t.rejecting[k] += d; t.rejecting[k] <= 0 {
+		delete(t.rejecting, k)
+	}
+}
+
+// trimDeparted forgets the longest-gone nodes past maxDeparted, and
+// drops the entries of departed that no longer stand for a gone record
+// once they are as many as those that do. Called under mu.
+func (t *tracker) trimDeparted() {
+	i := 0
+	for ; i < len(t.departed) && t.gone > maxDeparted; i++ {
+		d := t.departed[i]
+		if n := t.records[d.ref]; n != nil && n.streams == 0 && n.left.Equal(d.left) {
+			t.forget(n)
+		}
+	}
+	t.departed = t.departed[i:]
+	if len(t.departed) > 2*max(t.gone, maxDeparted) {
+		t.departed = slices.DeleteFunc(t.departed, func(d departure) bool {
+			n := t.records[d.ref]
+			return n == nil || n.streams > 0 || !n.left.Equal(d.left)
+		})
+	}
+}
+
+// forget drops a record without an open stream. Called under mu.
+func (t *tracker) forget(n *nodeState) {
+	delete(t.records, n.ref)
+	t.gone--
+	t.m.nodes.WithLabelValues(n.ref.source).Dec()
+	t.m.forgotten.Inc()
 }
 
 func (t *tracker) sent(id streamID, typeURL, nonce, version string) {
@@ -199,7 +276,7 @@ func (t *tracker) admit(ctx context.Context, node *corev3.Node) error {
 // a node admits it (see admit; a refused stream ends with the error, and
 // its node gets nothing and leaves no record); a later request may not
 // name another node. An answer to the stream's last response of its type
-// counts as an ACK (queued for Run) or a NACK (handed to onNACK before
+// counts as an ACK (queued for Run, the latest per node) or a NACK (handed to onNACK before
 // this returns, so that its rollback, if any, lands before
 // go-control-plane serves the request).
 func (t *tracker) request(id streamID, a answer) error {
@@ -233,7 +310,7 @@ func (t *tracker) request(id streamID, a answer) error {
 			t.onNACK(e)
 		}
 	default:
-		t.emit(e)
+		t.acks.push(e)
 	}
 	return nil
 }
@@ -251,8 +328,12 @@ func (t *tracker) attach(node *corev3.Node) *nodeState {
 		n = &nodeState{ref: ref, key: key, canary: canary, acked: map[string]string{}, rejected: map[string]*NACK{}}
 		t.records[ref] = n
 		t.m.nodes.WithLabelValues(ref.source).Inc()
+		t.gone++ // until it counts as connected, below
 	}
-	n.streams++
+	if n.streams++; n.streams == 1 {
+		t.gone--
+		t.count(n, +1)
+	}
 	n.left = time.Time{}
 	return n
 }
@@ -273,6 +354,10 @@ func (t *tracker) answered(st *streamState, a answer) (e event, ok bool) {
 		nk := &NACK{Node: n.ref.id, Type: typ, Version: last.version, Message: bounded(a.nack.GetMessage(), maxMessage), At: t.now()}
 		prev := n.rejected[typ]
 		e.first = prev == nil || prev.Version != nk.Version
+		if prev != nil {
+			t.reject(n.key, typ, prev.Version, -1)
+		}
+		t.reject(n.key, typ, nk.Version, +1)
 		n.lastNACK, n.rejected[typ] = nk, nk
 		e.nack = nk
 		return e, true
@@ -284,21 +369,26 @@ func (t *tracker) answered(st *streamState, a answer) (e event, ok bool) {
 	n.acked[typ] = e.version
 	if r := n.rejected[typ]; r != nil && r.Version == e.version {
 		delete(n.rejected, typ)
+		t.reject(n.key, typ, r.Version, -1)
 	}
 	return e, true
 }
 
-// emit hands an ACK to the rollout loop without blocking the stream; a
-// full queue drops it (the node's next ACK carries the same state), with
-// a log line at most every 10 s.
-func (t *tracker) emit(e event) {
-	select {
-	case t.events <- e:
-	default:
-		if ok, suppressed := t.drops.allow("", t.now()); ok {
-			t.log.Warn("xds: rollout event queue full; ACK dropped", "node", e.ref.id, "source", e.ref.source, "also_dropped", suppressed)
+// quorumCount is what a NACK's quorum is counted over: the connected
+// nodes of source, and those of them whose last rejection of typ is
+// version, among the nodes of the keys (the source's and its canaries')
+// that have that version in force (in: key -> short type -> version).
+// O(1) in the number of nodes.
+func (t *tracker) quorumCount(source, typ, version string, in map[string]map[string]string) (rejectors, connected int) {
+	typ = shortType(typ)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, key := range []string{source, source + canarySuffix} {
+		if in[key][typ] == version {
+			rejectors += t.rejecting[rejection{key, typ + " " + version}]
 		}
 	}
+	return rejectors, t.connected[source]
 }
 
 // heldOn is the version of typeURL that node last rejected, if it still
@@ -333,9 +423,9 @@ func ackedEvery(acked, want map[string]string) bool {
 	return true
 }
 
-// gone reports whether a record is past its TTL at now: no open stream,
+// expired reports whether a record is past its TTL at now: no open stream,
 // and its last one closed NodeTTL ago or more.
-func (t *tracker) gone(n *nodeState, now time.Time) bool {
+func (t *tracker) expired(n *nodeState, now time.Time) bool {
 	return n.streams == 0 && now.Sub(n.left) >= t.cfg.Envoy.Rollout.NodeTTL.Std()
 }
 
@@ -344,11 +434,9 @@ func (t *tracker) sweep(now time.Time) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	forgotten := 0
-	for ref, n := range t.records {
-		if t.gone(n, now) {
-			delete(t.records, ref)
-			t.m.nodes.WithLabelValues(ref.source).Dec()
-			t.m.forgotten.Inc()
+	for _, n := range t.records {
+		if t.expired(n, now) {
+			t.forget(n)
 			forgotten++
 		}
 	}
