@@ -275,12 +275,12 @@ func (m *Member) waitHealthy(ctx context.Context, done <-chan struct{}) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (last answer: %v)", ctx.Err(), last)
+			return fmt.Errorf("%w (last answer: %w)", ctx.Err(), last)
 		case <-done:
 			t.Stop()
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			return fmt.Errorf("the process exited: %v", m.err)
+			return fmt.Errorf("the process exited: %w", m.err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
