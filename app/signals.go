@@ -29,7 +29,7 @@ func (a *App) onSignals(ctx context.Context, snap *signals.Snapshot, healthChang
 	}
 	a.signalsAt = snap.At
 	a.observeCapacity(snap)
-	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap)); err != nil {
+	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap, a.Config.Envoy.SlowStart.Std() == 0)); err != nil {
 		a.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
 	}
 	a.ExtProc.SetLive(liveOf(snap))
@@ -52,15 +52,23 @@ func (a *App) followRamps(ctx context.Context) error {
 }
 
 // endpointsOf maps replica states to what EDS says: serving replicas are
-// HEALTHY (warming ones with a weight that grows with their ramp; ones not
-// yet probed at a tenth), draining ones DRAINING, the others UNHEALTHY.
-func endpointsOf(snap *signals.Snapshot) xds.Endpoints {
+// HEALTHY (ones not yet probed at a tenth of the weight), draining ones
+// DRAINING, the others UNHEALTHY.
+//
+// A warming replica's traffic ramps up in one place only. With ramp
+// (envoy.slow_start is 0) ILB ramps it: its weight follows its warm-up in
+// quarters, rounded down (25 until it is half warm, 50, 75, then 100 when
+// ready), so a warm-up costs every Envoy at most four EDS versions. Without, it has the full weight and Envoy's own slow
+// start ramps a new host's share of picks.
+func endpointsOf(snap *signals.Snapshot, ramp bool) xds.Endpoints {
 	out := xds.Endpoints{}
 	for _, r := range snap.Replicas {
 		ep := xds.Endpoint{Address: r.Address, Health: corev3.HealthStatus_HEALTHY, Weight: xds.MaxWeight}
 		switch r.State {
 		case signals.StateWarming:
-			ep.Weight = uint32(max(1, math.Round(r.Ramp*xds.MaxWeight)))
+			if ramp {
+				ep.Weight = uint32(max(1, math.Floor(r.Ramp*4)) * xds.MaxWeight / 4)
+			}
 		case signals.StateStarting:
 			ep.Weight = xds.MaxWeight / 10
 		case signals.StateDraining:

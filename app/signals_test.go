@@ -16,7 +16,9 @@ import (
 // snapshots from different goroutines; one read before a newer one was
 // applied must not put stale replica health back into EDS.
 func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
-	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true })
+	// Every change is pushed at once here (eds_min_interval 0): what is
+	// read is the order of snapshots, not the batching (xds tests it).
+	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true; c.Envoy.EDSMinInterval = 0 })
 
 	snap := func(at time.Time, st signals.State) *signals.Snapshot {
 		return &signals.Snapshot{

@@ -260,6 +260,19 @@ type Envoy struct {
 	// SlowStart ramps a new engine host's share of least-request picks
 	// over this window; default 30s, 0 turns it off.
 	SlowStart Duration `yaml:"slow_start" json:"slow_start"`
+	// EDSMinInterval is the least time between two endpoint (EDS) pushes
+	// that only add traffic (a warming replica's weight grows, a replica
+	// joins or recovers): such changes are batched, so that replicas
+	// restarting do not send a new EDS version to every Envoy at every
+	// signals interval. A change that takes traffic away (a replica
+	// unhealthy, draining or gone) is pushed at once. Default 5s; 0 pushes
+	// every change at once.
+	EDSMinInterval Duration `yaml:"eds_min_interval" json:"eds_min_interval"`
+	// XDSAPIType is the ADS protocol the generated bootstraps ask for:
+	// GRPC (state of the world, the default) or DELTA_GRPC (incremental:
+	// an EDS change sends only the clusters that changed). ILB serves
+	// both on the same port, so Envoys of either kind may mix.
+	XDSAPIType string `yaml:"xds_api_type" json:"xds_api_type"`
 	// HealthyPanicThreshold, in percent [0, 100]: below this share of
 	// healthy hosts Envoy balances over every host, dead ones included.
 	// Default 0 (never): ext_proc and the controller already steer away
@@ -351,6 +364,8 @@ func Default() *Config {
 			ConnectTimeout:     Duration(2 * time.Second),
 			RouteIdleTimeout:   Duration(5 * time.Minute),
 			SlowStart:          Duration(30 * time.Second),
+			EDSMinInterval:     Duration(5 * time.Second),
+			XDSAPIType:         "GRPC",
 			Retry:              DefaultRetry(),
 			HealthCheck:        DefaultHealthCheck(),
 			Outlier:            DefaultOutlier(),

@@ -230,6 +230,13 @@ func TestValidate(t *testing.T) {
 			[]string{`envoy.healthy_panic_threshold: 150 is not a percentage in [0, 100]`},
 		},
 		{
+			"xds knobs", func(c *config.Config) {
+				c.Envoy.EDSMinInterval = config.Duration(-time.Second)
+				c.Envoy.XDSAPIType = "DELTA"
+			},
+			[]string{`envoy.eds_min_interval: -1s is negative`, `envoy.xds_api_type: "DELTA": want GRPC (state of the world) or DELTA_GRPC (incremental)`},
+		},
+		{
 			"canary percent", func(c *config.Config) { c.Envoy.Rollout.CanaryPercent = 101 },
 			[]string{`envoy.rollout.canary_percent: 101 is out of range: want 0..100`},
 		},

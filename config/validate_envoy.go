@@ -28,6 +28,12 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 	if ev.SlowStart.Std() < 0 {
 		p.addf("envoy.slow_start", "%s is negative", ev.SlowStart)
 	}
+	if ev.EDSMinInterval.Std() < 0 {
+		p.addf("envoy.eds_min_interval", "%s is negative", ev.EDSMinInterval)
+	}
+	if ev.XDSAPIType != "GRPC" && ev.XDSAPIType != "DELTA_GRPC" {
+		p.addf("envoy.xds_api_type", "%q: want GRPC (state of the world) or DELTA_GRPC (incremental)", ev.XDSAPIType)
+	}
 	if t := ev.HealthyPanicThreshold; !(t >= 0 && t <= 100) {
 		p.addf("envoy.healthy_panic_threshold", "%v is not a percentage in [0, 100]", t)
 	}

@@ -22,6 +22,7 @@ type metrics struct {
 	nodes      *prometheus.GaugeVec
 	held       *prometheus.GaugeVec
 	forgotten  prometheus.Counter
+	edsPushes  *prometheus.CounterVec
 }
 
 func newMetrics(c *config.Config, reg *prometheus.Registry) (*metrics, error) {
@@ -57,8 +58,11 @@ func newMetrics(c *config.Config, reg *prometheus.Registry) (*metrics, error) {
 			Name: "ilb_xds_nodes_held", Help: "Connected Envoys of a source that rejected a version in force, below the ban quorum: they keep their last accepted version and get nothing new until the content changes.",
 		}, []string{"source"}),
 		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ilb_xds_nodes_forgotten_total", Help: "Envoys forgotten envoy.rollout.node_ttl after their last xDS stream closed.",
+			Name: "ilb_xds_nodes_forgotten_total", Help: "Envoys forgotten envoy.rollout.node_ttl after their last xDS stream closed, or as the longest gone past 1,024 departed Envoys.",
 		}),
+		edsPushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_xds_endpoint_pushes_total", Help: "Endpoint (EDS) changes pushed to every source: how=at_once (it took traffic away from a replica, or none was pushed for envoy.eds_min_interval) or batched (held for envoy.eds_min_interval with those that came after it).",
+		}, []string{"how"}),
 	}
 	// Every series exists from the start at zero, so that increase() and
 	// rate() see the first NACK or rollback (a series born at 1 has no
@@ -75,10 +79,12 @@ func newMetrics(c *config.Config, reg *prometheus.Registry) (*metrics, error) {
 		m.acks.WithLabelValues(shortType(typ))
 		m.nacks.WithLabelValues(shortType(typ))
 	}
+	m.edsPushes.WithLabelValues("at_once")
+	m.edsPushes.WithLabelValues("batched")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{
 			m.streams, m.acks, m.nacks, m.publish, m.rollbacks, m.promotions, m.rejected, m.canary,
-			m.nodes, m.held, m.forgotten,
+			m.nodes, m.held, m.forgotten, m.edsPushes,
 		} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("xds metrics: %w", err)

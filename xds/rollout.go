@@ -269,14 +269,16 @@ func (s *Server) acked(e event) {
 // sourceOf is the source of a snapshot key.
 func sourceOf(key string) string { return strings.TrimSuffix(key, canarySuffix) }
 
-// tick forgets the nodes past their TTL, refreshes the node gauges and
-// promotes soaked canary versions. O(nodes).
+// tick forgets the nodes past their TTL, pushes endpoint changes held
+// for envoy.eds_min_interval, refreshes the node gauges and promotes
+// soaked canary versions. O(nodes).
 func (s *Server) tick(ctx context.Context, now time.Time) {
 	if n := s.tracker.sweep(now); n > 0 {
 		s.log.InfoContext(ctx, "xds: nodes forgotten after envoy.rollout.node_ttl", "nodes", n)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.flushEndpoints(ctx, now)
 	counts := s.tracker.census(s.inForce())
 	for _, src := range s.cfg.Sources {
 		held := 0

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -77,8 +78,13 @@ type Server struct {
 	mu        sync.Mutex // serialises commits; guards the fields below
 	weights   *weights.Weights
 	endpoints Endpoints
-	epsGen    uint64              // bumped by every SetEndpoints that changed them
-	rollouts  map[string]*rollout // per source
+	epsGen    uint64 // bumped by every SetEndpoints that changed them
+	// pendingEps are endpoints that only add traffic, held until
+	// envoy.eds_min_interval after edsAt, the last endpoint push (nil:
+	// none pending).
+	pendingEps Endpoints
+	edsAt      time.Time
+	rollouts   map[string]*rollout // per source
 
 	acks *ackQueue // ACKs, for Run
 }
@@ -211,12 +217,33 @@ func (s *Server) set(ctx context.Context, snaps map[string]*cache.Snapshot) {
 // every source are rebuilt with eps and the weights in force, checked and
 // set. Endpoints equal to those in force change nothing. Before the first
 // weights, eps is kept for them.
+//
+// Pushes are batched: a change that only adds traffic (a weight that
+// grows, a replica that joins or recovers) less than
+// envoy.eds_min_interval after the last endpoint push is held, and pushed
+// (with whatever came since) by the rollout loop when the interval is
+// over; a change that takes traffic away from a replica (unhealthy,
+// draining, gone) is pushed at once. A held change is checked when it is
+// pushed; if it fails then, the error is logged and Envoys keep what they
+// have.
 func (s *Server) SetEndpoints(ctx context.Context, eps Endpoints) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if reflect.DeepEqual(eps, s.endpoints) {
+		s.pendingEps = nil // back to what Envoys have: nothing to push
 		return nil
 	}
+	now := s.now()
+	if s.weights != nil && now.Sub(s.edsAt) < s.cfg.Envoy.EDSMinInterval.Std() && !takesAway(s.endpoints, eps) {
+		s.pendingEps = eps
+		return nil
+	}
+	return s.applyEndpoints(ctx, eps, now, "at_once")
+}
+
+// applyEndpoints pushes eps. Called under mu.
+func (s *Server) applyEndpoints(ctx context.Context, eps Endpoints, now time.Time, how string) error {
+	s.pendingEps = nil
 	if s.weights != nil {
 		ctx, span := s.tracer.Start(ctx, "ilb.xds.publish", trace.WithAttributes(
 			attribute.String("ilb.weights_version", s.weights.Version()), attribute.Bool("ilb.xds.endpoints", true)))
@@ -227,10 +254,48 @@ func (s *Server) SetEndpoints(ctx context.Context, eps Endpoints) error {
 			return fmt.Errorf("xds: endpoints: %w", err)
 		}
 		s.set(ctx, snaps)
+		s.edsAt = now
+		s.m.edsPushes.WithLabelValues(how).Inc()
 	}
 	s.endpoints = eps
 	s.epsGen++
 	return nil
+}
+
+// flushEndpoints pushes held endpoints once envoy.eds_min_interval has
+// passed since the last push. Called under mu.
+func (s *Server) flushEndpoints(ctx context.Context, now time.Time) {
+	if s.pendingEps == nil || now.Sub(s.edsAt) < s.cfg.Envoy.EDSMinInterval.Std() {
+		return
+	}
+	if err := s.applyEndpoints(ctx, s.pendingEps, now, "batched"); err != nil {
+		s.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
+	}
+}
+
+// takesAway reports whether going from old to eps takes traffic away from
+// a replica that had some: a HEALTHY endpoint that is gone or no longer
+// HEALTHY, or a cluster whose endpoints are all gone.
+func takesAway(old, eps Endpoints) bool {
+	for name, list := range old {
+		next, ok := eps[name]
+		if !ok {
+			return true
+		}
+		health := make(map[string]corev3.HealthStatus, len(next))
+		for _, ep := range next {
+			health[ep.Address] = ep.Health
+		}
+		for _, ep := range list {
+			if ep.Health != corev3.HealthStatus_HEALTHY {
+				continue
+			}
+			if h, ok := health[ep.Address]; !ok || h != corev3.HealthStatus_HEALTHY {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Snapshot returns the snapshot currently set for a source's Envoys (its
