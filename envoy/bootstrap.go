@@ -80,7 +80,7 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 		Node: &corev3.Node{Id: o.NodeID, Cluster: source},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
 			AdsConfig: &corev3.ApiConfigSource{
-				ApiType:             corev3.ApiConfigSource_GRPC,
+				ApiType:             adsAPIType(c.Envoy.XDSAPIType),
 				TransportApiVersion: corev3.ApiVersion_V3,
 				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
 					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: c.Envoy.XDSCluster},
@@ -266,4 +266,13 @@ func MarshalYAML(m proto.Message) ([]byte, error) {
 		return nil, err
 	}
 	return yaml.JSONToYAML(buf.Bytes())
+}
+
+// adsAPIType is ads_config.api_type for envoy.xds_api_type: DELTA_GRPC
+// (incremental) or GRPC (state of the world, the default).
+func adsAPIType(t string) corev3.ApiConfigSource_ApiType {
+	if t == "DELTA_GRPC" {
+		return corev3.ApiConfigSource_DELTA_GRPC
+	}
+	return corev3.ApiConfigSource_GRPC
 }

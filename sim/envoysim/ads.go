@@ -30,19 +30,21 @@ const (
 // userAgentName is the node.user_agent_name envoysim sends.
 const userAgentName = "envoysim"
 
-// adsClient is a state-of-the-world ADS client
-// (source/extensions/config_subscription/grpc/grpc_mux_impl.cc). Its fields
-// are only used by the goroutine running run.
+// adsClient is an ADS client: state of the world
+// (source/extensions/config_subscription/grpc/grpc_mux_impl.cc), or delta
+// with ads_config.api_type DELTA_GRPC (see deltaSession). Its fields are
+// only used by the goroutine running run.
 type adsClient struct {
 	e        *Envoy
 	cfg      *adsConfig
 	conn     *grpc.ClientConn
 	node     *corev3.Node
-	versions map[string]string   // last accepted version_info per type
-	nonces   map[string]string   // last response nonce per type
-	sent     map[string][]string // last resource_names sent for EDS and RDS
-	nacked   map[string]string   // version last NACKed per type
-	streak   map[string]int      // consecutive NACKs of that version
+	versions map[string]string        // last accepted version_info per type
+	nonces   map[string]string        // last response nonce per type
+	sent     map[string][]string      // last resource_names sent for EDS and RDS
+	nacked   map[string]string        // version last NACKed per type
+	streak   map[string]int           // consecutive NACKs of that version
+	held     map[string]heldResources // delta: what it holds, per type
 }
 
 func (e *Envoy) newADSClient() (*adsClient, error) {
@@ -57,7 +59,7 @@ func (e *Envoy) newADSClient() (*adsClient, error) {
 	return &adsClient{
 		e: e, cfg: e.ads, conn: conn, node: node,
 		versions: map[string]string{}, nonces: map[string]string{}, sent: map[string][]string{},
-		nacked: map[string]string{}, streak: map[string]int{},
+		nacked: map[string]string{}, streak: map[string]int{}, held: map[string]heldResources{},
 	}, nil
 }
 
@@ -65,8 +67,12 @@ func (e *Envoy) newADSClient() (*adsClient, error) {
 // jittered exponential back-off and keeping the configuration it has.
 func (c *adsClient) run(ctx context.Context) {
 	delay := adsRetryInitial
+	session := c.session
+	if c.cfg.delta {
+		session = c.deltaSession
+	}
 	for {
-		got, err := c.session(ctx)
+		got, err := session(ctx)
 		if ctx.Err() != nil {
 			return
 		}

@@ -31,6 +31,7 @@ type adsConfig struct {
 	cds              bool // cds_config is ads
 	lds              bool // lds_config is ads
 	nodeEveryRequest bool // !set_node_on_first_message_only
+	delta            bool // api_type DELTA_GRPC
 	initialMetadata  []headerValue
 }
 
@@ -100,9 +101,9 @@ func compileADS(b *bootstrapv3.Bootstrap, clusters map[string]*clusterConfig) (*
 	switch src.GetApiType() {
 	case corev3.ApiConfigSource_GRPC:
 	case corev3.ApiConfigSource_DELTA_GRPC:
-		errs = append(errs, errors.New("ads_config.api_type DELTA_GRPC is not supported by envoysim (use GRPC)"))
+		ads.delta = true
 	default:
-		errs = append(errs, fmt.Errorf("ads_config.api_type %s is not supported (GRPC)", src.GetApiType()))
+		errs = append(errs, fmt.Errorf("ads_config.api_type %s is not supported (GRPC or DELTA_GRPC)", src.GetApiType()))
 	}
 	if src.GetTransportApiVersion() != corev3.ApiVersion_V3 {
 		errs = append(errs, errors.New("ads_config.transport_api_version must be V3"))

@@ -265,7 +265,7 @@ func TestBootstrapRefusesUnsupportedFields(t *testing.T) {
 	hcm.AddUserAgent = wrapperspb.Bool(true)
 	l.GetFilterChains()[0].GetFilters()[0].ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(&hcm)}
 	b.StaticResources.Listeners = []*listenerv3.Listener{l}
-	b.DynamicResources.AdsConfig.ApiType = corev3.ApiConfigSource_DELTA_GRPC
+	b.DynamicResources.AdsConfig.ApiType = corev3.ApiConfigSource_AGGREGATED_DELTA_GRPC
 	_, err := New(Options{Bootstrap: b})
 	if err == nil {
 		t.Fatal("accepted")
@@ -281,7 +281,7 @@ func TestBootstrapRefusesUnsupportedFields(t *testing.T) {
 	hcm.AddUserAgent = nil
 	l.GetFilterChains()[0].GetFilters()[0].ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(&hcm)}
 	_, err = New(Options{Bootstrap: b})
-	for _, want := range []string{"RING_HASH", "DELTA_GRPC"} {
+	for _, want := range []string{"RING_HASH", "AGGREGATED_DELTA_GRPC"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
