@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -69,7 +70,13 @@ func (r *Replica) publish(ctx context.Context, t *term, w *weights.Weights) erro
 		r.m.publishes.WithLabelValues("fenced").Inc()
 		return fmt.Errorf("ha: publish %s: %w", w.Version(), ErrNotLeader)
 	}
+	// A write in flight on a member that fails is not replayed by the
+	// client: write again (whole: a lost answer to a committed write
+	// finds the content there and rewrites the same records).
 	err := r.write(ctx, t, w)
+	for try := 1; try < 3 && err != nil && !errors.Is(err, ErrFenced) && wait(ctx, 100*time.Millisecond); try++ {
+		err = r.write(ctx, t, w)
+	}
 	switch {
 	case err == nil:
 		r.m.publishes.WithLabelValues("published").Inc()
@@ -77,9 +84,7 @@ func (r *Replica) publish(ctx context.Context, t *term, w *weights.Weights) erro
 		t.published = w.Version()
 		r.published.Store(w)
 		r.wakeSync()
-		if t.nextSeq%8 == 0 {
-			r.collect(ctx, t)
-		}
+		r.collect(ctx, t)
 		return nil
 	case errors.Is(err, ErrFenced):
 		r.m.publishes.WithLabelValues("fenced").Inc()

@@ -1,6 +1,8 @@
 package ha_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -264,4 +266,22 @@ func publish(t *testing.T, m *member, w *weights.Weights) {
 
 func isRefusal(err error) bool {
 	return errors.Is(err, ha.ErrNotLeader) || errors.Is(err, ha.ErrFenced)
+}
+
+// gz is s gzip'd.
+func gz(t *testing.T, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := zw.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func withPrefixCount() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
 }

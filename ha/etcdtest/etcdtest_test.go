@@ -14,11 +14,18 @@ import (
 func TestQuorum(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	cli := c.Client()
+	// put retries within its time: a write in flight on a member that is
+	// killed fails (Unavailable), and the client does not replay writes.
 	put := func(key, val string, within time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
-		_, err := cli.Put(ctx, key, val)
-		return err
+		for {
+			_, err := cli.Put(ctx, key, val)
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	get := func(key string) string {
 		t.Helper()
