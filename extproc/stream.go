@@ -324,7 +324,7 @@ func (s *Server) unfinished(x *exchange) {
 		s.log.add(x.rec)
 		return
 	}
-	s.log.update(x.rec, func(r *Record) {
+	x.rec = s.log.update(x.rec, func(r *Record) {
 		if r.Unanswered == "" {
 			r.Unanswered = "the stream ended before the response headers came back through ILB: the client went away, or Envoy stopped waiting for ILB and went on without its decision"
 		}
@@ -349,17 +349,17 @@ func (s *Server) answered(x *exchange) {
 func (x *exchange) provisional() float64 { return min(x.cost, x.st.limits[x.key.Model].ordinary) }
 
 // confirmed books the rest of a request's estimate once an engine
-// accepted it (2xx response headers).
-func (s *Server) confirmed(x *exchange) {
+// accepted it (2xx response headers) and returns it, for the record.
+func (s *Server) confirmed(x *exchange) float64 {
 	if x.unconfirmed <= 0 || x.rec == nil {
-		return
+		return 0
 	}
 	extra := x.unconfirmed
 	x.unconfirmed = 0
 	if s.opts.Meter != nil {
 		s.opts.Meter.AddCost(x.key, extra)
 	}
-	s.log.update(x.rec, func(r *Record) { r.DemandBooked += extra })
+	return extra
 }
 
 // unbooked forgets the unconfirmed demand of a stream that ends without
@@ -385,7 +385,6 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	s.metrics.rejected(source, re)
 	s.metrics.shedding(source, x.key, x.prio, re)
 	s.spanRejected(x, re)
-	s.log.add(x.rec)
 	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 {
 		// Refused for want of capacity: still demand (the controller must
 		// plan for it, or it would stop shedding and start again), but
@@ -393,6 +392,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 		x.rec.DemandBooked = x.provisional()
 		s.opts.Meter.Add(x.key, x.rec.DemandBooked, true)
 	}
+	s.log.add(x.rec)
 	return resp
 }
 
@@ -402,10 +402,12 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 	hs := headerMap(m.GetHeaders())
 	code, _ := strconv.Atoi(hs[":status"])
 	if x.rec != nil && !x.done {
+		var extra float64
 		if code >= 200 && code <= 299 {
-			s.confirmed(x)
+			extra = s.confirmed(x)
 		}
-		s.log.update(x.rec, func(r *Record) {
+		x.rec = s.log.update(x.rec, func(r *Record) {
+			r.DemandBooked += extra
 			r.Status = code
 			r.ServedCluster = bound.String(hs[header.ServedCluster], bound.Name)
 			r.ServedVersion = bound.String(hs[header.WeightsVersion], bound.Name)

@@ -53,7 +53,7 @@ func TestLogSubscribeFilters(t *testing.T) {
 			other := &Record{RequestID: "other", Source: "edge-eu", Model: "m2", Reason: "steered", Chosen: "c"}
 			l.add(other)
 			l.add(&Record{RequestID: "never-completes", Source: "edge-us", Model: "m1", Chosen: "a"})
-			l.update(served, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
+			served = l.update(served, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
 			l.update(served, func(r *Record) { r.Status = 200 }) // already complete: not sent again
 			l.update(other, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
 			got := recv(t, s)
@@ -136,10 +136,8 @@ func TestLogSubscribeCancel(t *testing.T) {
 	readers.Wait()
 	close(stop)
 	writers.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.subs) != 0 {
-		t.Errorf("%d subscriptions left after cancel", len(l.subs))
+	if n := len(l.subscriptions()); n != 0 {
+		t.Errorf("%d subscriptions left after cancel", n)
 	}
 }
 

@@ -5,7 +5,7 @@ import "math"
 // Tally counts the decision records the log stored after a point, by
 // reason, without copying them: what a periodic sampler needs (the
 // dashboard's shedding chart), at a cost of one map increment per new
-// record under the log's lock.
+// record, without blocking writers.
 type Tally struct {
 	// Through is the sequence number of the newest record stored; pass it
 	// as after to the next call.
@@ -27,18 +27,19 @@ const TallyStart uint64 = math.MaxUint64
 // Tally counts the records stored after sequence number after (0: every
 // record kept; TallyStart: none).
 func (l *Log) Tally(after uint64) Tally {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t := Tally{Through: l.added, ByReason: map[string]int{}}
-	if after >= l.added {
+	through, oldest := l.added.Load(), l.oldest.Load()
+	t := Tally{Through: through, ByReason: map[string]int{}}
+	if after >= through {
 		return t
 	}
-	n := l.added - after
-	kept := min(n, uint64(l.n)) // records are stored in sequence: the newest l.n are kept
-	t.Lost = int(n - kept)
-	for i := range int(kept) {
-		t.Records++
-		t.ByReason[l.at(i).Reason]++
+	// Records are stored in sequence: those after the point and still kept
+	// are the newest ones.
+	for seq := through; seq > after && seq >= oldest; seq-- {
+		if r := l.load(seq); r != nil {
+			t.Records++
+			t.ByReason[r.Reason]++
+		}
 	}
+	t.Lost = int(through-after) - t.Records
 	return t
 }

@@ -1,0 +1,202 @@
+package extproc
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ilbproject/ilb/internal/bound"
+)
+
+// Log keeps the most recent decision records, indexed by request id:
+// at most a number of records and an estimated number of bytes, the
+// oldest evicted first. Safe for concurrent use. A record is stored when
+// ILB decides and completed when the response headers come back; readers
+// get copies. Subscribers get each record once, when it completes (see
+// Subscribe).
+//
+// Nothing on the request path waits for a reader. A stored record is
+// immutable: its slot in the ring is an atomic pointer to its latest
+// version, and an update stores a new version (copy on write). Readers
+// (Get, Find, Recent, Tally) load slots without any lock the writers
+// take, except Get's lookup in one shard of the id index, a map access.
+// Writers serialise among themselves only for the few instructions of an
+// add (sequence number, eviction, index); an update takes no lock.
+type Log struct {
+	// ring holds the latest version of record seq in slot seq % len(ring),
+	// nil once evicted. The records kept are those with Seq in
+	// [oldest, added]; a reader that finds a slot nil or holding another
+	// Seq skips it (evicted or reused meanwhile).
+	ring     []atomic.Pointer[Record]
+	added    atomic.Uint64 // records ever stored: the sequence number of the newest
+	oldest   atomic.Uint64 // sequence number of the oldest record kept (added+1: none)
+	bytes    atomic.Int64  // estimated size of the records kept
+	maxBytes int64
+
+	// wmu serialises adds: sequence numbers, eviction and the index. No
+	// reader takes it.
+	wmu   sync.Mutex
+	seed  maphash.Seed
+	index [indexShards]indexShard
+
+	// subs is the current subscriptions, an immutable slice replaced
+	// under subsMu when one comes or goes; publish only loads it.
+	subsMu sync.Mutex
+	subs   atomic.Pointer[[]*Subscription]
+}
+
+// indexShards splits the id index so that a Get locks a small part of
+// it for one map lookup, and adds rarely meet it there.
+const indexShards = 32
+
+// indexShard maps the request ids of one shard to the sequence number of
+// their newest kept record.
+type indexShard struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+// NewLog returns a log of at most size records (>= 1) and maxBytes bytes
+// (an estimate of the records' memory; < 1: no byte bound).
+func NewLog(size int, maxBytes int64) *Log {
+	size = max(size, 1)
+	l := &Log{ring: make([]atomic.Pointer[Record], size), maxBytes: maxBytes, seed: maphash.MakeSeed()}
+	l.oldest.Store(1)
+	for i := range l.index {
+		l.index[i].m = make(map[string]uint64, min(size, 1<<16)/indexShards+1)
+	}
+	return l
+}
+
+// slot is the ring slot of sequence number seq.
+func (l *Log) slot(seq uint64) *atomic.Pointer[Record] { return &l.ring[seq%uint64(len(l.ring))] }
+
+// load returns the kept record of sequence number seq, nil if it is not
+// kept (evicted, or not stored yet).
+func (l *Log) load(seq uint64) *Record {
+	if r := l.slot(seq).Load(); r != nil && r.Seq == seq {
+		return r
+	}
+	return nil
+}
+
+func (l *Log) shard(id string) *indexShard {
+	return &l.index[maphash.String(l.seed, id)%indexShards]
+}
+
+// add stores r, evicting the oldest records while the log is full in
+// records or in bytes, and sets r.Seq. A record with the id of a kept one
+// replaces it in the index. A record added complete (ILB answered it
+// itself) goes to the subscribers now. From now on r is the log's and
+// immutable: change it with update. r's strings must be bounded by its
+// producer.
+func (l *Log) add(r *Record) {
+	r.size = r.estimate()
+	l.wmu.Lock()
+	seq := l.added.Load() + 1
+	r.Seq = seq
+	for kept := seq - l.oldest.Load(); kept > 0 && (kept == uint64(len(l.ring)) || l.maxBytes > 0 && l.bytes.Load()+r.size > l.maxBytes); kept-- {
+		l.evictOldest()
+	}
+	l.slot(seq).Store(r)
+	l.bytes.Add(r.size)
+	sh := l.shard(r.RequestID)
+	sh.mu.Lock()
+	sh.m[r.RequestID] = seq
+	sh.mu.Unlock()
+	l.added.Store(seq)
+	l.wmu.Unlock()
+	if r.Complete {
+		l.publish(r)
+	}
+}
+
+// evictOldest drops the oldest record kept. Called with l.wmu held and
+// at least one record kept.
+func (l *Log) evictOldest() {
+	seq := l.oldest.Load()
+	old := l.slot(seq).Swap(nil)
+	l.oldest.Store(seq + 1)
+	if old == nil {
+		return
+	}
+	// The latest version's size: an update that raced this swap either
+	// stored its version first (counted here) or failed (counted nowhere).
+	l.bytes.Add(-old.size)
+	sh := l.shard(old.RequestID)
+	sh.mu.Lock()
+	if sh.m[old.RequestID] == seq {
+		delete(sh.m, old.RequestID)
+	}
+	sh.mu.Unlock()
+}
+
+// update returns a new version of r — a copy with f applied — and stores
+// it in r's place if r is still kept (records already evicted are
+// updated harmlessly). r must be the latest version: what add stored or
+// update returned; only the request's own goroutine updates its record.
+// f must not change Candidates (versions share them). When f completes
+// the record, it goes to the subscribers.
+func (l *Log) update(r *Record, f func(*Record)) *Record {
+	n := new(Record)
+	*n = *r
+	f(n)
+	n.size = n.estimate()
+	if l.slot(n.Seq).CompareAndSwap(r, n) { // still kept: its size counts
+		l.bytes.Add(n.size - r.size)
+	}
+	if n.Complete && !r.Complete {
+		l.publish(n)
+	}
+	return n
+}
+
+// Bytes is the estimated size of the records kept.
+func (l *Log) Bytes() int64 { return l.bytes.Load() }
+
+// Get returns a copy of the record of a request id. The id is bounded as
+// ILB bounds the ids it stores, so the id a client got back finds its
+// record even when it was cut.
+func (l *Log) Get(id string) (Record, bool) {
+	id = bound.String(id, bound.Name)
+	sh := l.shard(id)
+	sh.mu.Lock()
+	seq, ok := sh.m[id]
+	sh.mu.Unlock()
+	if !ok {
+		return Record{}, false
+	}
+	r := l.load(seq)
+	if r == nil { // evicted since
+		return Record{}, false
+	}
+	return r.copy(), true
+}
+
+// Recent returns copies of up to n most recent records, newest first.
+func (l *Log) Recent(n int) []Record { return l.Find(Filter{}, n) }
+
+// Find returns copies of up to n most recent records that match f, newest
+// first, complete or not (with f.Before, only those stored before that
+// sequence number: the next page). It visits at most the records kept
+// (the log's size) and copies at most n, without blocking writers:
+// records stored or evicted while it runs may or may not be seen.
+func (l *Log) Find(f Filter, n int) []Record {
+	hi, lo := l.added.Load(), l.oldest.Load()
+	if f.Before != 0 {
+		hi = min(hi, f.Before-1)
+	}
+	if n < 1 || hi < lo {
+		return nil
+	}
+	out := make([]Record, 0, min(uint64(n), hi-lo+1, 1024))
+	for seq := hi; seq >= lo && len(out) < n; seq-- {
+		if r := l.load(seq); r != nil && f.Match(r) {
+			out = append(out, r.copy())
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
