@@ -32,6 +32,7 @@ import (
 	"github.com/ilbproject/ilb/dashboard"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
@@ -76,10 +77,13 @@ type App struct {
 	// signals.disabled); the controller plans with it unless
 	// controller.capacity.mode is configured.
 	Capacity *capacity.Estimator
+	// HA is this replica of an HA group (app/ha.go); nil without ha:.
+	HA *ha.Replica
 
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
 	group                     *errgroup.Group
+	stopHAClose               func() bool
 
 	// signalsMu orders signals snapshots into EDS and the fast loop:
 	// OnChange and followRamps run on different goroutines, and an older
@@ -168,31 +172,43 @@ func Start(ctx context.Context, o Options) (*App, error) {
 			return snap.ClusterStates(c), snap.At
 		}
 	}
+	if c.HA != nil {
+		if err := a.startHA(ctx, o, &copts, agg); err != nil {
+			return nil, err
+		}
+	}
 	ctl, err := weights.NewController(copts)
 	if err != nil {
 		return nil, err
 	}
 	a.Controller = ctl
-	if err := ctl.Tick(ctx); err != nil {
+	if a.HA != nil {
+		err = a.bootstrapHA(ctx, policy, copts)
+	} else {
+		err = ctl.Tick(ctx)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("app: first weights: %w", err)
 	}
 	if err := a.listen(ctx); err != nil {
 		return nil, err
 	}
-	a.Dashboard = dashboard.New(dashboard.Options{
-		Config: c, Weights: ctl, Decisions: ep.Decisions(), Signals: a.Signals,
-		Logger: o.Logger.With("component", "dashboard"),
-	})
 	aopts := admin.Options{
 		Config: c, Registry: reg, Weights: ctl, Decisions: ep.Decisions(), Nodes: xs, Rollouts: xs, Demand: agg,
-		History: history, UI: a.Dashboard.Handler(), Logger: o.Logger.With("component", "admin"),
+		History: history, Logger: o.Logger.With("component", "admin"),
 	}
+	a.haView(&aopts)
+	a.Dashboard = dashboard.New(dashboard.Options{
+		Config: c, Weights: aopts.Weights, Decisions: ep.Decisions(), Signals: a.Signals,
+		Logger: o.Logger.With("component", "dashboard"),
+	})
+	aopts.UI = a.Dashboard.Handler()
 	if a.Signals != nil {
 		aopts.Signals = a.Signals
 		aopts.Capacity = a.Capacity
 	}
 	adminSrv := &http.Server{
-		Handler: au.Admin(admin.Handler(aopts)), ReadHeaderTimeout: 10 * time.Second, ErrorLog: au.AdminErrorLog(),
+		Handler: au.Admin(a.withHAHealth(admin.Handler(aopts))), ReadHeaderTimeout: 10 * time.Second, ErrorLog: au.AdminErrorLog(),
 		// Streams (/debug/decisions?follow=1) end with the process, not
 		// after the shutdown grace period.
 		BaseContext: func(net.Listener) context.Context { return ctx },
@@ -220,7 +236,11 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	})
 	g.Go(func() error { return serve.HTTP(gctx, adminSrv, secureAdmin(au, a.adminLn)) })
 	g.Go(func() error { return au.Run(gctx) })
-	g.Go(func() error { return ctl.Run(gctx) })
+	if a.HA != nil {
+		g.Go(func() error { return a.runHA(gctx) })
+	} else {
+		g.Go(func() error { return ctl.Run(gctx) })
+	}
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return a.Dashboard.Run(gctx) })
 	if a.Signals != nil {
@@ -230,7 +250,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	a.group = g
 	warnInsecure(ctx, o.Logger, c)
 	o.Logger.InfoContext(ctx, "ilb serving", "xds", a.XDSAddr(), "extproc", a.ExtProcAddr(), "admin", a.AdminURL(),
-		"tls", au.TLSEnabled(), "client_certs", au.ClientCerts(), "weights", ctl.Current().Version())
+		"tls", au.TLSEnabled(), "client_certs", au.ClientCerts(), "weights", aopts.Weights.Current().Version())
 	return a, nil
 }
 

@@ -70,6 +70,12 @@ func (r *Replica) publish(ctx context.Context, t *term, w *weights.Weights) erro
 		r.m.publishes.WithLabelValues("fenced").Inc()
 		return fmt.Errorf("ha: publish %s: %w", w.Version(), ErrNotLeader)
 	}
+	if t.published == w.Version() {
+		// The version in force (a new term's first tick computes it
+		// again): nothing to write, fresh weights for the local sinks.
+		r.refresh(w)
+		return nil
+	}
 	// A write in flight on a member that fails is not replayed by the
 	// client: write again (whole: a lost answer to a committed write
 	// finds the content there and rewrites the same records).

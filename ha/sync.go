@@ -24,12 +24,11 @@ func (r *Replica) runSync(ctx context.Context) error {
 		r.watchCurrent(ctx)
 	}()
 	defer func() { <-done }()
-	cache := map[string][]weights.CellRoute{}
+	st := newSyncState()
 	t := time.NewTicker(r.o.Probe)
 	defer t.Stop()
-	var synced int64 // mod revision of the last record handled
 	for {
-		synced = r.sync(ctx, synced, cache)
+		r.sync(ctx, st)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -55,19 +54,28 @@ func (r *Replica) watchCurrent(ctx context.Context) {
 	}
 }
 
+// syncState is what the sync loop keeps between two reads.
+type syncState struct {
+	rev   int64                          // mod revision of the last record handled
+	cache map[string][]weights.CellRoute // the routing of the versions the history lists
+	// historyStale: the last read of the history failed; read it again.
+	historyStale bool
+}
+
+func newSyncState() *syncState { return &syncState{cache: map[string][]weights.CellRoute{}} }
+
 // syncOnce reads etcd once and installs the version in force; it reports
 // whether this replica now serves a version published in etcd.
 func (r *Replica) syncOnce(ctx context.Context) bool {
-	r.sync(ctx, 0, map[string][]weights.CellRoute{})
+	r.sync(ctx, newSyncState())
 	return r.installedRecord().Version != ""
 }
 
 // sync reads the record of the version in force and the leader's name in
-// one linearizable read; when the record changed since mod revision
-// synced, it installs its version and refreshes the history. It returns
-// the mod revision handled. etcd's answer, or its silence, is the
-// replica's view of etcd's health.
-func (r *Replica) sync(ctx context.Context, synced int64, cache map[string][]weights.CellRoute) int64 {
+// one linearizable read; when the record changed since st.rev, it
+// installs its version and refreshes the history. etcd's answer, or its
+// silence, is the replica's view of etcd's health.
+func (r *Replica) sync(ctx context.Context, st *syncState) {
 	tctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	resp, err := r.cli.Txn(tctx).Then(
@@ -78,7 +86,7 @@ func (r *Replica) sync(ctx context.Context, synced int64, cache map[string][]wei
 		if ctx.Err() == nil {
 			r.setHealth(ctx, err)
 		}
-		return synced
+		return
 	}
 	r.setHealth(ctx, nil)
 	leader := ""
@@ -87,15 +95,19 @@ func (r *Replica) sync(ctx context.Context, synced int64, cache map[string][]wei
 	}
 	r.leader.Store(&leader)
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 || kvs[0].ModRevision == synced {
-		return synced
+	if len(kvs) == 0 || kvs[0].ModRevision == st.rev {
+		if st.historyStale {
+			st.historyStale = !r.refreshHistory(ctx, st.cache)
+		}
+		return
 	}
 	rev := kvs[0].ModRevision
 	rec, err := decodeRecord(kvs[0].Value)
 	if err != nil {
 		r.m.installs.WithLabelValues("refused").Inc()
 		r.log.ErrorContext(ctx, "the record of the version in force is not readable: keeping the installed weights", "revision", rev, "err", err)
-		return rev
+		st.rev = rev
+		return
 	}
 	r.seen.Store(&rec)
 	if rec.Config != r.cfgHash {
@@ -109,13 +121,13 @@ func (r *Replica) sync(ctx context.Context, synced int64, cache map[string][]wei
 		if errors.Is(err, errRetry) {
 			r.m.installs.WithLabelValues("failed").Inc()
 			r.log.WarnContext(ctx, "cannot read the published version: keeping the installed weights", "version", rec.Version, "err", err)
-			return synced // read it again on the next probe
+			return // read it again on the next probe
 		}
 		r.m.installs.WithLabelValues("refused").Inc()
 		r.log.ErrorContext(ctx, "published version refused: keeping the installed weights", "version", rec.Version, "leader", rec.Leader, "err", err)
 	}
-	r.refreshHistory(ctx, cache)
-	return rev
+	st.rev = rev
+	st.historyStale = !r.refreshHistory(ctx, st.cache)
 }
 
 // errRetry marks a failure to read etcd (worth retrying), as opposed to a
@@ -178,15 +190,15 @@ func (r *Replica) fetch(ctx context.Context, v string) (*weights.Weights, error)
 
 // refreshHistory reads the history records and builds the summaries,
 // reading the content of versions not in cache (and dropping from cache
-// those no longer listed).
-func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights.CellRoute) {
+// those no longer listed); false when a read failed.
+func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights.CellRoute) bool {
 	tctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	resp, err := r.cli.Get(tctx, r.keys.history(), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(r.o.HistorySize)))
 	if err != nil {
 		r.log.DebugContext(ctx, "history: read", "err", err)
-		return
+		return false
 	}
 	if in := r.installed.Load(); in != nil && in.rec.Version != "" {
 		if _, ok := cache[in.rec.Version]; !ok {
@@ -195,6 +207,7 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 	}
 	out := make([]weights.VersionSummary, 0, len(resp.Kvs))
 	listed := map[string]bool{}
+	complete := true
 	for _, kv := range resp.Kvs {
 		rec, err := decodeRecord(kv.Value)
 		if err != nil {
@@ -206,6 +219,7 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 			w, err := r.fetch(ctx, rec.Version)
 			if err != nil {
 				r.log.DebugContext(ctx, "history: version content", "version", rec.Version, "err", err)
+				complete = complete && !errors.Is(err, errRetry)
 				continue
 			}
 			cells = routes(w)
@@ -222,6 +236,7 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 		}
 	}
 	r.history.Store(&out)
+	return complete
 }
 
 // routes is the routing of every cell of w, as the history keeps it.
