@@ -119,22 +119,57 @@ func parseWorld(b testing.TB, c *config.Config) *config.Config {
 	return out
 }
 
+// benchSizes are the fleets of BenchmarkOptimizer: sources, clusters,
+// models, regions.
+var benchSizes = []struct{ s, c, m, r int }{
+	{10, 20, 5, 5},
+	{100, 500, 20, 10},
+	{1000, 2000, 50, 20},
+}
+
+// benchInputs holds the worlds already built: the largest takes seconds.
+var benchInputs = map[[4]int]weights.Input{}
+
+func benchInput(b *testing.B, s, c, m, r int) weights.Input {
+	key := [4]int{s, c, m, r}
+	in, ok := benchInputs[key]
+	if !ok {
+		in = benchWorld(b, s, c, m, r)
+		benchInputs[key] = in
+	}
+	return in
+}
+
+// BenchmarkOptimizer is one controller tick at steady state (the
+// previous weights in play: movement costs, step bounds, deadband) with
+// the optimizer the controller keeps (NewPolicy: NewOptimizer), so its
+// working memory is reused from tick to tick.
 func BenchmarkOptimizer(b *testing.B) {
-	for _, size := range []struct{ s, c, m, r int }{
-		{10, 20, 5, 5},
-		{100, 500, 20, 10},
-		{1000, 2000, 50, 20},
-	} {
+	benchOptimizer(b, weights.NewOptimizer)
+}
+
+// BenchmarkOptimizerFresh is BenchmarkOptimizer with the zero Optimizer,
+// which allocates its working memory every tick.
+func BenchmarkOptimizerFresh(b *testing.B) {
+	benchOptimizer(b, func() weights.Optimizer { return weights.Optimizer{} })
+}
+
+func benchOptimizer(b *testing.B, policy func() weights.Optimizer) {
+	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("sources=%d/clusters=%d/models=%d", size.s, size.c, size.m), func(b *testing.B) {
-			in := benchWorld(b, size.s, size.c, size.m, size.r)
-			first, err := weights.Optimizer{}.Compute(in)
+			in := benchInput(b, size.s, size.c, size.m, size.r)
+			o := policy()
+			first, err := o.Compute(in)
 			if err != nil {
 				b.Fatal(err)
 			}
 			in.Previous = first // steady state: movement costs and step bounds in play
+			if _, err := o.Compute(in); err != nil {
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := (weights.Optimizer{}).Compute(in); err != nil {
+				if _, err := o.Compute(in); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -59,7 +59,13 @@ func Evaluate(in Input, w *Weights) Cost {
 			load[i] += x
 			perRegion[r] += x
 		}
-		previousRegionShares(ix, in.Previous, cell.Source, cell.Model, prevShare)
+		var pc *Cell
+		if in.Previous != nil {
+			if prev, ok := in.Previous.Cell(cell.Source, cell.Model); ok {
+				pc = &prev
+			}
+		}
+		previousRegionShares(ix, pc, prevShare)
 		if in.Previous != nil {
 			var d float64
 			for _, p := range Priorities {

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ilbproject/ilb/weights"
@@ -102,13 +104,15 @@ func scaleDemand(in *weights.Input, r *rand.Rand, f float64) {
 type tickScenario struct {
 	name string
 	in   weights.Input
-	// explain: hash the explanations too (too costly for the large case).
-	explain bool
+	// explainEvery: hash the explanations of one cell in explainEvery
+	// (drawn by name), 1 for all, 0 for none (explaining every cell of a
+	// large fleet is costly under the race detector).
+	explainEvery uint32
 }
 
-// tickScenarios are random small worlds and benchmark fleets of several
-// sizes; the largest only without -short.
-func tickScenarios(t *testing.T) []tickScenario {
+// tickScenarios are 25 random small worlds and benchmark fleets of
+// several sizes, the largest only when large and not -short.
+func tickScenarios(t *testing.T, large bool) []tickScenario {
 	var out []tickScenario
 	r := rand.New(rand.NewPCG(2024, 14))
 	for i := 0; len(out) < 25; i++ {
@@ -116,20 +120,21 @@ func tickScenarios(t *testing.T) []tickScenario {
 		if wd == nil {
 			continue
 		}
-		out = append(out, tickScenario{fmt.Sprintf("gen-%d", i), wd.input(nil), true})
+		out = append(out, tickScenario{fmt.Sprintf("gen-%d", i), wd.input(nil), 1})
 	}
 	out = append(out,
-		tickScenario{"fleet-10x20x5", benchWorld(t, 10, 20, 5, 5), true},
-		tickScenario{"fleet-60x200x10", benchWorld(t, 60, 200, 10, 8), true},
+		tickScenario{"fleet-10x20x5", benchWorld(t, 10, 20, 5, 5), 1},
+		tickScenario{"fleet-60x200x10", benchWorld(t, 60, 200, 10, 8), 8},
 	)
-	if !testing.Short() {
-		out = append(out, tickScenario{"fleet-100x500x20", benchWorld(t, 100, 500, 20, 10), false})
+	if large && !testing.Short() {
+		out = append(out, tickScenario{"fleet-100x500x20", benchWorld(t, 100, 500, 20, 10), 0})
 	}
 	return out
 }
 
 // runTicks plays tickSteps on sc with policy p and returns one line per
-// tick: the step, the weights version and a hash of the explained cells.
+// tick: the step, the weights version and a hash of the explained cells
+// (or of a sample of them: explainEvery).
 func runTicks(t *testing.T, p weights.Policy, sc tickScenario) []string {
 	t.Helper()
 	r := rand.New(rand.NewPCG(7, uint64(len(sc.name))))
@@ -147,8 +152,12 @@ func runTicks(t *testing.T, p weights.Policy, sc tickScenario) []string {
 			t.Fatalf("%s %s: %v", sc.name, st.name, err)
 		}
 		explain := "-"
-		if sc.explain {
-			doc, err := json.Marshal(w.Explained(nil))
+		if sc.explainEvery > 0 {
+			doc, err := json.Marshal(w.Explained(func(c weights.Cell) bool {
+				h := fnv.New32a()
+				h.Write([]byte(c.Source + "\x00" + c.Model))
+				return h.Sum32()%sc.explainEvery == 0
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,23 +172,30 @@ func runTicks(t *testing.T, p weights.Policy, sc tickScenario) []string {
 
 // TestOptimizerGolden pins what the optimizer computes, bit for bit: the
 // weights version (a hash of every cell's targets and shed fractions) and
-// a hash of every explanation, over sequences of ticks on random worlds
+// a hash of the explanations, over sequences of ticks on random worlds
 // and benchmark fleets (testdata/optimizer-ticks.golden). Making the
 // controller faster must not change a bit of it; a deliberate change of
 // the routing policy or its cost model regenerates the file
 // (go test ./weights -run TestOptimizerGolden -update) and says why in
 // its commit.
+//
+// One NewOptimizer plays every scenario, in reverse order (the largest
+// fleet first, then smaller ones), as the controller keeps its policy:
+// memory kept between ticks and networks of changing sizes must not
+// change a bit. A new Optimizer each tick plays the random worlds and the
+// smallest fleet again.
 func TestOptimizerGolden(t *testing.T) {
-	var got []string
-	for _, sc := range tickScenarios(t) {
-		got = append(got, runTicks(t, weights.Optimizer{}, sc)...)
-	}
+	scenarios := tickScenarios(t, true)
 	path := filepath.Join("testdata", "optimizer-ticks.golden")
 	if *update {
 		if testing.Short() {
 			t.Fatal("-update needs the large case: run without -short")
 		}
-		if err := os.WriteFile(path, []byte(strings.Join(got, "\n")+"\n"), 0o644); err != nil {
+		var lines []string
+		for _, sc := range scenarios {
+			lines = append(lines, runTicks(t, weights.Optimizer{}, sc)...)
+		}
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -188,16 +204,51 @@ func TestOptimizerGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	if testing.Short() {
-		want = slices.DeleteFunc(want, func(l string) bool { return strings.HasPrefix(l, "fleet-100x500x20 ") })
+	golden := map[string][]string{}
+	for l := range strings.Lines(string(data)) {
+		name, _, _ := strings.Cut(l, " ")
+		golden[name] = append(golden[name], strings.TrimSuffix(l, "\n"))
 	}
-	if len(got) != len(want) {
-		t.Fatalf("%d ticks, golden has %d", len(got), len(want))
+	if want := len(scenarios); len(golden) < want {
+		t.Fatalf("the golden file has %d scenarios, the test %d", len(golden), want)
 	}
+	check := func(how string, sc tickScenario, got []string) {
+		t.Helper()
+		if want := golden[sc.name]; !slices.Equal(got, want) {
+			t.Errorf("%s by %s:\n%s\ngolden:\n%s", sc.name, how, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	kept := weights.NewOptimizer()
+	for _, sc := range slices.Backward(scenarios) {
+		check("a kept NewOptimizer", sc, runTicks(t, kept, sc))
+	}
+	for _, sc := range scenarios {
+		if sc.explainEvery == 1 { // not the larger fleets: seconds under the race detector
+			check("a new Optimizer each tick", sc, runTicks(t, weights.Optimizer{}, sc))
+		}
+	}
+}
+
+// TestKeptOptimizerConcurrent computes on one NewOptimizer from several
+// goroutines at once (the race detector watches its working memory): each
+// gets exactly what a new Optimizer computes.
+func TestKeptOptimizerConcurrent(t *testing.T) {
+	scenarios := tickScenarios(t, false)
+	scenarios = append(scenarios[:6], scenarios[len(scenarios)-2]) // a few random worlds and the smallest fleet
+	want := map[string][]string{}
+	for _, sc := range scenarios {
+		want[sc.name] = runTicks(t, weights.Optimizer{}, sc)
+	}
+	kept := weights.NewOptimizer()
+	got := make([][]string, 4*len(scenarios))
+	var wg sync.WaitGroup
 	for i := range got {
-		if got[i] != want[i] {
-			t.Errorf("tick %d: got %q, golden %q", i, got[i], want[i])
+		wg.Go(func() { got[i] = runTicks(t, kept, scenarios[i%len(scenarios)]) })
+	}
+	wg.Wait()
+	for i, lines := range got {
+		if sc := scenarios[i%len(scenarios)]; !slices.Equal(lines, want[sc.name]) {
+			t.Errorf("%s, goroutine %d: computed\n%s\nwant\n%s", sc.name, i, strings.Join(lines, "\n"), strings.Join(want[sc.name], "\n"))
 		}
 	}
 }

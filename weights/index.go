@@ -1,6 +1,12 @@
 package weights
 
-import "github.com/ilbproject/ilb/config"
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/ilbproject/ilb/config"
+)
 
 // index is the lookup tables of one computation: the configuration's
 // lookups scan lists, which at a thousand sources and thousands of
@@ -16,6 +22,14 @@ type index struct {
 	clusterRegion []int
 	byModel       map[string][]int       // clusters serving a model, config order
 	position      map[string]map[int]int // model -> cluster index -> position in byModel
+	source        map[string]int         // name -> index in c.Sources
+	model         map[string]int         // canonical name -> index in c.Models
+	// sourcesByName and modelsByName are the indexes of the sources and
+	// models in name order: the order of Demand.Keys.
+	sourcesByName, modelsByName []int
+	// residency is, per source, its allowed regions sorted and joined by
+	// commas, "*" when it has none (every region): part of a class key.
+	residency []string
 }
 
 func newIndex(c *config.Config) *index {
@@ -55,5 +69,32 @@ func newIndex(c *config.Config) *index {
 		}
 		ix.position[m.Name] = pos
 	}
+	ix.source = make(map[string]int, len(c.Sources))
+	ix.residency = make([]string, len(c.Sources))
+	for i, s := range c.Sources {
+		ix.source[s.Name] = i
+		ix.residency[i] = "*"
+		if len(s.AllowedRegions) > 0 {
+			allowed := slices.Clone(s.AllowedRegions)
+			slices.Sort(allowed)
+			ix.residency[i] = strings.Join(allowed, ",")
+		}
+	}
+	ix.model = make(map[string]int, len(c.Models))
+	for i, m := range c.Models {
+		ix.model[m.Name] = i
+	}
+	ix.sourcesByName = byName(c.Sources, func(s config.Source) string { return s.Name })
+	ix.modelsByName = byName(c.Models, func(m config.Model) string { return m.Name })
 	return ix
+}
+
+// byName returns the indexes of list in the order of its names.
+func byName[T any](list []T, name func(T) string) []int {
+	out := make([]int, len(list))
+	for i := range out {
+		out[i] = i
+	}
+	slices.SortStableFunc(out, func(a, b int) int { return cmp.Compare(name(list[a]), name(list[b])) })
+	return out
 }

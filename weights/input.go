@@ -56,10 +56,13 @@ func (d Demand) Keys() []DemandKey {
 	for k := range d {
 		ks = append(ks, k)
 	}
-	slices.SortFunc(ks, func(a, b DemandKey) int {
-		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Priority, b.Priority))
-	})
+	slices.SortFunc(ks, compareKeys)
 	return ks
+}
+
+// compareKeys orders demand keys by source, model, then priority.
+func compareKeys(a, b DemandKey) int {
+	return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Priority, b.Priority))
 }
 
 // Total is the sum of CostPerSecond.
@@ -120,16 +123,38 @@ func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 // unknown (source, model, priority) streams, naming every offender; nil
 // when d is usable. The controller checks raw demand with it before the
 // demand reaches its moving average, which one bad value would poison.
+// It looks each distinct source and model name up once, and orders only
+// the offenders (in Keys order) for the error.
 func checkDemand(c *config.Config, d Demand) error {
+	knownSource := map[string]bool{}
+	canonical := map[string]bool{}
+	var offenders []DemandKey
+	for k, r := range d {
+		okS, seen := knownSource[k.Source]
+		if !seen {
+			_, okS = c.Source(k.Source)
+			knownSource[k.Source] = okS
+		}
+		okM, seen := canonical[k.Model]
+		if !seen {
+			m, ok := c.ResolveModel(k.Model)
+			okM = ok && m == k.Model
+			canonical[k.Model] = okM
+		}
+		if bad(r.RequestsPerSecond) || bad(r.CostPerSecond) || !okS || !okM || k.Priority >= numPriorities {
+			offenders = append(offenders, k)
+		}
+	}
+	if len(offenders) == 0 {
+		return nil
+	}
+	slices.SortFunc(offenders, compareKeys)
 	var errs []error
-	for _, k := range d.Keys() {
-		r := d[k]
-		if bad(r.RequestsPerSecond) || bad(r.CostPerSecond) {
+	for _, k := range offenders {
+		if r := d[k]; bad(r.RequestsPerSecond) || bad(r.CostPerSecond) {
 			errs = append(errs, fmt.Errorf("%w: demand of (%s, %s, %s) is %+v", ErrBadInput, k.Source, k.Model, k.Priority, r))
 		}
-		_, okS := c.Source(k.Source)
-		m, okM := c.ResolveModel(k.Model)
-		if !okS || !okM || m != k.Model || k.Priority >= numPriorities {
+		if !knownSource[k.Source] || !canonical[k.Model] || k.Priority >= numPriorities {
 			errs = append(errs, fmt.Errorf("%w: demand for unknown (%s, %s, %s): want a configured source, a canonical model name and a priority", ErrBadInput, k.Source, k.Model, k.Priority))
 		}
 	}

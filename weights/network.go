@@ -3,8 +3,7 @@ package weights
 import (
 	"fmt"
 	"math"
-	"slices"
-	"strings"
+	"strconv"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights/flow"
@@ -43,7 +42,7 @@ const (
 
 type network struct {
 	ix       *index
-	g        *flow.Graph
+	g        *flow.Graph // the workspace's: valid until the tick ends
 	s, t     int
 	quantum  float64 // token-cost units per second per flow unit
 	cells    []*cellNode
@@ -60,6 +59,7 @@ type network struct {
 // the number of sources per region.
 type cellNode struct {
 	model   config.Model
+	mi      int // index of model in Config.Models
 	members []member
 	node    int
 	supply  int                    // arc id S -> cell, -1 without demand
@@ -73,7 +73,8 @@ type cellNode struct {
 
 // member is one cell of a class.
 type member struct {
-	source config.Source
+	source *config.Source // in Input.Config.Sources
+	si     int            // its index there
 	demand [numPriorities]float64
 }
 
@@ -94,6 +95,7 @@ type regionArc struct {
 
 type hubNode struct {
 	model, region string
+	id            int // index in network.hubs
 	node          int
 	clusters      []*clusterNode
 	arcs          []int // hub -> clusters[i]
@@ -124,16 +126,22 @@ func (n *network) units(x float64) int64 {
 
 func costUnits(ms float64) int64 { return int64(math.Round(ms * costScale)) }
 
-// buildNetwork lays out the network of in, with demand already floored.
-func buildNetwork(in Input, ix *index, demand Demand) *network {
+// buildNetwork lays out the network of in in ws's graph, with the
+// floored demand in ws (floorDemand) and the previous cells indexed
+// (indexPrevious). Nodes and arcs are numbered in a fixed order —
+// clusters and their bands, hubs, then classes in the order of their
+// first cell (sources, then models, in configuration order) — which
+// fixes the solver's choice among equal-cost optima.
+func buildNetwork(in Input, ix *index, ws *workspace) *network {
 	c := in.Config
 	ct := c.Controller
-	total := demand.Total()
-	n := &network{ix: ix, g: flow.New(2), s: 0, t: 1, quantum: max(total, 1e-9) / flowUnits}
-	g := n.g
-	g.Grow(len(c.Clusters)*(len(ix.curve)+5) + len(c.Sources)*len(c.Models)*(2*len(c.Regions)+4))
+	total, neverShed := ws.floorDemand(ix, in.Demand)
+	neverShed = neverShed && !ct.Shedding.ShedCritical
+	g := &ws.g
+	g.Reset(2)
+	n := &network{ix: ix, g: g, s: 0, t: 1, quantum: max(total, 1e-9) / flowUnits}
+	g.Grow(len(c.Clusters) * (len(ix.curve) + 2))
 
-	neverShed := !ct.Shedding.ShedCritical && demand.anyOf(Critical)
 	shedCost := [numPriorities]float64{ct.Shedding.CriticalCost, ct.Shedding.StandardCost, ct.Shedding.SheddableCost}
 
 	// Clusters and their bands.
@@ -141,6 +149,7 @@ func buildNetwork(in Input, ix *index, demand Demand) *network {
 		cn := &clusterNode{cfg: e, index: i, node: g.AddNode(), full: in.Clusters[e.Name].Capacity, overflow: -1}
 		if cn.full > 0 {
 			from := 0.0
+			cn.bands = make([]bandArc, 0, len(ix.curve))
 			for _, b := range ix.curve {
 				arc := g.AddArc(cn.node, n.t, n.units((b.UpTo-from)*cn.full), costUnits(b.Cost))
 				cn.bands = append(cn.bands, bandArc{arc: arc, from: from, to: b.UpTo, cost: b.Cost})
@@ -164,7 +173,7 @@ func buildNetwork(in Input, ix *index, demand Demand) *network {
 			r := ix.clusterRegion[i]
 			h := hubs[mi][r]
 			if h == nil {
-				h = &hubNode{model: m.Name, region: cn.cfg.Region, node: g.AddNode()}
+				h = &hubNode{model: m.Name, region: cn.cfg.Region, id: len(n.hubs), node: g.AddNode()}
 				hubs[mi][r] = h
 				n.hubs = append(n.hubs, h)
 			}
@@ -174,31 +183,37 @@ func buildNetwork(in Input, ix *index, demand Demand) *network {
 	}
 	// Cells, grouped in classes.
 	prevShare := make([]float64, len(c.Regions))
-	classes := map[string]*cellNode{}
-	for _, s := range c.Sources {
+	if ws.classes == nil {
+		ws.classes = map[string]*cellNode{}
+	}
+	arcs := 0
+	for si := range c.Sources {
+		s := &c.Sources[si]
 		for mi, m := range c.Models {
-			mb := member{source: s}
-			for _, p := range Priorities {
-				mb.demand[p] = demand[DemandKey{s.Name, m.Name, p}].CostPerSecond
-			}
-			key := classKey(s, m.Name, in.Previous)
-			cell := classes[key]
+			mb := member{source: s, si: si, demand: ws.cellDemand(ix, si, mi)}
+			prev := ws.previous(ix, in.Previous, si, mi)
+			ws.key = classKey(ws.key[:0], m.Name, s.Region, ix.residency[si], prev)
+			cell := ws.classes[string(ws.key)]
 			if cell == nil {
-				cell = &cellNode{model: m, node: g.AddNode(), supply: -1}
-				classes[key] = cell
+				cell = &cellNode{model: m, mi: mi, node: g.AddNode(), supply: -1}
+				ws.classes[string(ws.key)] = cell
 				n.cells = append(n.cells, cell)
-				previousRegionShares(ix, in.Previous, s.Name, m.Name, prevShare)
-				regions, relaxed := cellRegions(ix, s, m, hubs[mi])
+				previousRegionShares(ix, prev, prevShare)
+				regions, relaxed := cellRegions(ix, *s, m, hubs[mi])
 				cell.ttftRelaxed = relaxed
-				for _, r := range regions {
+				arcsOf := make([]regionArc, len(regions))
+				cell.regions = make([]*regionArc, len(regions))
+				for k, r := range regions {
 					link := ix.links[ix.region[s.Region]][r]
-					ra := &regionArc{
+					ra := &arcsOf[k]
+					*ra = regionArc{
 						region: c.Regions[r].Name, hub: hubs[mi][r], rtt: link.RTTMs,
 						egress: link.EgressUSDPerGB * ct.EgressMsPerUSDPerGB, x0: prevShare[r],
 					}
 					ra.base = ra.rtt + ra.egress
-					cell.regions = append(cell.regions, ra)
+					cell.regions[k] = ra
 				}
+				arcs += 2*len(regions) + int(numPriorities) + 1
 			}
 			cell.members = append(cell.members, mb)
 			for _, p := range Priorities {
@@ -206,6 +221,7 @@ func buildNetwork(in Input, ix *index, demand Demand) *network {
 			}
 		}
 	}
+	g.Grow(arcs)
 	for _, cell := range n.cells {
 		var served float64
 		for _, d := range cell.demand {
@@ -267,30 +283,17 @@ func cellRegions(ix *index, s config.Source, m config.Model, hubs []*hubNode) (r
 }
 
 // previousRegionShares fills out (one entry per region) with the share of
-// a cell's traffic each region had in the previous weights.
-func previousRegionShares(ix *index, prev *Weights, source, model string, out []float64) {
+// a cell's traffic each region had in its previous cell (nil: none).
+func previousRegionShares(ix *index, prev *Cell, out []float64) {
 	clear(out)
 	if prev == nil {
 		return
 	}
-	cell, ok := prev.Cell(source, model)
-	if !ok {
-		return
-	}
-	for _, t := range cell.Targets {
+	for _, t := range prev.Targets {
 		if i, ok := ix.cluster[t.Cluster]; ok {
 			out[ix.clusterRegion[i]] += float64(t.Weight) / Total
 		}
 	}
-}
-
-func (d Demand) anyOf(p Priority) bool {
-	for k, r := range d {
-		if k.Priority == p && r.CostPerSecond > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // solve runs the min-cost flow and checks that every unit of demand was
@@ -310,27 +313,23 @@ func (n *network) solve() error {
 	return nil
 }
 
-// classKey groups cells that the network cannot tell apart: same model,
-// source region and residency, and the same previous weights.
-func classKey(s config.Source, model string, prev *Weights) string {
-	var b strings.Builder
-	b.WriteString(model)
-	b.WriteByte(0)
-	b.WriteString(s.Region)
-	b.WriteByte(0)
-	if len(s.AllowedRegions) > 0 {
-		allowed := slices.Clone(s.AllowedRegions)
-		slices.Sort(allowed)
-		b.WriteString(strings.Join(allowed, ","))
-	} else {
-		b.WriteString("*")
-	}
+// classKey appends to b the key that groups cells the network cannot
+// tell apart: same model, source region and residency (the sorted allowed
+// regions, "*" for all), and the same previous weights (prev, nil when
+// none).
+func classKey(b []byte, model, region, residency string, prev *Cell) []byte {
+	b = append(b, model...)
+	b = append(b, 0)
+	b = append(b, region...)
+	b = append(b, 0)
+	b = append(b, residency...)
 	if prev != nil {
-		if pc, ok := prev.Cell(s.Name, model); ok {
-			for _, t := range pc.Targets {
-				fmt.Fprintf(&b, "\x00%s=%d", t.Cluster, t.Weight)
-			}
+		for _, t := range prev.Targets {
+			b = append(b, 0)
+			b = append(b, t.Cluster...)
+			b = append(b, '=')
+			b = strconv.AppendUint(b, uint64(t.Weight), 10)
 		}
 	}
-	return b.String()
+	return b
 }

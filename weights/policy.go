@@ -32,7 +32,7 @@ func NewPolicy(name config.Policy) (Policy, error) {
 	case config.PolicyProportional:
 		return Proportional{}, nil
 	case config.PolicyOptimizer:
-		return Optimizer{}, nil
+		return NewOptimizer(), nil
 	case config.PolicyWaterfall:
 		return Waterfall{}, nil
 	}

@@ -1,6 +1,7 @@
 package weights_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"weak"
@@ -12,10 +13,12 @@ import (
 // it needs of the previous version (its weights and shed fractions), not
 // the version itself, so each version does not keep every earlier one —
 // and its flow network — alive. Every policy is checked, since each
-// attaches explanations.
+// attaches explanations, and the optimizer the controller keeps too (its
+// working memory must hold nothing of a version).
 func TestOldVersionsAreCollectable(t *testing.T) {
-	for _, p := range []weights.Policy{weights.Optimizer{}, weights.Proportional{}, weights.RoundRobin{}, weights.Waterfall{}} {
-		t.Run(p.Name(), func(t *testing.T) {
+	kept := weights.NewOptimizer()
+	for i, p := range []weights.Policy{weights.Optimizer{}, kept, weights.Proportional{}, weights.RoundRobin{}, weights.Waterfall{}} {
+		t.Run(fmt.Sprintf("%d-%s", i, p.Name()), func(t *testing.T) {
 			in := benchWorld(t, 10, 20, 5, 5)
 			var first weak.Pointer[weights.Weights]
 			var prev *weights.Weights

@@ -104,10 +104,18 @@ type Weights struct {
 // content (targets and shed fractions, not explanations or time), so the
 // same routing always has the same version.
 func New(policy string, computed time.Time, cells []Cell) (*Weights, error) {
-	cs := slices.Clone(cells)
-	slices.SortFunc(cs, func(a, b Cell) int {
+	return newWeights(policy, computed, slices.Clone(cells))
+}
+
+// newWeights is New taking cs for its own (the caller keeps no
+// reference): no copy, and no sort when cs is in order already.
+func newWeights(policy string, computed time.Time, cs []Cell) (*Weights, error) {
+	byName := func(a, b Cell) int {
 		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Model, b.Model))
-	})
+	}
+	if !slices.IsSortedFunc(cs, byName) {
+		slices.SortFunc(cs, byName)
+	}
 	var errs []error
 	for i, c := range cs {
 		if i > 0 && cs[i-1].Source == c.Source && cs[i-1].Model == c.Model {
@@ -125,15 +133,25 @@ func New(policy string, computed time.Time, cells []Cell) (*Weights, error) {
 
 func (c Cell) check() error {
 	var sum uint64
-	seen := map[string]bool{}
-	for _, t := range c.Targets {
+	var seen map[string]bool // only for long lists: most cells have a few targets
+	if len(c.Targets) > 16 {
+		seen = make(map[string]bool, len(c.Targets))
+	}
+	for i, t := range c.Targets {
 		if t.Weight == 0 {
 			return fmt.Errorf("cell (%s, %s): cluster %q has weight 0: drop it instead", c.Source, c.Model, t.Cluster)
 		}
-		if seen[t.Cluster] {
+		dup := seen[t.Cluster]
+		if seen == nil {
+			for _, u := range c.Targets[:i] {
+				dup = dup || u.Cluster == t.Cluster
+			}
+		} else {
+			seen[t.Cluster] = true
+		}
+		if dup {
 			return fmt.Errorf("cell (%s, %s): cluster %q appears twice", c.Source, c.Model, t.Cluster)
 		}
-		seen[t.Cluster] = true
 		sum += uint64(t.Weight)
 	}
 	if len(c.Targets) > 0 && sum != Total {
@@ -148,18 +166,16 @@ func (c Cell) check() error {
 }
 
 // hashCells hashes the routing content in a fixed, unambiguous encoding.
+// The encoding is gathered in a buffer and hashed in chunks: the hash of
+// a byte stream does not depend on how it is split.
 func hashCells(cs []Cell) string {
 	h := sha256.New()
-	var buf [8]byte
+	buf := make([]byte, 0, 64<<10)
 	str := func(s string) {
-		binary.BigEndian.PutUint64(buf[:], uint64(len(s)))
-		h.Write(buf[:])
-		h.Write([]byte(s))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
+		buf = append(buf, s...)
 	}
-	num := func(v uint64) {
-		binary.BigEndian.PutUint64(buf[:], v)
-		h.Write(buf[:])
-	}
+	num := func(v uint64) { buf = binary.BigEndian.AppendUint64(buf, v) }
 	for _, c := range cs {
 		str(c.Source)
 		str(c.Model)
@@ -171,7 +187,12 @@ func hashCells(cs []Cell) string {
 		for _, f := range c.Shed {
 			num(math.Float64bits(f))
 		}
+		if len(buf) > 60<<10 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
 	}
+	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 

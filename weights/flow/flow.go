@@ -121,12 +121,11 @@ func (g *Graph) build() error {
 		g.start[v+1] += g.start[v]
 	}
 	g.order = resized(g.order, len(g.head))
-	fill := append(g.fill[:0], g.start[:g.n]...)
+	g.fill = append(g.fill[:0], g.start[:g.n]...)
 	for a, h := range g.head {
-		g.order[fill[h]] = int32(a)
-		fill[h]++
+		g.order[g.fill[h]] = int32(a)
+		g.fill[h]++
 	}
-	g.fill = fill
 	g.pot = zeroed(g.pot, g.n)
 	return nil
 }
