@@ -32,6 +32,7 @@ func runBenchXDS(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on each wait")
 	serve := fs.Bool("serve", false, "internal: run the server role on stdin/stdout")
 	profile := fs.String("cpuprofile", "", "write the xDS server's CPU profile (its whole life) to this file")
+	heap := fs.String("heapprofile", "", "write the xDS server's heap profile, once every Envoy has its configuration, to this file")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -90,7 +91,7 @@ func runBenchXDS(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	for _, s := range cfg.Sources {
 		sources = append(sources, s.Name)
 	}
-	o := xdsload.RunOptions{Sources: sources, Changes: *changes, Timeout: *timeout}
+	o := xdsload.RunOptions{Sources: sources, Changes: *changes, Timeout: *timeout, HeapProfile: *heap}
 	if *waves > 0 {
 		o.Streams, o.Mode = counts[0], ms[0]
 		fmt.Fprintf(stdout, "%d waves of %d Envoys (%s) with new node ids; after each wave left:\n\n", *waves, o.Streams, o.Mode)
@@ -100,7 +101,7 @@ func runBenchXDS(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintf(stdout, "| %d | %d | %d | %.1f MiB | %.1f MiB |\n", w.Wave, w.Nodes, w.Connected, mib(w.HeapInuse), mib(w.RSS))
 		})
 	}
-	fmt.Fprintf(stdout, "ILB's xDS server on one core (GOMAXPROCS=1, its own process), %d sources, %d clusters; Envoys in another process, one connection each.\n\n", len(cfg.Sources), len(cfg.Clusters))
+	fmt.Fprintf(stdout, "ILB's xDS server on one core (GOMAXPROCS=1, its own process), %d sources, %d clusters; Envoys in another process, one connection each; EDS changes pushed at once (eds_min_interval 0).\n\n", len(cfg.Sources), len(cfg.Clusters))
 	fmt.Fprintln(stdout, "| mode | Envoys | full config at connect | ILB CPU at connect | weights version: last ACK (median / max) | ILB CPU per version | EDS change: last ACK (median / max) | ILB CPU per EDS change | heap per Envoy | RSS per Envoy | warnings |")
 	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, mode := range ms {

@@ -104,7 +104,9 @@ func (c *client) runSotW(ctx context.Context, conn grpc.ClientConnInterface) err
 			return fmt.Errorf("subscribe %s: %w", typ, err)
 		}
 	}
-	subscribed := map[string]bool{} // EDS, RDS: subscribed once their names are known
+	// subscribed: the EDS and RDS names, once a clusters or listeners
+	// response told them.
+	subscribed := map[string][]string{}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -114,22 +116,19 @@ func (c *client) runSotW(ctx context.Context, conn grpc.ClientConnInterface) err
 			return fmt.Errorf("recv: %w", err)
 		}
 		typ := resp.GetTypeUrl()
-		var names []string
-		if typ == resource.EndpointType || typ == resource.RouteType {
-			names = c.names.subscribed(typ)
-		}
 		if err := send(&discoveryv3.DiscoveryRequest{
-			TypeUrl: typ, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names,
+			TypeUrl: typ, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: subscribed[typ],
 		}); err != nil {
 			return fmt.Errorf("ack %s: %w", typ, err)
 		}
 		c.ack(typ, resp.GetVersionInfo())
-		if next, dep := dependent(typ); dep && !subscribed[next] {
-			subscribed[next] = true
-			if err := c.names.learn(typ, resp.GetVersionInfo(), resp.GetResources()); err != nil {
+		if next, dep := dependent(typ); dep && subscribed[next] == nil {
+			names, err := c.names.learn(typ, resp.GetVersionInfo(), resp.GetResources())
+			if err != nil {
 				return err
 			}
-			if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: next, ResourceNames: c.names.subscribed(next)}); err != nil {
+			subscribed[next] = names
+			if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: next, ResourceNames: names}); err != nil {
 				return fmt.Errorf("subscribe %s: %w", next, err)
 			}
 		}
@@ -174,10 +173,11 @@ func (c *client) runDelta(ctx context.Context, conn grpc.ClientConnInterface) er
 			for _, r := range resp.GetResources() {
 				res = append(res, r.GetResource())
 			}
-			if err := c.names.learn(typ, resp.GetSystemVersionInfo(), res); err != nil {
+			names, err := c.names.learn(typ, resp.GetSystemVersionInfo(), res)
+			if err != nil {
 				return err
 			}
-			if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: next, ResourceNamesSubscribe: c.names.subscribed(next)}); err != nil {
+			if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: next, ResourceNamesSubscribe: names}); err != nil {
 				return fmt.Errorf("subscribe %s: %w", next, err)
 			}
 		}
@@ -219,30 +219,23 @@ func (c *client) state(typ string) (version string, at, full time.Time, err erro
 // names a clusters response makes Envoy subscribe to (its EDS clusters)
 // and those a listeners response does (the route configurations of its
 // HTTP connection managers). The bench's streams all get the same few
-// versions, so decoding them once keeps the load generator's CPU for the
-// streams.
+// versions (one per source), so decoding each once keeps the load
+// generator's CPU for the streams.
 type nameCache struct {
 	mu    sync.Mutex
-	names map[string][]string // dependent type URL -> names (the last learned)
-	seen  map[string]bool     // type URL + " " + version learned
+	names map[string][]string // type URL + " " + version -> dependent names
 }
 
-func newNameCache() *nameCache {
-	return &nameCache{names: map[string][]string{}, seen: map[string]bool{}}
-}
+func newNameCache() *nameCache { return &nameCache{names: map[string][]string{}} }
 
-func (n *nameCache) subscribed(typ string) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.names[typ]
-}
-
-func (n *nameCache) learn(typ, version string, res []*anypb.Any) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// learn returns the names that version of typ (clusters or listeners)
+// makes Envoy subscribe to, decoding res the first time.
+func (n *nameCache) learn(typ, version string, res []*anypb.Any) ([]string, error) {
 	key := typ + " " + version
-	if n.seen[key] {
-		return nil
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if names, ok := n.names[key]; ok {
+		return names, nil
 	}
 	var out []string
 	for _, a := range res {
@@ -250,7 +243,7 @@ func (n *nameCache) learn(typ, version string, res []*anypb.Any) error {
 		case resource.ClusterType:
 			var cl clusterv3.Cluster
 			if err := a.UnmarshalTo(&cl); err != nil {
-				return fmt.Errorf("decode cluster: %w", err)
+				return nil, fmt.Errorf("decode cluster: %w", err)
 			}
 			if cl.GetType() == clusterv3.Cluster_EDS {
 				name := cl.GetName()
@@ -262,14 +255,13 @@ func (n *nameCache) learn(typ, version string, res []*anypb.Any) error {
 		case resource.ListenerType:
 			names, err := routeNames(a)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			out = append(out, names...)
 		}
 	}
-	next, _ := dependent(typ)
-	n.names[next], n.seen[key] = out, true
-	return nil
+	n.names[key] = out
+	return out, nil
 }
 
 // routeNames are the RDS route configuration names of a listener's HTTP

@@ -131,6 +131,9 @@ type RunOptions struct {
 	Changes int
 	// Timeout bounds each wait.
 	Timeout time.Duration
+	// HeapProfile, when set, is where the server writes its heap profile
+	// once every Envoy has its configuration.
+	HeapProfile string
 }
 
 // Run measures one fleet against a fresh server.
@@ -160,6 +163,11 @@ func Run(ctx context.Context, spawn func() *exec.Cmd, o RunOptions) (Result, err
 	after, err := srv.Do("gc")
 	if err != nil {
 		return res, err
+	}
+	if o.HeapProfile != "" {
+		if _, err := srv.Do("heap " + o.HeapProfile); err != nil {
+			return res, err
+		}
 	}
 	res.CPUConnect = time.Duration(after.CPUNanos - before.CPUNanos)
 	res.HeapPerEnvoy = (float64(after.HeapInuse) - float64(before.HeapInuse)) / float64(o.Streams)

@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,7 +50,8 @@ type Reply struct {
 //
 //	publish    a new weights version (routes change); Versions: routes
 //	endpoints  one replica's weight changes (EDS only); Versions: endpoints
-//	gc         a garbage collection, then stats
+//	gc         two garbage collections, memory returned to the OS, then stats
+//	heap FILE  a garbage collection, then the heap profile written to FILE
 //	stats      CPU time of this process so far, heap in use, RSS, goroutines,
 //	           nodes ILB knows and how many are connected
 //
@@ -56,6 +59,9 @@ type Reply struct {
 func Serve(ctx context.Context, cfg *config.Config, in io.Reader, out io.Writer, logw io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Every endpoint change is pushed at once: the benchmark times a push,
+	// not envoy.eds_min_interval's batching.
+	cfg.Envoy.EDSMinInterval = 0
 	reg := prometheus.NewRegistry()
 	srv, err := xds.New(ctx, xds.Options{
 		Config: cfg, Registry: reg,
@@ -89,7 +95,15 @@ func Serve(ctx context.Context, cfg *config.Config, in io.Reader, out io.Writer,
 	bump := 0
 	for lines.Scan() {
 		var r Reply
-		switch cmd := strings.TrimSpace(lines.Text()); cmd {
+		cmd := strings.TrimSpace(lines.Text())
+		if path, ok := strings.CutPrefix(cmd, "heap "); ok {
+			r = heapProfile(path)
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+			continue
+		}
+		switch cmd {
 		case "publish":
 			if err := publish(ctx, srv, gen); err != nil {
 				r.Error = err.Error()
@@ -106,7 +120,9 @@ func Serve(ctx context.Context, cfg *config.Config, in io.Reader, out io.Writer,
 			r.Versions = versionsOf(srv, cfg, resource.EndpointType)
 		case "gc", "stats":
 			if cmd == "gc" {
+				// Twice: what sync.Pools keep survives one collection.
 				runtime.GC()
+				debug.FreeOSMemory()
 			}
 			r = stats(srv)
 		default:
@@ -226,4 +242,17 @@ func (g *versionGen) next() (*weights.Weights, error) {
 		return nil, fmt.Errorf("xdsload: weights: %w", err)
 	}
 	return w, nil
+}
+
+func heapProfile(path string) Reply {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return Reply{Error: err.Error()}
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return Reply{Error: err.Error()}
+	}
+	return Reply{}
 }
