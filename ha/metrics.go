@@ -51,7 +51,7 @@ func newMetrics(reg *prometheus.Registry, r *Replica) (*metrics, error) {
 		}),
 		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_ha_publishes_total",
-			Help: "Weights versions this replica tried to publish as leader, by outcome: published, fenced (etcd refused it: this replica no longer leads), failed (etcd unreachable, or the version could not be encoded).",
+			Help: "Weights versions this replica tried to publish as leader, by outcome: published, fenced (its term had ended: refused by etcd, or by the replica that noticed first), failed (etcd unreachable, or the version could not be encoded).",
 		}, []string{"outcome"}),
 		installs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_ha_installs_total",
