@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,9 +43,10 @@ type History interface {
 	Versions(n int) []weights.VersionSummary
 }
 
-// Nodes reports the Envoys connected to the xDS server.
+// Nodes reports the Envoys the xDS server knows, a bounded page at a
+// time, and how many the query's source has in all.
 type Nodes interface {
-	Nodes() []xds.NodeStatus
+	ListNodes(q xds.NodeQuery) ([]xds.NodeStatus, int)
 }
 
 // Rollouts reports each source's xDS rollout: stable and canary versions,
@@ -205,7 +207,14 @@ func Handler(o Options) http.Handler {
 			writeError(w, http.StatusNotFound, "this process serves no xDS")
 			return
 		}
-		writeJSON(w, o.Nodes.Nodes())
+		q, err := nodeQuery(r.URL.Query())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		page, total := o.Nodes.ListNodes(q)
+		w.Header().Set("X-Total-Count", strconv.Itoa(total)) // of the source, or of all
+		writeJSON(w, page)
 	})
 	mux.HandleFunc("GET /debug/rollout", func(w http.ResponseWriter, r *http.Request) {
 		if o.Rollouts == nil {

@@ -374,6 +374,8 @@ func TestAdminAPI(t *testing.T) {
 		// Both envoysims are connected over ADS and acknowledged every type
 		// at the versions ILB serves.
 		{"/debug/xds", 200, []string{`"cluster": "edge-us"`, `"cluster": "edge-eu"`, `"listener": "`, `"route": "`, `"endpoint": "`}},
+		{"/debug/xds?source=edge-eu&limit=1", 200, []string{`"cluster": "edge-eu"`}},
+		{"/debug/xds?limit=10001", 400, []string{`limit \"10001\" is not a number in 1..10000`}},
 		{"/metrics", 200, []string{"ilb_xds_acks_total{type=\"route\"}", "ilb_controller_ticks_total{result=\"published\"} 1", "go_goroutines"}},
 		// The dashboard is mounted on the admin server.
 		{"/ui/", 200, []string{"<title>ILB dashboard</title>"}},

@@ -73,7 +73,31 @@ type RolloutStatus struct {
 	// Rejected are the versions banned for the source, never sent again
 	// (the newest 64).
 	Rejected []RejectedVersion `json:"rejected,omitempty"`
-	Nodes    []NodeStatus      `json:"nodes"`
+	// Known counts the source's Envoys ILB knows (connected or gone for
+	// less than envoy.rollout.node_ttl); Nodes lists the first
+	// RolloutNodes of them by id (all of them in Nodes(NodeQuery)).
+	Known int          `json:"known"`
+	Nodes []NodeStatus `json:"nodes"`
+}
+
+// RolloutNodes is how many nodes Rollouts lists per source.
+const RolloutNodes = 100
+
+// Bounds of a node listing: DefaultNodeLimit when the query sets none,
+// never more than MaxNodeLimit.
+const (
+	DefaultNodeLimit = 1000
+	MaxNodeLimit     = 10000
+)
+
+// NodeQuery selects the nodes a listing returns: those of Source (all
+// sources when empty), at most Limit (<= 0: DefaultNodeLimit; capped at
+// MaxNodeLimit), sorted by source then id; with a Source, After starts
+// the page after that node id (the next page).
+type NodeQuery struct {
+	Source string
+	Limit  int
+	After  string
 }
 
 // RejectedVersion is a version banned for a source: the NACK that banned
@@ -88,13 +112,34 @@ type RejectedVersion struct {
 	Connected int    `json:"connected,omitempty"`
 }
 
-// Nodes reports the Envoys ILB knows: connected, or gone for less than
-// envoy.rollout.node_ttl; sorted by source, then id.
+// Nodes lists the first MaxNodeLimit Envoys ILB knows (see ListNodes).
 func (s *Server) Nodes() []NodeStatus {
+	page, _ := s.ListNodes(NodeQuery{Limit: MaxNodeLimit})
+	return page
+}
+
+// NodeCounts are how many Envoys ILB knows (connected, or gone and not
+// yet forgotten) and how many of them are connected. O(sources).
+func (s *Server) NodeCounts() (known, connected int) {
+	t := s.tracker
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.connected {
+		connected += n
+	}
+	return len(t.records), connected
+}
+
+// ListNodes reports the Envoys ILB knows that q selects (connected, or gone
+// for less than envoy.rollout.node_ttl; at most the newest 1,024 gone),
+// sorted by source, then id, and how many q's source has in all. The
+// tracker's lock is held for one pass over the nodes, and only the
+// listed ones are copied.
+func (s *Server) ListNodes(q NodeQuery) (page []NodeStatus, total int) {
 	s.mu.Lock()
 	in := s.inForce()
 	s.mu.Unlock()
-	return s.tracker.nodes(in, s.now())
+	return s.tracker.nodes(in, s.now(), q)
 }
 
 // Rollouts reports every source's rollout, sources in configuration
@@ -121,14 +166,9 @@ func (s *Server) Rollouts() []RolloutStatus {
 	}
 	s.mu.Unlock()
 	now := s.now()
-	nodes := s.tracker.nodes(in, now)
 	counts := s.tracker.census(in)
 	for i := range out {
-		for _, n := range nodes {
-			if n.Cluster == out[i].Source {
-				out[i].Nodes = append(out[i].Nodes, n)
-			}
-		}
+		out[i].Nodes, out[i].Known = s.tracker.nodes(in, now, NodeQuery{Source: out[i].Source, Limit: RolloutNodes})
 		if c := counts[out[i].Source]; c != nil {
 			out[i].Connected, out[i].Held = c.connected, c.held
 		}
@@ -206,16 +246,39 @@ func (t *tracker) census(in map[string]map[string]string) map[string]*census {
 	return out
 }
 
-// nodes are the statuses of the records not past their TTL, with what
-// holds each against in (snapshot key -> versions in force). O(nodes).
-func (t *tracker) nodes(in map[string]map[string]string, now time.Time) []NodeStatus {
+// nodes are the statuses of the records not past their TTL that q
+// selects, with what holds each against in (snapshot key -> versions in
+// force), and how many match q but its limit and After. The lock is held
+// for one pass over the records and then to copy the listed ones; the
+// sort (by the records' immutable names) runs without it.
+func (t *tracker) nodes(in map[string]map[string]string, now time.Time, q NodeQuery) ([]NodeStatus, int) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultNodeLimit
+	}
+	limit = min(limit, MaxNodeLimit)
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]NodeStatus, 0, len(t.records))
+	var picked []*nodeState
+	total := 0
 	for _, n := range t.records {
-		if t.expired(n, now) {
+		if t.expired(n, now) || q.Source != "" && n.ref.source != q.Source {
 			continue
 		}
+		total++
+		if q.After != "" && n.ref.id <= q.After {
+			continue
+		}
+		picked = append(picked, n)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(picked, func(a, b *nodeState) int {
+		return cmp.Or(cmp.Compare(a.ref.source, b.ref.source), cmp.Compare(a.ref.id, b.ref.id))
+	})
+	picked = picked[:min(len(picked), limit)]
+	out := make([]NodeStatus, 0, len(picked))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range picked {
 		st := NodeStatus{
 			ID: n.ref.id, Cluster: n.ref.source, Streams: n.streams, Canary: n.canary,
 			Acked: maps.Clone(n.acked), Left: n.left,
@@ -232,8 +295,5 @@ func (t *tracker) nodes(in map[string]map[string]string, now time.Time) []NodeSt
 		slices.SortFunc(st.Held, func(a, b Hold) int { return cmp.Compare(a.Type, b.Type) })
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b NodeStatus) int {
-		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.ID, b.ID))
-	})
-	return out
+	return out, total
 }

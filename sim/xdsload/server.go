@@ -155,12 +155,7 @@ func stats(srv *xds.Server) Reply {
 		CPUNanos:  ru.Utime.Nano() + ru.Stime.Nano(),
 		HeapInuse: ms.HeapInuse, RSS: rss(), Goroutines: runtime.NumGoroutine(),
 	}
-	for _, n := range srv.Nodes() {
-		r.Nodes++
-		if n.Streams > 0 {
-			r.Connected++
-		}
-	}
+	r.Nodes, r.Connected = srv.NodeCounts()
 	return r
 }
 
