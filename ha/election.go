@@ -142,14 +142,19 @@ func (r *Replica) lead(s *concurrency.Session, e *concurrency.Election) error {
 	ctx, cancel := context.WithCancelCause(s.Ctx())
 	defer cancel(nil)
 	t := &term{key: e.Key(), rev: e.Rev(), ctx: ctx}
-	// Number the term's publications after the version in force.
+	// Check the key is still there (Campaign does not look again once the
+	// keys before it are gone) and number the term's publications after
+	// the version in force.
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, r.timeout)
-		resp, err := r.cli.Get(tctx, r.keys.current())
+		resp, err := r.cli.Txn(tctx).Then(clientv3.OpGet(t.key), clientv3.OpGet(r.keys.current())).Commit()
 		tcancel()
 		if err == nil {
-			if len(resp.Kvs) > 0 {
-				if rec, err := decodeRecord(resp.Kvs[0].Value); err == nil {
+			if key := resp.Responses[0].GetResponseRange().GetKvs(); len(key) == 0 || key[0].CreateRevision != t.rev {
+				return errDeposed
+			}
+			if cur := resp.Responses[1].GetResponseRange().GetKvs(); len(cur) > 0 {
+				if rec, err := decodeRecord(cur[0].Value); err == nil {
 					t.nextSeq, t.published = rec.Seq+1, rec.Version
 				}
 			}

@@ -37,25 +37,10 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 
 	// Delete the leader's election key, as etcd does when its lease
 	// expires.
+	depose(t, g, old)
 	cli := g.client()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	keys, err := cli.Get(ctx, g.cfg.HA.KeyPrefix+"election/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deleted := 0
-	for _, kv := range keys.Kvs {
-		if string(kv.Value) == old.name {
-			if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
-				t.Fatal(err)
-			}
-			deleted++
-		}
-	}
-	if deleted != 1 {
-		t.Fatalf("found %d election keys of %s, want 1", deleted, old.name)
-	}
 	next := without([]*member{a, b}, old)[0]
 	leaderOf(t, next)
 	w2 := routing(t, 7000, time.Now())
@@ -175,4 +160,56 @@ func TestVersionsAreImmutable(t *testing.T) {
 	w3 := routing(t, 3000, time.Now())
 	publish(t, l, w3)
 	serving(t, w3.Version(), a, b)
+}
+
+// TestLeaderAgainRepublishes: a replica that leads again after another
+// published meanwhile, and whose controller keeps computing the version
+// it published in its earlier term (an unchanged tick: Refresh, not
+// Prepare), publishes that version again: the version in force is what
+// the leader computes.
+func TestLeaderAgainRepublishes(t *testing.T) {
+	g := newGroup(t, 1)
+	a, b := g.start("a", memberOpts{}), g.start("b", memberOpts{})
+	first := leaderOf(t, a, b)
+	second := without([]*member{a, b}, first)[0]
+	w1 := routing(t, 5000, time.Now())
+	publish(t, first, w1)
+	serving(t, w1.Version(), a, b)
+
+	// first is deposed (its election key deleted), second leads and
+	// publishes, then stops: first leads again.
+	depose(t, g, first)
+	leaderOf(t, second)
+	w2 := routing(t, 6000, time.Now())
+	publish(t, second, w2)
+	serving(t, w2.Version(), a, b)
+	second.stop()
+	leaderOf(t, first)
+
+	first.Publisher().Refresh(w1)
+	serving(t, w1.Version(), first)
+}
+
+// depose deletes m's election key, as etcd does when m's lease expires.
+func depose(t *testing.T, g *group, m *member) {
+	t.Helper()
+	cli := g.client()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	keys, err := cli.Get(ctx, g.cfg.HA.KeyPrefix+"election/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for _, kv := range keys.Kvs {
+		if string(kv.Value) == m.name {
+			if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Fatalf("found %d election keys of %s, want 1", deleted, m.name)
+	}
 }

@@ -13,6 +13,7 @@ package etcdtest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -41,7 +42,19 @@ type Cluster struct {
 	bin     string
 	dir     string
 	token   string
+	tls     *TLS
 	members []*Member
+}
+
+// TLS makes the members serve their client URLs over https and require a
+// client certificate (etcd's --client-cert-auth). Peers talk plain HTTP
+// on loopback.
+type TLS struct {
+	// CertFile and KeyFile are the members' certificate (valid for
+	// 127.0.0.1) and key; CAFile the CAs of the client certificates.
+	CertFile, KeyFile, CAFile string
+	// Client is what Cluster's own health checks and Client present.
+	Client *tls.Config
 }
 
 // Member is one etcd server of a Cluster.
@@ -80,6 +93,12 @@ func Binary() (string, error) {
 // does not come up within StartTimeout, printing the members' logs.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartTLS(t, n, nil)
+}
+
+// StartTLS is Start with the members' client URLs over TLS (nil: plain).
+func StartTLS(t testing.TB, n int, tc *TLS) *Cluster {
+	t.Helper()
 	if n < 1 {
 		t.Fatalf("etcdtest: want at least one member, got %d", n)
 	}
@@ -90,7 +109,7 @@ func Start(t testing.TB, n int) *Cluster {
 	// A port found free can be taken before etcd binds it: then the
 	// cluster starts again on other ports.
 	for attempt := 1; ; attempt++ {
-		c := &Cluster{t: t, bin: bin, dir: t.TempDir(), token: fmt.Sprintf("ilb-test-%d", time.Now().UnixNano())}
+		c := &Cluster{t: t, bin: bin, dir: t.TempDir(), token: fmt.Sprintf("ilb-test-%d", time.Now().UnixNano()), tls: tc}
 		err := c.launch(n)
 		if err == nil {
 			return c
@@ -111,10 +130,14 @@ func (c *Cluster) launch(n int) error {
 		return err
 	}
 	var initial []string
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
+	}
 	for i := range n {
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]),
 			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 		}
 		m.dataDir = filepath.Join(c.dir, m.Name)
@@ -198,7 +221,7 @@ func (c *Cluster) healthy() error {
 		if !running {
 			continue
 		}
-		if err := m.waitHealthy(ctx, done); err != nil {
+		if err := m.waitHealthy(ctx, done, c.clientTLS()); err != nil {
 			return fmt.Errorf("%s is not healthy: %w", m.Name, err)
 		}
 	}
@@ -218,6 +241,9 @@ func (c *Cluster) run(m *Member, initial string) error {
 		"--heartbeat-interval", "100", "--election-timeout", "1000", "--pre-vote",
 		"--logger", "zap", "--log-level", "warn", "--log-outputs", "stderr",
 		"--enable-v2=false", "--quota-backend-bytes", fmt.Sprint(256 << 20),
+	}
+	if c.tls != nil {
+		args = append(args, "--cert-file", c.tls.CertFile, "--key-file", c.tls.KeyFile, "--trusted-ca-file", c.tls.CAFile, "--client-cert-auth")
 	}
 	if initial != "" {
 		args = append(args, "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", c.token)
@@ -250,8 +276,9 @@ func (c *Cluster) run(m *Member, initial string) error {
 
 // waitHealthy polls m's /health until it says true, ctx ends or the
 // process exits (done).
-func (m *Member) waitHealthy(ctx context.Context, done <-chan struct{}) error {
-	client := &http.Client{Timeout: 2 * time.Second}
+func (m *Member) waitHealthy(ctx context.Context, done <-chan struct{}, tc *tls.Config) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	defer client.CloseIdleConnections()
 	backoff := 20 * time.Millisecond
 	var last error
 	for {
@@ -322,6 +349,13 @@ func (c *Cluster) logs() string {
 	return b.String()
 }
 
+func (c *Cluster) clientTLS() *tls.Config {
+	if c.tls == nil {
+		return nil
+	}
+	return c.tls.Client
+}
+
 // freePorts returns n distinct loopback ports that were free a moment
 // ago (the kernel's ephemeral ports; etcd binds them right after).
 func freePorts(n int) ([]int, error) {
@@ -351,8 +385,9 @@ func (c *Cluster) Client() *clientv3.Client {
 	c.t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		// Notice a member that stops answering in seconds, not minutes.
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: 2 * time.Second,
+		// etcd refuses pings more often than every 5s.
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+		TLS: c.clientTLS(),
 	})
 	if err != nil {
 		c.t.Fatalf("etcdtest: client: %v", err)
