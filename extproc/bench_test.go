@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,46 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
 )
+
+// benchSizes are the prompt sizes of the body benchmarks.
+var benchSizes = []int{1 << 10, 32 << 10, 256 << 10, 1 << 20}
+
+// benchChat is a chat request whose prompt is about n bytes of English
+// text with a newline per sentence (escaped, as clients send it), in a
+// system and a user message.
+func benchChat(n int) []byte {
+	const sentence = "The quick brown fox jumps over the lazy dog; \"quoted\" words too.\n"
+	text := strings.Repeat(sentence, n/len(sentence)+1)[:n]
+	sys, _ := json.Marshal(text[:n/4])
+	user, _ := json.Marshal(text[n/4:])
+	return fmt.Appendf(nil, `{"model":"llama3-8b","stream":true,"max_tokens":256,"user":"user-1234",`+
+		`"messages":[{"role":"system","content":%s},{"role":"user","content":%s}],"temperature":0.7}`, sys, user)
+}
+
+// BenchmarkParseBody reads a chat body of each size with parseBody (one
+// scan, only the fields ILB needs) and with the encoding/json
+// implementation it replaced (impl=encoding-json), in the same run.
+//
+//	go test -run '^$' -bench ParseBody -benchmem -count 6 ./extproc/
+func BenchmarkParseBody(b *testing.B) {
+	for _, n := range benchSizes {
+		body := benchChat(n)
+		for _, impl := range []struct {
+			name  string
+			parse func(Endpoint, []byte) (Body, error)
+		}{{"scan", parseBody}, {"encoding-json", parseBodyStd}} {
+			b.Run(fmt.Sprintf("prompt=%dKiB/impl=%s", n>>10, impl.name), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := impl.parse(EndpointChat, body); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
 
 // BenchmarkDecide measures the request-path work of one chat request:
 // parse the body and decide, for prompts of several sizes.
@@ -27,8 +68,8 @@ func BenchmarkDecide(b *testing.B) {
 	}
 	st := s.state.Load()
 	src := st.sources["edge-us"]
-	for _, n := range []int{1 << 10, 32 << 10, 1 << 20} {
-		body := []byte(fmt.Sprintf(`{"model":"llama3-8b","stream":true,"messages":[{"role":"user","content":%q}]}`, strings.Repeat("a", n)))
+	for _, n := range benchSizes {
+		body := benchChat(n)
 		b.Run(fmt.Sprintf("prompt=%dKiB", n>>10), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()

@@ -2,9 +2,8 @@ package extproc
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/ilbproject/ilb/internal/bound"
@@ -49,114 +48,88 @@ type Body struct {
 	PromptTokens int
 }
 
-// openAIBody is the subset of the request JSON ILB decodes. Prompt parts
-// stay raw: ILB only needs their size.
-type openAIBody struct {
-	Model               json.RawMessage `json:"model"`
-	Stream              *bool           `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	User                *string         `json:"user"`
-	PromptCacheKey      *string         `json:"prompt_cache_key"`
-	Messages            json.RawMessage `json:"messages"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Input               json.RawMessage `json:"input"`
-}
-
-// parseBody decodes and checks the JSON body of an OpenAI request. Every
-// error is a *RequestError naming the field.
+// parseBody reads and checks the JSON body of an OpenAI request with
+// encoding/json's rules and errors — the same syntax errors at the same
+// offsets, the first wrongly typed field in document order, the last of
+// duplicate keys, keys matched case-insensitively, strings decoded as
+// Unmarshal decodes them — in one pass that decodes only the fields ILB
+// reads: the prompt is measured, never decoded or copied. Every error is
+// a *RequestError naming the field.
 func parseBody(ep Endpoint, data []byte) (Body, error) {
-	var raw openAIBody
 	if len(bytes.TrimSpace(data)) == 0 {
 		return Body{}, badRequest("", "invalid_json", "the request body is empty: want a JSON object")
 	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te):
-			if te.Field == "" {
-				return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is a JSON %s: want a JSON object", bound.String(te.Value, bound.Excerpt)))
-			}
-			return Body{}, badRequest(bound.String(te.Field, bound.Excerpt), "invalid_type", fmt.Sprintf("field %s is a JSON %s: want %s",
-				bound.Quote(te.Field, bound.Excerpt), bound.String(te.Value, bound.Excerpt), jsonKind(te.Type.String())))
-		case errors.As(err, &se):
-			return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is not valid JSON: %v (at byte %d)", se, se.Offset))
-		default:
-			return Body{}, badRequest("", "invalid_json", "the request body is not valid JSON: "+bound.String(err.Error(), bound.Excerpt))
+	sc, serr := scanBody(data)
+	if serr != nil {
+		return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", serr.msg, serr.offset))
+	}
+	if te := sc.typeErr; te != nil {
+		if te.field == fieldNone {
+			return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is a JSON %s: want a JSON object", bound.String(te.value, bound.Excerpt)))
 		}
+		name := fieldNames[te.field]
+		return Body{}, badRequest(name, "invalid_type", fmt.Sprintf("field %s is a JSON %s: want %s",
+			bound.Quote(name, bound.Excerpt), bound.String(te.value, bound.Excerpt), te.want))
 	}
 	var b Body
-	switch m := bytes.TrimSpace(raw.Model); {
-	case len(m) == 0 || string(m) == "null":
+	switch m := sc.vals[fieldModel]; {
+	case m == nil || string(m) == "null":
 		return Body{}, badRequest("model", "missing_required_parameter", "the request names no model: set the \"model\" field")
+	case m[0] != '"':
+		return Body{}, badRequest("model", "invalid_type", fmt.Sprintf("field \"model\" is %s: want a string", bound.String(string(m), bound.Excerpt)))
 	default:
-		if err := json.Unmarshal(m, &b.Model); err != nil {
-			return Body{}, badRequest("model", "invalid_type", fmt.Sprintf("field \"model\" is %s: want a string", bound.String(string(m), bound.Excerpt)))
-		}
-		if b.Model == "" {
+		if b.Model = unquote(m); b.Model == "" {
 			return Body{}, badRequest("model", "missing_required_parameter", "field \"model\" is empty: name a model")
 		}
 	}
-	if raw.Stream != nil {
-		b.Stream = *raw.Stream
-	}
-	switch {
-	case raw.MaxCompletionTokens != nil:
-		b.MaxTokens = *raw.MaxCompletionTokens
-	case raw.MaxTokens != nil:
-		b.MaxTokens = *raw.MaxTokens
+	// The fields' types were checked: a value is null (absent) or fits.
+	b.Stream = string(sc.vals[fieldStream]) == "true"
+	for _, f := range []bodyField{fieldMaxCompletionTokens, fieldMaxTokens} {
+		if v := sc.vals[f]; v != nil && v[0] != 'n' {
+			n, _ := strconv.ParseInt(string(v), 10, 64) // checked by note
+			b.MaxTokens = int(n)
+			break
+		}
 	}
 	if b.MaxTokens < 0 {
 		return Body{}, badRequest("max_tokens", "invalid_value", fmt.Sprintf("max_tokens is %d: want a positive number", b.MaxTokens))
 	}
-	if raw.User != nil {
-		b.User = *raw.User
+	if v := sc.vals[fieldUser]; v != nil && v[0] == '"' {
+		b.User = unquote(v)
 	}
-	if raw.PromptCacheKey != nil {
-		b.PromptCacheKey = *raw.PromptCacheKey
+	if v := sc.vals[fieldPromptCacheKey]; v != nil && v[0] == '"' {
+		b.PromptCacheKey = unquote(v)
 	}
-	field, prompt := promptOf(ep, raw)
-	if field != "" && isAbsent(prompt) {
-		return Body{}, badRequest(field, "missing_required_parameter", fmt.Sprintf("the request has no %q: %s needs it", field, ep))
+	field, prompt := promptField(ep, &sc)
+	if field != fieldNone && absent(prompt) {
+		return Body{}, badRequest(fieldNames[field], "missing_required_parameter", fmt.Sprintf("the request has no %q: %s needs it", fieldNames[field], ep))
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
 	return b, nil
 }
 
-// promptOf returns the field that holds the prompt of an endpoint and its
-// raw JSON.
-func promptOf(ep Endpoint, raw openAIBody) (string, json.RawMessage) {
+// promptField returns the field that holds the prompt of an endpoint
+// and its raw JSON; for other endpoints, the first of messages, prompt
+// and input present (fieldNone: none is required).
+func promptField(ep Endpoint, sc *bodyScan) (bodyField, []byte) {
 	switch ep {
 	case EndpointChat:
-		return "messages", raw.Messages
+		return fieldMessages, sc.vals[fieldMessages]
 	case EndpointCompletions:
-		return "prompt", raw.Prompt
+		return fieldPrompt, sc.vals[fieldPrompt]
 	case EndpointEmbeddings:
-		return "input", raw.Input
+		return fieldInput, sc.vals[fieldInput]
 	}
-	for _, p := range []json.RawMessage{raw.Messages, raw.Prompt, raw.Input} {
-		if !isAbsent(p) {
-			return "", p
+	for _, f := range []bodyField{fieldMessages, fieldPrompt, fieldInput} {
+		if v := sc.vals[f]; !absent(v) {
+			return fieldNone, v
 		}
 	}
-	return "", nil
+	return fieldNone, nil
 }
 
-func isAbsent(r json.RawMessage) bool {
-	t := string(bytes.TrimSpace(r))
-	return t == "" || t == "null" || t == "[]" || t == `""`
-}
-
-// jsonKind names a Go type as the JSON a client should send.
-func jsonKind(goType string) string {
-	switch {
-	case goType == "bool" || goType == "*bool":
-		return "a boolean"
-	case strings.Contains(goType, "int"):
-		return "an integer"
-	case strings.Contains(goType, "string"):
-		return "a string"
-	}
-	return "another type"
+// absent reports whether a prompt's raw JSON says there is none: missing,
+// null, "" or [].
+func absent(v []byte) bool {
+	return len(v) == 0 || string(v) == "null" || string(v) == "[]" || string(v) == `""`
 }
