@@ -22,6 +22,7 @@ type Status struct {
 	Installed          string    `json:"installed_version"`
 	InstalledPublished time.Time `json:"installed_published,omitzero"`
 	Published          string    `json:"published_version,omitempty"`
+	PublishedBy        string    `json:"published_by,omitempty"` // the replica that published it
 	// Replicas is how many replicas' demand shares are live in etcd.
 	Replicas int `json:"replicas"`
 	// ConfigMismatch: the published version's leader has another
@@ -44,7 +45,7 @@ func (r *Replica) Status() Status {
 		s.Installed, s.InstalledPublished = in.w.Version(), in.rec.Published
 	}
 	if rec := r.seen.Load(); rec != nil {
-		s.Published = rec.Version
+		s.Published, s.PublishedBy = rec.Version, rec.Leader
 		s.ConfigMismatch = rec.Config != r.cfgHash
 	}
 	return s

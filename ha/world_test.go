@@ -48,12 +48,12 @@ const within = 90 * time.Second
 
 // group is an etcd cluster and the replicas of one ILB on it.
 type group struct {
-	t    *testing.T
+	t    testing.TB
 	etcd *etcdtest.Cluster
 	cfg  *config.Config
 }
 
-func newGroup(t *testing.T, members int) *group {
+func newGroup(t testing.TB, members int) *group {
 	t.Helper()
 	c, err := config.Decode([]byte(world))
 	if err != nil {
@@ -195,7 +195,7 @@ func (s *sink) versions() []string {
 var _ weights.Sink = (*sink)(nil)
 
 // waitFor polls cond until it holds; after within, the test fails.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -207,7 +207,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // leaderOf waits until exactly one of ms leads and returns it.
-func leaderOf(t *testing.T, ms ...*member) *member {
+func leaderOf(t testing.TB, ms ...*member) *member {
 	t.Helper()
 	var l *member
 	waitFor(t, "one leader", func() bool {
@@ -224,7 +224,7 @@ func leaderOf(t *testing.T, ms ...*member) *member {
 }
 
 // serving waits until every replica of ms serves version v.
-func serving(t *testing.T, v string, ms ...*member) {
+func serving(t testing.TB, v string, ms ...*member) {
 	t.Helper()
 	for _, m := range ms {
 		waitFor(t, fmt.Sprintf("replica %s serves %s", m.name, v), func() bool {
@@ -236,7 +236,7 @@ func serving(t *testing.T, v string, ms ...*member) {
 
 // cells1 is a routing of the world: edge-us sends share of m1 to us-a
 // (in basis points), the rest to eu-a.
-func routing(t *testing.T, share uint32, computed time.Time) *weights.Weights {
+func routing(t testing.TB, share uint32, computed time.Time) *weights.Weights {
 	t.Helper()
 	targets := []weights.Target{{Cluster: "us-a", Weight: share}, {Cluster: "eu-a", Weight: weights.Total - share}}
 	if share == weights.Total {
@@ -253,7 +253,7 @@ func routing(t *testing.T, share uint32, computed time.Time) *weights.Weights {
 }
 
 // publish publishes w through m's Publisher (m must lead).
-func publish(t *testing.T, m *member, w *weights.Weights) {
+func publish(t testing.TB, m *member, w *weights.Weights) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
