@@ -50,13 +50,12 @@ func TestFailover(t *testing.T) {
 	g := newGroup(t, 3)
 	// Each leader publishes, when elected, a routing of its own.
 	shares := map[string]uint32{"a": 1000, "b": 2000, "c": 3000}
-	lead := func(ctx context.Context, m *member) error {
+	lead := func(ctx context.Context, m *member) {
 		commit, err := m.Publisher().Prepare(ctx, routing(t, shares[m.name], time.Now()))
 		if err == nil {
 			commit()
 		}
 		<-ctx.Done()
-		return nil
 	}
 	ms := []*member{g.start("a", memberOpts{lead: lead}), g.start("b", memberOpts{lead: lead}), g.start("c", memberOpts{lead: lead})}
 	first := leaderOf(t, ms...)

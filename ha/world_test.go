@@ -102,7 +102,7 @@ type memberOpts struct {
 	demand  ha.DemandFunc
 	history int
 	// lead, if set, runs as Lead after the term is reported.
-	lead func(ctx context.Context, m *member) error
+	lead func(ctx context.Context, m *member)
 }
 
 // start runs a replica named name until Stop or the end of the test.
@@ -119,7 +119,8 @@ func (g *group) start(name string, mo memberOpts) *member {
 		Lead: func(ctx context.Context) error {
 			m.terms <- ctx
 			if mo.lead != nil {
-				return mo.lead(ctx, m)
+				mo.lead(ctx, m)
+				return nil
 			}
 			<-ctx.Done()
 			return nil
