@@ -35,9 +35,15 @@ const userAgentName = "envoysim"
 // with ads_config.api_type DELTA_GRPC (see deltaSession). Its fields are
 // only used by the goroutine running run.
 type adsClient struct {
-	e        *Envoy
-	cfg      *adsConfig
-	conn     *grpc.ClientConn
+	e    *Envoy
+	cfg  *adsConfig
+	conn *grpc.ClientConn // the session's, to the host picked for it
+	// host is the address of the last session's host, and failed whether
+	// that session ended without a response: the next one avoids it when
+	// another host is there (the cluster's load balancer picks one per
+	// stream, GrpcMuxImpl through the async client).
+	host     string
+	failed   bool
 	node     *corev3.Node
 	versions map[string]string        // last accepted version_info per type
 	nonces   map[string]string        // last response nonce per type
@@ -47,44 +53,75 @@ type adsClient struct {
 	held     map[string]heldResources // delta: what it holds, per type
 }
 
-func (e *Envoy) newADSClient() (*adsClient, error) {
-	cc := e.state.staticClusters[e.ads.clusterName]
-	ep := cc.endpointList()[0]
-	conn, err := e.grpc.dial(cc, joinHostPort(ep.address, ep.port), e.stats)
-	if err != nil {
-		return nil, err
-	}
+func (e *Envoy) newADSClient() *adsClient {
 	node := proto.Clone(e.boot.GetNode()).(*corev3.Node)
 	node.UserAgentName = userAgentName
 	return &adsClient{
-		e: e, cfg: e.ads, conn: conn, node: node,
+		e: e, cfg: e.ads, node: node,
 		versions: map[string]string{}, nonces: map[string]string{}, sent: map[string][]string{},
 		nacked: map[string]string{}, streak: map[string]int{}, held: map[string]heldResources{},
-	}, nil
+	}
+}
+
+// pick chooses the host of the next session from the xDS cluster (its
+// health checks and outlier detection apply), avoiding the host whose
+// session just failed when the cluster has another, and connects to it.
+func (c *adsClient) pick() error {
+	e := c.e
+	cc := e.state.staticClusters[c.cfg.clusterName]
+	addr := ""
+	if cl := e.snap.Load().clusters[c.cfg.clusterName]; cl != nil {
+		var lc *lbContext
+		if c.failed && c.host != "" {
+			last := c.host
+			lc = &lbContext{retry: true, maxAttempts: 3, avoid: func(a string) bool { return a == last }}
+		}
+		// Its own random source: the request path's (Options.Rand) stays
+		// the tests' deterministic sequence.
+		if h := cl.chooseHost(rand.Uint64, lc); h != nil {
+			addr = h.addr
+		}
+	}
+	if addr == "" { // no runtime cluster yet, or no host it deems fit: the first endpoint
+		ep := cc.endpointList()[0]
+		addr = joinHostPort(ep.address, ep.port)
+	}
+	conn, err := e.grpc.dial(cc, addr, e.stats)
+	if err != nil {
+		return err
+	}
+	c.conn, c.host = conn, addr
+	return nil
 }
 
 // run keeps an ADS stream open until ctx is done, reconnecting with
-// jittered exponential back-off and keeping the configuration it has.
+// jittered exponential back-off (ads_config's envoy_grpc.retry_policy
+// retry_back_off, else 500 ms to 30 s) to a host picked anew, and keeping
+// the configuration it has.
 func (c *adsClient) run(ctx context.Context) {
-	delay := adsRetryInitial
+	delay := c.cfg.retryBase
 	session := c.session
 	if c.cfg.delta {
 		session = c.deltaSession
 	}
 	for {
-		got, err := session(ctx)
+		got, err := false, c.pick()
+		if err == nil {
+			got, err = session(ctx)
+		}
 		if ctx.Err() != nil {
 			return
 		}
+		c.failed = !got
 		if got {
-			delay = adsRetryInitial
+			delay = c.cfg.retryBase
 		}
 		c.e.log.WarnContext(ctx, "ads stream closed; retrying", "error", err, "in", delay)
 		jitter := time.Duration(rand.Int64N(int64(delay)/2 + 1))
 		if !sleep(ctx, delay/2+jitter) {
 			return
 		}
-		delay = min(delay*2, adsRetryMax)
+		delay = min(delay*2, c.cfg.retryMax)
 	}
 }
 

@@ -3,6 +3,7 @@ package envoysim
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,7 +33,11 @@ type adsConfig struct {
 	lds              bool // lds_config is ads
 	nodeEveryRequest bool // !set_node_on_first_message_only
 	delta            bool // api_type DELTA_GRPC
-	initialMetadata  []headerValue
+	// retryBase and retryMax bound the reconnection back-off
+	// (envoy_grpc.retry_policy.retry_back_off; 500 ms and 30 s by default,
+	// a max of ten times the base when only the base is set).
+	retryBase, retryMax time.Duration
+	initialMetadata     []headerValue
 }
 
 // compiledBootstrap is a checked bootstrap.
@@ -97,7 +102,7 @@ func compileADS(b *bootstrapv3.Bootstrap, clusters map[string]*clusterConfig) (*
 	if src == nil {
 		return nil, errors.Join(append(errs, errors.New("ads_config is required: envoysim only supports aggregated xDS"))...)
 	}
-	ads := &adsConfig{nodeEveryRequest: !src.GetSetNodeOnFirstMessageOnly()}
+	ads := &adsConfig{nodeEveryRequest: !src.GetSetNodeOnFirstMessageOnly(), retryBase: adsRetryInitial, retryMax: adsRetryMax}
 	switch src.GetApiType() {
 	case corev3.ApiConfigSource_GRPC:
 	case corev3.ApiConfigSource_DELTA_GRPC:
@@ -113,6 +118,12 @@ func compileADS(b *bootstrapv3.Bootstrap, clusters map[string]*clusterConfig) (*
 	} else {
 		gs := src.GetGrpcServices()[0]
 		ads.clusterName = gs.GetEnvoyGrpc().GetClusterName()
+		if b := gs.GetEnvoyGrpc().GetRetryPolicy().GetRetryBackOff(); b != nil {
+			ads.retryBase, ads.retryMax = b.GetBaseInterval().AsDuration(), 10*b.GetBaseInterval().AsDuration()
+			if b.GetMaxInterval() != nil {
+				ads.retryMax = b.GetMaxInterval().AsDuration()
+			}
+		}
 		for _, hv := range gs.GetInitialMetadata() {
 			ads.initialMetadata = append(ads.initialMetadata, headerValue{key: hv.GetKey(), value: hv.GetValue()})
 		}

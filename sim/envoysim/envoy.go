@@ -166,10 +166,7 @@ func (e *Envoy) Run(ctx context.Context) error {
 		return fmt.Errorf("envoysim: static listeners: %w", err)
 	}
 	if e.ads != nil {
-		client, err := e.newADSClient()
-		if err != nil {
-			return fmt.Errorf("envoysim: ads: %w", err)
-		}
+		client := e.newADSClient()
 		wg.Go(func() { client.run(ctx) })
 	}
 	wg.Go(func() { e.refreshDNS(ctx) })

@@ -42,6 +42,12 @@ type extProcFilter struct {
 	sentFirst       bool // protocol_config goes on the first message only
 	reqHeadersSent  bool // request headers are available to body responses
 	respHeadersSent bool // response headers are available to body responses
+	// answered: a response came on the stream (no retry after that);
+	// lastHost is the host the last stream went to, avoid the hosts a
+	// retry must not pick (grpc_service.retry_policy, previous_hosts).
+	answered bool
+	lastHost string
+	avoid    func(addr string) bool
 }
 
 // merge applies the per-route configuration once, at the first call

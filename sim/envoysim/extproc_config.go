@@ -74,6 +74,7 @@ type extProcConfig struct {
 	disableImmediateResponse bool
 	routeCacheAction         extprocfilterv3.ExternalProcessor_RouteCacheAction
 	statusOnError            int
+	retry                    *grpcRetry // grpc_service.retry_policy; nil: none
 }
 
 func compileExtProc(name string, c *extprocfilterv3.ExternalProcessor) (*extProcConfig, error) {
@@ -112,6 +113,11 @@ func compileExtProc(name string, c *extprocfilterv3.ExternalProcessor) (*extProc
 	if c.GetDisableClearRouteCache() {
 		cfg.routeCacheAction = extprocfilterv3.ExternalProcessor_RETAIN
 	}
+	retry, err := compileGRPCRetry(c.GetGrpcService().GetRetryPolicy())
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.retry = retry
 	checker, err := compileMutationChecker(c.GetMutationRules())
 	if err != nil {
 		errs = append(errs, err)

@@ -103,11 +103,11 @@ func grpcResult(err error) exchangeResult {
 	return exchangeResult{kind: resGRPCError, code: st.Code(), msg: st.Message()}
 }
 
-// exchange sends req (opening the stream on first use) and waits for the
-// next response, bounded by message_timeout from the send; a response
+// exchangeOnce sends req (opening the stream on first use) and waits for
+// the next response, bounded by message_timeout from the send; a response
 // carrying override_message_timeout restarts the timer once (if within
 // (0, max_message_timeout]) and is otherwise ignored (Filter::onNewTimeout).
-func (f *extProcFilter) exchange(ctx context.Context, req *extprocv3.ProcessingRequest) exchangeResult {
+func (f *extProcFilter) exchangeOnce(ctx context.Context, req *extprocv3.ProcessingRequest) exchangeResult {
 	deadline := time.Now().Add(f.cfg.messageTimeout)
 	if f.st == nil {
 		if res, ok := f.open(ctx, deadline); !ok {
@@ -147,6 +147,7 @@ func (f *extProcFilter) exchange(ctx context.Context, req *extprocv3.ProcessingR
 				}
 				return grpcResult(r.err)
 			}
+			f.answered = true
 			d := r.resp.GetOverrideMessageTimeout()
 			if d == nil {
 				return exchangeResult{kind: resResponse, resp: r.resp}
@@ -170,10 +171,15 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 	if cl == nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: fmt.Sprintf("cluster %s not available", f.cfg.clusterName)}, false
 	}
-	h := cl.chooseHost(e.rand, nil)
+	var lc *lbContext
+	if f.avoid != nil {
+		lc = &lbContext{retry: true, maxAttempts: uint32(max(f.cfg.retry.hostAttempts, 0)), avoid: f.avoid}
+	}
+	h := cl.chooseHost(e.rand, lc)
 	if h == nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: bodyNoHealthyUpstream}, false
 	}
+	f.lastHost = h.addr
 	conn, err := e.grpc.dial(cl.cfg, h.addr, e.stats)
 	if err != nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: err.Error()}, false

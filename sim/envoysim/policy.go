@@ -123,9 +123,13 @@ func newFieldPolicy() fieldPolicy {
 	mod("envoy.config.core.v3.ApiConfigSource", "api_type", "transport_api_version", "grpc_services",
 		"set_node_on_first_message_only")
 	ign("envoy.config.core.v3.ApiConfigSource", "refresh_delay", "request_timeout", "rate_limit_settings")
-	mod("envoy.config.core.v3.GrpcService", "envoy_grpc", "initial_metadata")
+	mod("envoy.config.core.v3.GrpcService", "envoy_grpc", "initial_metadata", "retry_policy")
+	mod("envoy.config.core.v3.RetryPolicy", "retry_back_off", "num_retries", "retry_on", "retry_host_predicate",
+		"host_selection_retry_max_attempts")
+	mod("envoy.config.core.v3.RetryPolicy.RetryHostPredicate", "name", "typed_config")
+	mod("envoy.config.core.v3.BackoffStrategy", "base_interval", "max_interval")
 	ign("envoy.config.core.v3.GrpcService", "timeout")
-	mod("envoy.config.core.v3.GrpcService.EnvoyGrpc", "cluster_name")
+	mod("envoy.config.core.v3.GrpcService.EnvoyGrpc", "cluster_name", "retry_policy")
 	ign("envoy.config.core.v3.GrpcService.EnvoyGrpc", "max_receive_message_length", "skip_envoy_headers")
 	mod("envoy.config.core.v3.ConfigSource", "ads", "resource_api_version")
 	ign("envoy.config.core.v3.ConfigSource", "initial_fetch_timeout")

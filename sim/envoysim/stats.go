@@ -92,6 +92,7 @@ type XDSStats struct {
 type ExtProcStats struct {
 	StreamsStarted          uint64
 	StreamsFailed           uint64 // gRPC errors
+	StreamRetries           uint64 // streams opened again by grpc_service.retry_policy
 	StreamsClosed           uint64
 	MessagesSent            uint64
 	MessagesReceived        uint64
