@@ -26,10 +26,17 @@ func TestFailStatic(t *testing.T) {
 	publish(t, leaderOf(t, ms...), w1)
 	serving(t, w1.Version(), ms...)
 
+	l1 := leaderOf(t, ms...)
 	g.etcd.Kill(0)
 	w2 := routing(t, 6000, time.Now())
-	publish(t, leaderOf(t, ms...), w2)
+	l2 := leaderOf(t, ms...)
+	publish(t, l2, w2)
 	serving(t, w2.Version(), ms...)
+	flaps := 0
+	for _, m := range ms {
+		flaps += strings.Count(m.logs.String(), "etcd unreachable")
+	}
+	t.Logf("one member of three down: leader %s then %s; %d replica(s) saw etcd unreachable meanwhile", l1.name, l2.name, flaps)
 
 	lost := time.Now()
 	g.etcd.Kill(1)

@@ -71,17 +71,20 @@ func (r *Replica) syncOnce(ctx context.Context) bool {
 	return r.installedRecord().Version != ""
 }
 
-// sync reads the record of the version in force and the leader's name in
-// one linearizable read; when the record changed since st.rev, it
+// sync reads the record of the version in force and the leader's name
+// (linearizable reads: a quorum answers); when the record changed since st.rev, it
 // installs its version and refreshes the history. etcd's answer, or its
 // silence, is the replica's view of etcd's health.
 func (r *Replica) sync(ctx context.Context, st *syncState) {
 	tctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	resp, err := r.cli.Txn(tctx).Then(
-		clientv3.OpGet(r.keys.current()),
-		clientv3.OpGet(r.keys.election()+"/", clientv3.WithFirstCreate()...),
-	).Commit()
+	// Two reads rather than one transaction: the client retries a read on
+	// another member when the one it uses fails, never a transaction.
+	cur, err := r.cli.Get(tctx, r.keys.current())
+	var lead *clientv3.GetResponse
+	if err == nil {
+		lead, err = r.cli.Get(tctx, r.keys.election()+"/", clientv3.WithFirstCreate()...)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			r.setHealth(ctx, err)
@@ -90,11 +93,11 @@ func (r *Replica) sync(ctx context.Context, st *syncState) {
 	}
 	r.setHealth(ctx, nil)
 	leader := ""
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		leader = string(kvs[0].Value)
+	if len(lead.Kvs) > 0 {
+		leader = string(lead.Kvs[0].Value)
 	}
 	r.leader.Store(&leader)
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	kvs := cur.Kvs
 	if len(kvs) == 0 || kvs[0].ModRevision == st.rev {
 		if st.historyStale {
 			st.historyStale = !r.refreshHistory(ctx, st.cache)
