@@ -84,6 +84,7 @@ type App struct {
 	xdsLn, extprocLn, adminLn net.Listener
 	group                     *errgroup.Group
 	stopHAClose               func() bool
+	haSink                    *haSink
 
 	// signalsMu orders signals snapshots into EDS and the fast loop:
 	// OnChange and followRamps run on different goroutines, and an older
@@ -182,13 +183,13 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		return nil, err
 	}
 	a.Controller = ctl
-	if a.HA != nil {
-		err = a.bootstrapHA(ctx, policy, copts)
-	} else {
-		err = ctl.Tick(ctx)
-	}
-	if err != nil {
+	if err := ctl.Tick(ctx); err != nil {
 		return nil, fmt.Errorf("app: first weights: %w", err)
+	}
+	if a.HA != nil {
+		if err := a.bootstrapHA(ctx); err != nil {
+			return nil, fmt.Errorf("app: first weights: %w", err)
+		}
 	}
 	if err := a.listen(ctx); err != nil {
 		return nil, err

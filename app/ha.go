@@ -3,9 +3,10 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"time"
+	"sync/atomic"
 
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/demand"
@@ -23,8 +24,9 @@ import (
 
 // startHA makes the replica and turns copts into the leader's
 // controller: its sinks become the replica's (installed through etcd),
-// the publisher becomes its only sink and the summed demand its input.
-// The etcd client closes when ctx ends unless runHA took it over.
+// the replica's publisher its only sink (behind haSink) and the summed
+// demand its input. The etcd client closes when ctx ends unless runHA
+// took it over.
 func (a *App) startHA(ctx context.Context, o Options, copts *weights.ControllerOptions, agg *demand.Aggregator) error {
 	rep, err := ha.New(ha.Options{
 		Config: a.Config, Sinks: copts.Sinks, Demand: agg.Rates, Registry: a.Registry,
@@ -37,30 +39,22 @@ func (a *App) startHA(ctx context.Context, o Options, copts *weights.ControllerO
 		return fmt.Errorf("app: %w", err)
 	}
 	a.HA = rep
+	a.haSink = &haSink{pub: rep.Publisher()}
 	a.stopHAClose = context.AfterFunc(ctx, func() { _ = rep.Close() })
-	copts.Sinks = []weights.Sink{rep.Publisher()}
+	copts.Sinks = []weights.Sink{a.haSink}
 	copts.Demand = rep.Demand
 	return nil
 }
 
-// bootstrapHA installs the version in force in etcd, or else the weights
-// this replica computes alone from the state it sees now (no demand), so
+// bootstrapHA installs the version in force in etcd, or else the
+// controller's first tick (computed alone, before the replica runs), so
 // no Envoy or request ever meets a replica without weights.
-func (a *App) bootstrapHA(ctx context.Context, policy weights.Policy, copts weights.ControllerOptions) error {
+func (a *App) bootstrapHA(ctx context.Context) error {
 	return a.HA.Bootstrap(ctx, func() (*weights.Weights, error) {
-		states := weights.StaticState(a.Config)
-		if copts.State != nil {
-			states, _ = copts.State()
+		if w := a.haSink.first.Load(); w != nil {
+			return w, nil
 		}
-		w, err := policy.Compute(weights.Input{Config: a.Config, Clusters: states, Demand: weights.Demand{}, Now: time.Now()})
-		if err != nil {
-			fb, ferr := weights.Proportional{}.Compute(weights.Input{Config: a.Config, Clusters: states, Demand: weights.Demand{}, Now: time.Now()})
-			if ferr != nil {
-				return nil, fmt.Errorf("%w (and the proportional fallback: %w)", err, ferr)
-			}
-			return fb, nil
-		}
-		return w, nil
+		return nil, errors.New("the controller computed no weights")
 	})
 }
 
@@ -68,8 +62,34 @@ func (a *App) bootstrapHA(ctx context.Context, policy weights.Policy, copts weig
 // (after it revoked its lease: another replica leads at once).
 func (a *App) runHA(ctx context.Context) error {
 	a.stopHAClose()
+	a.haSink.publishing.Store(true)
 	defer func() { _ = a.HA.Close() }()
 	return a.HA.Run(ctx)
+}
+
+// haSink is the controller's sink with ha:. Until the replica runs it
+// keeps the controller's first tick for bootstrapHA (the controller then
+// has weights, as without ha:); then it is the replica's publisher.
+type haSink struct {
+	pub        *ha.Publisher
+	publishing atomic.Bool
+	first      atomic.Pointer[weights.Weights]
+}
+
+var _ weights.Sink = (*haSink)(nil)
+
+func (s *haSink) Prepare(ctx context.Context, w *weights.Weights) (func(), error) {
+	if !s.publishing.Load() {
+		return func() { s.first.Store(w) }, nil
+	}
+	return s.pub.Prepare(ctx, w)
+}
+
+// Refresh forwards the weights of an unchanged tick to the publisher.
+func (s *haSink) Refresh(w *weights.Weights) {
+	if s.publishing.Load() {
+		s.pub.Refresh(w)
+	}
 }
 
 // haView is what admin and the dashboard read: with HA, the version this
