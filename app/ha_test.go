@@ -58,6 +58,11 @@ func startHA(t *testing.T, endpoints []string, name string) *haApp {
 	}
 	r := &haApp{App: a, name: name, cancel: cancel}
 	t.Cleanup(func() { r.stop(t) })
+	// As without ha:, the controller has weights once Start returns (ilb
+	// serve prints them), and the replica serves some.
+	if a.Controller.Current() == nil || a.HA.Current() == nil {
+		t.Fatalf("replica %s started without weights: controller %v, served %v", name, a.Controller.Current(), a.HA.Current())
+	}
 	return r
 }
 
