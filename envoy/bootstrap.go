@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -30,8 +31,10 @@ import (
 type BootstrapOptions struct {
 	// NodeID is the Envoy's node.id; default "<source>-envoy".
 	NodeID string
-	// XDS and ExtProc are ILB's addresses as host:port seen from Envoy;
-	// default the configuration's listen addresses.
+	// XDS and ExtProc are ILB's addresses as host:port seen from Envoy,
+	// default the configuration's listen addresses; a comma-separated
+	// list names every replica of an ILB that runs as several (ha:), and
+	// each becomes an endpoint of the cluster.
 	XDS, ExtProc string
 	// Admin is Envoy's admin address; default 127.0.0.1:9901. "" after
 	// defaults means no admin listener.
@@ -68,6 +71,12 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: xds address: %w", err)
 	}
+	// Several xDS replicas are health checked over gRPC like the ext_proc
+	// ones: the ADS stream goes to a replica that answers.
+	if replicas(xds) > 1 {
+		xds.HealthChecks = ilbHealthCheck(c, replicas(xds))
+		xds.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{}}
+	}
 	ep, err := ExtProcCluster(c, o.ExtProc, nil)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
@@ -83,7 +92,15 @@ func Bootstrap(c *config.Config, source string, o BootstrapOptions) (*bootstrapv
 				ApiType:             adsAPIType(c.Envoy.XDSAPIType),
 				TransportApiVersion: corev3.ApiVersion_V3,
 				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: c.Envoy.XDSCluster},
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+						ClusterName: c.Envoy.XDSCluster,
+						// A stream that ends (its ILB replica gone) is opened
+						// again to another replica within a second, not after
+						// Envoy's default 500 ms to 30 s back-off.
+						RetryPolicy: &corev3.RetryPolicy{RetryBackOff: &corev3.BackoffStrategy{
+							BaseInterval: durationpb.New(adsRetryBase), MaxInterval: durationpb.New(adsRetryMax),
+						}},
+					},
 				}}},
 			},
 			CdsConfig: ads(),
@@ -173,15 +190,7 @@ func ExtProcCluster(c *config.Config, addr string, t *UpstreamTLS) (*clusterv3.C
 	// no host (not every host, as in Envoy's 50% panic mode), so the
 	// filter fails at once and the source's fail mode applies.
 	ep.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{}}
-	if hc := c.Envoy.HealthCheck; !hc.Disabled {
-		ep.HealthChecks = []*corev3.HealthCheck{{
-			Timeout:            durationpb.New(hc.Timeout.Std()),
-			Interval:           durationpb.New(hc.Interval.Std()),
-			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
-			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
-			HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
-		}}
-	}
+	ep.HealthChecks = ilbHealthCheck(c, replicas(ep))
 	if t != nil {
 		if err := t.check(c.Security); err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
@@ -194,6 +203,57 @@ func ExtProcCluster(c *config.Config, addr string, t *UpstreamTLS) (*clusterv3.C
 	return ep, nil
 }
 
+// The ADS stream's reconnection back-off (envoy_grpc.retry_policy).
+const (
+	adsRetryBase = 100 * time.Millisecond
+	adsRetryMax  = time.Second
+)
+
+// ilbHealthCheck is the gRPC health check of a cluster to ILB of n
+// replicas (none with envoy.health_check.disabled). One replica is checked
+// as envoy.health_check says (an ILB missing a check under load has no
+// other to hand over to, so it is not taken out quickly). Several are
+// checked every second, and one that fails a check (refuses the
+// connection, or does not answer SERVING within the timeout) is out: Envoy
+// leaves a dead replica within about a second, and the ext_proc filter's
+// stream retry (grpc_service.retry_policy) covers the requests of that
+// second.
+func ilbHealthCheck(c *config.Config, n int) []*corev3.HealthCheck {
+	hc := c.Envoy.HealthCheck
+	if hc.Disabled {
+		return nil
+	}
+	if n <= 1 {
+		return []*corev3.HealthCheck{{
+			Timeout:            durationpb.New(hc.Timeout.Std()),
+			Interval:           durationpb.New(hc.Interval.Std()),
+			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
+			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
+			HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
+		}}
+	}
+	return []*corev3.HealthCheck{{
+		Timeout:            durationpb.New(min(hc.Timeout.Std(), ilbCheckInterval)),
+		Interval:           durationpb.New(ilbCheckInterval),
+		NoTrafficInterval:  durationpb.New(ilbCheckInterval),
+		UnhealthyThreshold: wrapperspb.UInt32(1),
+		HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
+		HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
+	}}
+}
+
+// ilbCheckInterval is how often Envoy checks each of several ILB replicas.
+const ilbCheckInterval = time.Second
+
+// replicas is how many endpoints a cluster to ILB lists.
+func replicas(cl *clusterv3.Cluster) int {
+	n := 0
+	for _, l := range cl.GetLoadAssignment().GetEndpoints() {
+		n += len(l.GetLbEndpoints())
+	}
+	return n
+}
+
 func ads() *corev3.ConfigSource {
 	return &corev3.ConfigSource{
 		ResourceApiVersion:    corev3.ApiVersion_V3,
@@ -203,14 +263,25 @@ func ads() *corev3.ConfigSource {
 
 // grpcCluster is a static (IP) or STRICT_DNS (name) cluster speaking
 // HTTP/2, as gRPC needs.
-func grpcCluster(name, addr string) (*clusterv3.Cluster, error) {
-	host, port, err := splitPort(addr)
-	if err != nil {
-		return nil, err
-	}
+func grpcCluster(name, addrs string) (*clusterv3.Cluster, error) {
 	typ := clusterv3.Cluster_STATIC
-	if net.ParseIP(host) == nil {
-		typ = clusterv3.Cluster_STRICT_DNS
+	var eps []*endpointv3.LbEndpoint
+	var errs []error
+	for addr := range strings.SplitSeq(addrs, ",") {
+		host, port, err := splitPort(strings.TrimSpace(addr))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if net.ParseIP(host) == nil {
+			typ = clusterv3.Cluster_STRICT_DNS
+		}
+		eps = append(eps, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socket(host, port)}},
+		})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	h2, err := anypb.New(&upstreamhttpv3.HttpProtocolOptions{
 		UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
@@ -229,9 +300,7 @@ func grpcCluster(name, addr string) (*clusterv3.Cluster, error) {
 		},
 		LoadAssignment: &endpointv3.ClusterLoadAssignment{
 			ClusterName: name,
-			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socket(host, port)}},
-			}}}},
+			Endpoints:   []*endpointv3.LocalityLbEndpoints{{LbEndpoints: eps}},
 		},
 	}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,6 +16,7 @@ import (
 	earlyheadermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ilbproject/ilb/header"
 )
@@ -39,6 +42,7 @@ func ExtProc(cluster, source string, messageTimeout time.Duration) *extprocfilte
 				ClusterName: cluster,
 			}},
 			InitialMetadata: []*corev3.HeaderValue{{Key: header.Source, Value: source}},
+			RetryPolicy:     ExtProcRetry(),
 		},
 		FailureModeAllow: true,
 		ProcessingMode: &extprocfilterv3.ProcessingMode{
@@ -51,6 +55,29 @@ func ExtProc(cluster, source string, messageTimeout time.Duration) *extprocfilte
 		},
 		MessageTimeout:    durationpb.New(messageTimeout),
 		AllowModeOverride: true,
+	}
+}
+
+// ExtProcRetry is the retry policy of the ext_proc filter's gRPC streams
+// (grpc_service.retry_policy: the default policy of an envoy_grpc
+// client's streams, and the ext_proc client buffers what it sent for
+// retry): a stream that fails before ILB answered (the replica refused or
+// reset the connection, or said UNAVAILABLE) is opened again, twice at
+// most, on another ILB replica (previous_hosts), after 25 to 250 ms. Once
+// ILB has answered, a failure is final and the source's fail mode
+// applies. With one ILB, the retries go to it again.
+func ExtProcRetry() *corev3.RetryPolicy {
+	return &corev3.RetryPolicy{
+		RetryOn:    "connect-failure,refused-stream,reset,unavailable",
+		NumRetries: wrapperspb.UInt32(2),
+		RetryBackOff: &corev3.BackoffStrategy{
+			BaseInterval: durationpb.New(25 * time.Millisecond), MaxInterval: durationpb.New(250 * time.Millisecond),
+		},
+		RetryHostPredicate: []*corev3.RetryPolicy_RetryHostPredicate{{
+			Name:       "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &corev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: MustAny(&previoushostsv3.PreviousHostsPredicate{})},
+		}},
+		HostSelectionRetryMaxAttempts: 3,
 	}
 }
 

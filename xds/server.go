@@ -25,6 +25,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/internal/serve"
@@ -312,9 +314,15 @@ func (s *Server) Snapshot(source string) (*cache.Snapshot, error) {
 	return cs, nil
 }
 
-// Register adds the ADS service, and the per-type services for Envoys
-// that do not use ADS, to g.
+// Register adds the ADS service, the per-type services for Envoys that do
+// not use ADS, and the standard gRPC health service (grpc.health.v1:
+// SERVING for "" and for the ADS service) that the xDS cluster's health
+// check calls when Envoys list several ILB replicas, to g.
 func (s *Server) Register(g *grpc.Server) {
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(discoveryv3.AggregatedDiscoveryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
