@@ -41,6 +41,11 @@ type Options struct {
 	// SAN. Nil: plaintext, which a configuration with security.tls
 	// refuses.
 	EnvoyTLS func(source, nodeID string) (*envoy.UpstreamTLS, error)
+	// HA, when set, runs Replicas ILB replicas (at least 2) on that etcd
+	// (config ha:, each with its own replica name), and every Envoy lists
+	// them all. Nil: one ILB, no etcd.
+	HA       *config.HA
+	Replicas int
 }
 
 // Envoy is the Envoy of one source.
@@ -55,7 +60,9 @@ type Envoy struct {
 // Start is done; Wait returns once it all has.
 type Stack struct {
 	Config *config.Config // as served: engines and servers on their bound addresses
-	App    *app.App
+	App    *app.App       // the ILB (with Options.HA: the first replica)
+	// Replicas are the ILB replicas, with Options.HA.
+	Replicas []*Replica
 	Fleet  *fleet.Fleet
 	Envoys []Envoy
 
@@ -109,12 +116,15 @@ func (s *Stack) start(ctx context.Context, c *config.Config) error {
 		draw = rand.New(rand.NewPCG(s.opts.Seed, 1)).Uint64
 	}
 	s.rand = lockedRand(draw)
-	if err := s.startILB(ctx, &cfg); err != nil {
+	if s.opts.HA != nil {
+		if err := s.startReplicas(ctx, &cfg); err != nil {
+			return err
+		}
+	} else if err := s.startILB(ctx, &cfg); err != nil {
 		return err
 	}
-	a := s.App
 	for _, src := range cfg.Sources {
-		e, err := s.StartEnvoy(ctx, src.Name, a.ExtProcAddr())
+		e, err := s.StartEnvoy(ctx, src.Name, s.extprocAddrs())
 		if err != nil {
 			return err
 		}
@@ -171,7 +181,8 @@ func (s *Stack) RestartILB(ctx context.Context, down time.Duration) error {
 }
 
 // StartEnvoy starts one more Envoy of source whose ext_proc filter reaches
-// extprocAddr (a dead address models ext_proc being down), and waits until
+// extprocAddr (a dead address models ext_proc being down; several,
+// comma-separated, are replicas), and waits until
 // it is ready. It runs until ctx is done or the stack stops; Wait waits
 // for it too.
 func (s *Stack) StartEnvoy(ctx context.Context, source, extprocAddr string) (Envoy, error) {
@@ -179,7 +190,7 @@ func (s *Stack) StartEnvoy(ctx context.Context, source, extprocAddr string) (Env
 	if !ok {
 		return Envoy{}, fmt.Errorf("stack: unknown source %q", source)
 	}
-	o := envoy.BootstrapOptions{NodeID: fmt.Sprintf("%s-envoy-%d", source, len(s.Envoys)), XDS: s.App.XDSAddr(), ExtProc: extprocAddr}
+	o := envoy.BootstrapOptions{NodeID: fmt.Sprintf("%s-envoy-%d", source, len(s.Envoys)), XDS: s.xdsAddrs(), ExtProc: extprocAddr}
 	if s.opts.EnvoyTLS != nil {
 		var err error
 		if o.TLS, err = s.opts.EnvoyTLS(source, o.NodeID); err != nil {

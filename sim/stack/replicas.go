@@ -1,0 +1,96 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ilbproject/ilb/app"
+	"github.com/ilbproject/ilb/config"
+)
+
+// Replica is one ILB replica of a stack run with Options.HA.
+type Replica struct {
+	App  *app.App
+	stop context.CancelFunc
+}
+
+// startReplicas runs Options.Replicas ILB replicas of cfg on the etcd of
+// Options.HA, each on its own ephemeral ports and with its own replica
+// name; s.App is the first.
+func (s *Stack) startReplicas(ctx context.Context, cfg *config.Config) error {
+	n := s.opts.Replicas
+	if n < 2 {
+		return fmt.Errorf("stack: Options.HA with %d replicas: want at least 2", n)
+	}
+	for i := range n {
+		rc := *cfg
+		h := *s.opts.HA
+		h.Replica = fmt.Sprintf("ilb-%d", i)
+		rc.HA = &h
+		actx, cancel := context.WithCancel(ctx)
+		a, err := app.Start(actx, app.Options{Config: &rc, Logger: s.opts.Logger.With("component", "ilb", "replica", h.Replica), Rand: s.rand})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("stack: replica %s: %w", h.Replica, err)
+		}
+		go func() {
+			select {
+			case <-s.done:
+			case <-actx.Done():
+			}
+			cancel()
+		}()
+		s.Replicas = append(s.Replicas, &Replica{App: a, stop: cancel})
+		s.group.Go(a.Wait)
+	}
+	s.App = s.Replicas[0].App
+	return nil
+}
+
+// StopReplica stops replica i as an orchestrator stops a pod (SIGTERM):
+// its servers stop accepting, finish what they hold within their grace
+// period, and it leaves etcd (its leadership and lease end). It returns
+// once the replica is down.
+func (s *Stack) StopReplica(i int) error {
+	r := s.Replicas[i]
+	r.stop()
+	if err := r.App.Wait(); err != nil {
+		return fmt.Errorf("stack: stopping replica %d: %w", i, err)
+	}
+	return nil
+}
+
+// Leader is the index of the replica that leads, -1 if none does.
+func (s *Stack) Leader() int {
+	for i, r := range s.Replicas {
+		if r.App.HA != nil && r.App.HA.Leading() {
+			return i
+		}
+	}
+	return -1
+}
+
+// xdsAddrs and extprocAddrs are what Envoys list: every replica's
+// address, comma-separated, or the one ILB's.
+func (s *Stack) xdsAddrs() string {
+	if len(s.Replicas) == 0 {
+		return s.App.XDSAddr()
+	}
+	var out []string
+	for _, r := range s.Replicas {
+		out = append(out, r.App.XDSAddr())
+	}
+	return strings.Join(out, ",")
+}
+
+func (s *Stack) extprocAddrs() string {
+	if len(s.Replicas) == 0 {
+		return s.App.ExtProcAddr()
+	}
+	var out []string
+	for _, r := range s.Replicas {
+		out = append(out, r.App.ExtProcAddr())
+	}
+	return strings.Join(out, ",")
+}
