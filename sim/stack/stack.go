@@ -63,8 +63,8 @@ type Stack struct {
 	App    *app.App       // the ILB (with Options.HA: the first replica)
 	// Replicas are the ILB replicas, with Options.HA.
 	Replicas []*Replica
-	Fleet  *fleet.Fleet
-	Envoys []Envoy
+	Fleet    *fleet.Fleet
+	Envoys   []Envoy
 
 	opts    Options
 	group   *errgroup.Group
