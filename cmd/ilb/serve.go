@@ -51,7 +51,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	version := a.Controller.Current().Version()
+	if a.HA != nil { // a replica serves the version in force in etcd
+		version = a.HA.Current().Version()
+	}
 	fmt.Fprintf(stdout, "ilb serving: xds %s, extproc %s, admin %s (weights %s)\n",
-		a.XDSAddr(), a.ExtProcAddr(), a.AdminURL(), a.Controller.Current().Version())
+		a.XDSAddr(), a.ExtProcAddr(), a.AdminURL(), version)
 	return a.Wait()
 }

@@ -89,8 +89,9 @@ func Binary() (string, error) {
 }
 
 // Start runs an n-member cluster (n >= 1) and returns once every member
-// answers healthy. It fails the test if etcd is missing or the cluster
-// does not come up within StartTimeout, printing the members' logs.
+// answers healthy. It skips the test if etcd is missing (fails it with
+// ILB_REQUIRE_ETCD=1), and fails it if the cluster does not come up within
+// StartTimeout, printing the members' logs.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	return StartTLS(t, n, nil)
@@ -104,6 +105,11 @@ func StartTLS(t testing.TB, n int, tc *TLS) *Cluster {
 	}
 	bin, err := Binary()
 	if err != nil {
+		// As the dashboard's browser test does without chromium: skipped
+		// where etcd is not installed, required where CI installed it.
+		if os.Getenv("ILB_REQUIRE_ETCD") != "1" {
+			t.Skipf("%v (ILB_REQUIRE_ETCD=1 makes this a failure; .ci/run sets it)", err)
+		}
 		t.Fatal(err)
 	}
 	// A port found free can be taken before etcd binds it: then the
