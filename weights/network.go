@@ -135,12 +135,16 @@ func costUnits(ms float64) int64 { return int64(math.Round(ms * costScale)) }
 func buildNetwork(in Input, ix *index, ws *workspace) *network {
 	c := in.Config
 	ct := c.Controller
-	total, neverShed := ws.floorDemand(ix, in.Demand)
-	neverShed = neverShed && !ct.Shedding.ShedCritical
+	total, critical := ws.floorDemand(ix, in.Demand)
+	neverShed := critical && !ct.Shedding.ShedCritical
 	g := &ws.g
 	g.Reset(2)
 	n := &network{ix: ix, g: g, s: 0, t: 1, quantum: max(total, 1e-9) / flowUnits}
-	g.Grow(len(c.Clusters) * (len(ix.curve) + 2))
+	arcs := 0
+	for _, e := range c.Clusters {
+		arcs += len(ix.curve) + 1 + len(e.Models) // bands, overflow, one arc from each hub
+	}
+	g.Grow(arcs)
 
 	shedCost := [numPriorities]float64{ct.Shedding.CriticalCost, ct.Shedding.StandardCost, ct.Shedding.SheddableCost}
 
@@ -186,7 +190,7 @@ func buildNetwork(in Input, ix *index, ws *workspace) *network {
 	if ws.classes == nil {
 		ws.classes = map[string]*cellNode{}
 	}
-	arcs := 0
+	arcs = 0
 	for si := range c.Sources {
 		s := &c.Sources[si]
 		for mi, m := range c.Models {

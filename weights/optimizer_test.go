@@ -1,6 +1,7 @@
 package weights_test
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -239,5 +240,41 @@ func TestCostOfHandComputedCase(t *testing.T) {
 	want := near + far + 39.996*50 + 80.004*1
 	if math.Abs(got.Total-want) > 0.01 {
 		t.Errorf("cost %+v; want total %.3f", got, want)
+	}
+}
+
+// TestBadDemandNamesEveryOffender: the optimizer refuses demand with a bad
+// rate or an unknown stream, naming every offender once per problem, in
+// (source, model, priority) order, whatever the map's order.
+func TestBadDemandNamesEveryOffender(t *testing.T) {
+	c := cfg(t)
+	d := weights.Demand{
+		{Source: "src", Model: "m", Priority: weights.Standard}:         {CostPerSecond: 10},
+		{Source: "zz", Model: "m", Priority: weights.Critical}:          {CostPerSecond: math.NaN()},
+		{Source: "src", Model: "nope", Priority: weights.Standard}:      {CostPerSecond: 1},
+		{Source: "local-only", Model: "m", Priority: weights.Sheddable}: {CostPerSecond: -1},
+		{Source: "src", Model: "m", Priority: weights.Priority(7)}:      {CostPerSecond: 1},
+	}
+	want := []string{
+		"demand of (local-only, m, sheddable) is",
+		"demand for unknown (src, m, priority(7))",
+		"demand for unknown (src, nope, standard)",
+		"demand of (zz, m, critical) is",
+		"demand for unknown (zz, m, critical)",
+	}
+	for range 5 { // map order varies from run to run
+		_, err := weights.Optimizer{}.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c), Demand: d})
+		if !errors.Is(err, weights.ErrBadInput) {
+			t.Fatalf("error %v; want ErrBadInput", err)
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != len(want) {
+			t.Fatalf("%d errors; want %d:\n%v", len(lines), len(want), err)
+		}
+		for i, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("error %d is %q; want it to name %q", i, lines[i], w)
+			}
+		}
 	}
 }
