@@ -12,6 +12,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/xds"
 )
 
 // With an ha: section the process is one replica of an HA group
@@ -39,6 +40,9 @@ func (a *App) startHA(ctx context.Context, o Options, copts *weights.ControllerO
 		return fmt.Errorf("app: %w", err)
 	}
 	a.HA = rep
+	// Banned xDS versions live in etcd: every replica bans what one
+	// banned, and a restart forgets none.
+	a.XDS.UseBans(ctx, rep.Store())
 	a.haSink = &haSink{pub: rep.Publisher()}
 	a.stopHAClose = context.AfterFunc(ctx, func() { _ = rep.Close() })
 	copts.Sinks = []weights.Sink{a.haSink}
@@ -76,7 +80,10 @@ type haSink struct {
 	first      atomic.Pointer[weights.Weights]
 }
 
-var _ weights.Sink = (*haSink)(nil)
+var (
+	_ weights.Sink = (*haSink)(nil)
+	_ xds.BanStore = (*ha.Store)(nil)
+)
 
 func (s *haSink) Prepare(ctx context.Context, w *weights.Weights) (func(), error) {
 	if !s.publishing.Load() {

@@ -64,8 +64,7 @@ func (s *Server) nacked(ctx context.Context, e event) {
 		ctx, span := s.nackSpan(ctx, e)
 		defer span.End()
 		span.AddEvent("canary rollout held; canaries rolled back to stable", trace.WithAttributes(versionAttrs(r.stable)...))
-		r.ban(RejectedVersion{NACK: *e.nack, By: "canary", Rejectors: 1})
-		s.m.rejected.WithLabelValues(source).Set(float64(len(r.banned)))
+		s.banned(source, r, RejectedVersion{NACK: *e.nack, By: "canary", Rejectors: 1})
 		r.canary, r.pending = r.stable, false
 		s.m.canary.WithLabelValues(source).Set(0)
 		s.m.rollbacks.WithLabelValues(source).Inc()
@@ -93,25 +92,15 @@ func (s *Server) nacked(ctx context.Context, e event) {
 	ctx, span := s.nackSpan(ctx, e)
 	defer span.End()
 	span.SetAttributes(attribute.Int("ilb.xds.rejectors", rejectors), attribute.Int("ilb.xds.connected", connected))
-	r.ban(RejectedVersion{NACK: *e.nack, By: "quorum", Rejectors: rejectors, Connected: connected})
-	s.m.rejected.WithLabelValues(source).Set(float64(len(r.banned)))
-	good := r.target(source)
-	if good == nil {
-		good = r.target(source + canarySuffix)
-	}
-	if good == nil {
+	s.banned(source, r, RejectedVersion{NACK: *e.nack, By: "quorum", Rejectors: rejectors, Connected: connected})
+	if err := s.rollBack(ctx, source, r); err != nil {
 		span.AddEvent("banned; kept: no earlier acknowledged snapshot without a banned version")
 		s.log.ErrorContext(ctx, "xds: a quorum of the source's Envoys rejected the version in force and no earlier snapshot without a banned version was acknowledged; banned, kept in force", attrs...)
 		return
 	}
-	r.stable, r.canary, r.pending = good, good, false
-	s.m.canary.WithLabelValues(source).Set(0)
-	s.m.rollbacks.WithLabelValues(source).Inc()
-	span.AddEvent("banned; rolled back to the last acknowledged snapshot", trace.WithAttributes(versionAttrs(good)...))
-	s.setKey(ctx, source, good)
-	s.setKey(ctx, source+canarySuffix, good)
+	span.AddEvent("banned; rolled back to the last acknowledged snapshot", trace.WithAttributes(versionAttrs(r.stable)...))
 	s.log.WarnContext(ctx, "xds: a quorum of the source's Envoys rejected a version; banned for the source, rolled back to its last acknowledged snapshot",
-		append(attrs, "back_to_routes", good.GetVersion(resource.RouteType))...)
+		append(attrs, "back_to_routes", r.stable.GetVersion(resource.RouteType))...)
 }
 
 // quorumReached reports whether rejectors of connected nodes are more

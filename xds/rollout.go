@@ -70,18 +70,21 @@ func newRollout() *rollout {
 func typeVersion(typ resource.Type, version string) string { return shortType(typ) + " " + version }
 
 // ban adds a banned version, forgetting the oldest past maxBanned (a
-// version forgotten so may be sent again, and banned again).
-func (r *rollout) ban(v RejectedVersion) {
+// version forgotten so may be sent again, and banned again); it returns
+// the "type version" keys it forgot.
+func (r *rollout) ban(v RejectedVersion) (forgot []string) {
 	key := v.Type + " " + v.Version
 	if _, ok := r.banned[key]; ok {
-		return
+		return nil
 	}
 	r.banned[key] = &v
 	r.banOrder = append(r.banOrder, key)
 	for len(r.banOrder) > maxBanned {
+		forgot = append(forgot, r.banOrder[0])
 		delete(r.banned, r.banOrder[0])
 		r.banOrder = slices.Delete(r.banOrder, 0, 1)
 	}
+	return forgot
 }
 
 // clean reports whether snap holds no banned version.
@@ -269,10 +272,12 @@ func (s *Server) acked(e event) {
 // sourceOf is the source of a snapshot key.
 func sourceOf(key string) string { return strings.TrimSuffix(key, canarySuffix) }
 
-// tick forgets the nodes past their TTL, pushes endpoint changes held
+// tick stores and reads banned versions (Options.Bans), forgets the
+// nodes past their TTL, pushes endpoint changes held
 // for envoy.eds_min_interval, refreshes the node gauges and promotes
 // soaked canary versions. O(nodes).
 func (s *Server) tick(ctx context.Context, now time.Time) {
+	s.syncBans(ctx, now)
 	if n := s.tracker.sweep(now); n > 0 {
 		s.log.InfoContext(ctx, "xds: nodes forgotten after envoy.rollout.node_ttl", "nodes", n)
 	}

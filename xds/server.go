@@ -89,6 +89,10 @@ type Server struct {
 	rollouts   map[string]*rollout // per source
 
 	acks *ackQueue // ACKs, for Run
+
+	bans     BanStore
+	banQueue []banWrite // bans to store (guarded by mu)
+	banRead  time.Time  // when the store was last read (guarded by mu)
 }
 
 var _ weights.Sink = (*Server)(nil)
