@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds golden fuzz clean
+.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds bench-extproc golden fuzz clean
 
 all: build
 
@@ -33,6 +33,13 @@ fmt:
 ## demo: the whole stack on this machine: ILB, simulated engines, envoysim
 demo:
 	$(GO) run ./cmd/ilb demo --config examples/demo/ilb.yaml
+
+## ha-demo: ILB as 3 replicas on a 3-member etcd (Debian's etcd-server:
+## apt-get install etcd-server), simulated engines and envoysim listing
+## every replica; under load the leader is stopped; reports what clients
+## saw (failed requests by source and fail mode) and how leadership moved
+ha-demo:
+	$(GO) run ./cmd/ilb ha-demo --config examples/demo/ilb.yaml
 
 ## bench: Go benchmarks of the request path and the controller
 bench:
@@ -70,6 +77,16 @@ bench-routing:
 		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-conv.csv --report docs/benchmarks.md --report-section sweep-azure-conv && \
 		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-code.csv --report docs/benchmarks.md --report-section sweep-azure-code; \
 	else echo "TRACES not set: the Azure trace sweeps are left as they are"; fi
+
+## bench-extproc: ext_proc's CPU per request against a CONTINUE-only
+## ext_proc server (the floor: grpc-go's cost of a stream), each in a child
+## process whose own CPU time is read, over real gRPC on loopback, with a
+## client playing Envoy's filter (headers, BUFFERED body, response headers):
+## 1 KiB and 256 KiB chat bodies, 16 and 64 streams, EXTPROC_REQUESTS each;
+## prints the ILB/floor ratios (targets 1.3 and 1.5)
+EXTPROC_REQUESTS ?= 20000
+bench-extproc:
+	$(GO) test -run '^$$' -bench ServerCPU -benchtime $(EXTPROC_REQUESTS)x -count 1 ./extproc/
 
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

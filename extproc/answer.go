@@ -2,11 +2,15 @@ package extproc
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/header"
 )
 
 // decisionHeader is the compact x-ilb-decision value (debug only).
@@ -18,6 +22,11 @@ func decisionHeader(r *Record) string {
 	}
 	return v
 }
+
+// reportHeaders are the response headers ILB removes unless the client
+// may see them: one slice shared by every answer, never changed (its
+// capacity is its length, so an append copies).
+var reportHeaders = slices.Clip(header.Report())
 
 // headerMap flattens Envoy's header map; Envoy sends values in raw_value
 // (value on older versions). Repeated headers are joined with ",".
@@ -35,6 +44,47 @@ func headerMap(m *corev3.HeaderMap) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// pickHeaders reads the values of keys (lower case, at most 16) from
+// Envoy's header map into out (len(out) >= len(keys)) as headerMap would
+// give them, without building the map or converting the values of other
+// headers: a key matches case-insensitively, the value is raw_value (value
+// when empty), and repeated headers are joined with ",". An absent
+// header is "".
+func pickHeaders(m *corev3.HeaderMap, keys []string, out []string) {
+	var seen uint16
+	for _, h := range m.GetHeaders() {
+		k := h.GetKey()
+		if !isLowerASCII(k) {
+			k = strings.ToLower(k)
+		}
+		for i, want := range keys {
+			if k != want {
+				continue
+			}
+			v := string(h.GetRawValue())
+			if v == "" {
+				v = h.GetValue()
+			}
+			if seen&(1<<i) != 0 {
+				v = out[i] + "," + v
+			}
+			out[i], seen = v, seen|1<<i
+			break
+		}
+	}
+}
+
+// isLowerASCII reports whether strings.ToLower would return s unchanged
+// because it is ASCII without upper case letters.
+func isLowerASCII(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // headersResponse continues the request, applying mut. rematch asks Envoy to

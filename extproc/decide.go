@@ -106,6 +106,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		rec.DrawFrom, rec.Reason = "random", reasonWeighted
 	}
 	rec.Draw, rec.Slot, rec.Chosen = draw, d.Slot, c.targets[d.Chosen].Cluster
+	x.cell, x.target = c, d.Chosen
 	if d.Redrawn {
 		drawn := c.targets[d.Drawn].Cluster
 		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, live.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)

@@ -220,8 +220,7 @@ func FuzzStream(f *testing.F) {
 // drive serves a stream's messages on the caller's goroutine, as the
 // serving goroutine of Process does, without its watcher.
 func drive(ctx context.Context, srv *Server, st *scriptStream) error {
-	var w watch
-	return srv.serve(ctx, st, &exchange{source: sourceOf(st, srv.opts.DefaultSource)}, &w, time.Hour)
+	return srv.serve(ctx, st, &exchange{source: sourceOf(st, srv.opts.DefaultSource)}, &watch{idle: time.Hour})
 }
 
 // matches reports whether r answers m with the matching type.

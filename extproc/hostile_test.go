@@ -2,12 +2,16 @@ package extproc_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -118,10 +122,12 @@ func TestIdleStreamEnds(t *testing.T) {
 					t.Fatalf("headers answer = %v, %v", resp, err)
 				}
 			}
-			// The server ends the stream; Recv returns when it does.
+			// The server ends the stream; Recv returns when it does. What
+			// Envoy owed travels in a trailer: gRPC sends the status of the
+			// cancelled stream context.
 			_, err := st.Recv()
-			if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), tt.owed) {
-				t.Fatalf("stream ended with %v; want DeadlineExceeded naming %q", err, tt.owed)
+			if why := st.Trailer().Get("x-ilb-error"); status.Code(err) != codes.DeadlineExceeded || len(why) != 1 || !strings.Contains(why[0], tt.owed) {
+				t.Fatalf("stream ended with %v, trailer x-ilb-error %q; want DeadlineExceeded naming %q", err, why, tt.owed)
 			}
 			promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "idle_timeout"}, float64(i+1))
 		})
@@ -146,6 +152,43 @@ func TestIdleStreamEnds(t *testing.T) {
 			t.Fatalf("response headers answer = %v, %v; want the stream still open", resp, err)
 		}
 	})
+}
+
+// TestIdleStreamEndsWithoutTap: on a gRPC server not built with
+// GRPCOptions (no tap), each stream is served on a goroutine of its own
+// and its handler ends an idle one with the status naming what Envoy
+// owed.
+func TestIdleStreamEndsWithoutTap(t *testing.T) {
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ExtProc.StreamIdleTimeout = config.Duration(time.Second)
+	reg := prometheus.NewRegistry()
+	srv, err := extproc.New(extproc.Options{Config: c, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h := &harness{srv: srv, reg: reg, client: extprocv3.NewExternalProcessorClient(conn)}
+	st, _ := openStream(t, h, "edge-us")
+	_, err = st.Recv()
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), "no request headers for 1s") {
+		t.Fatalf("stream ended with %v; want DeadlineExceeded naming the request headers", err)
+	}
+	promtest.Check(t, reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "idle_timeout"}, 1)
 }
 
 func TestMaxStreams(t *testing.T) {

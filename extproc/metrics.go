@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,4 +115,24 @@ func (m *metrics) shedding(source string, key demand.Key, prio weights.Priority,
 		}
 		m.shed.WithLabelValues(source, model, prio.String(), re.Code).Inc()
 	}
+}
+
+// routedReasons are the reasons of routed requests, in the order of a
+// cell's counter cache.
+var routedReasons = [...]string{reasonWeighted, reasonSession, reasonRedrawn, reasonSteered}
+
+// decisionCounter is the ilb_extproc_decisions_total counter of a routed
+// request: from its cell's cache, without hashing its labels again.
+func (s *Server) decisionCounter(x *exchange) prometheus.Counter {
+	r := slices.Index(routedReasons[:], x.rec.Reason)
+	if x.cell == nil || r < 0 || x.target < 0 || x.target >= len(x.cell.targets) {
+		return s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason)
+	}
+	slot := &x.cell.decided[x.target*len(routedReasons)+r]
+	if c := slot.Load(); c != nil {
+		return *c
+	}
+	c := s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason)
+	slot.Store(&c)
+	return c
 }

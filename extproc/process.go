@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -32,7 +31,9 @@ const (
 // A stream over extproc.max_streams is refused at once
 // (RESOURCE_EXHAUSTED); one whose peer may not speak for the source it
 // names is refused with the Authorizer's status; one on which Envoy owes
-// a message for extproc.stream_idle_timeout ends with DEADLINE_EXCEEDED;
+// a message for extproc.stream_idle_timeout ends with DEADLINE_EXCEEDED
+// (what Envoy owed in the trailer x-ilb-error when the gRPC server was
+// built with GRPCOptions, else in the status message);
 // messages out of order (a second request headers message, a body before
 // the headers) end it with INVALID_ARGUMENT. Envoy then applies the
 // source's fail mode to the request.
@@ -52,15 +53,26 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return err //nolint:wrapcheck // the authorizer's gRPC status is the answer
 		}
 	}
-	// The stream is served on its own goroutine while this one watches
-	// that Envoy does not owe a message for too long: a Recv that blocks
-	// cannot be interrupted, but returning from this handler ends the
-	// stream, which makes it fail. Messages reach the serving goroutine
-	// straight from gRPC: no hand-off per message.
-	var w watch
 	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
+	if sc, ok := ctx.Value(streamCtxKey{}).(*streamCtx); ok {
+		// GRPCOptions' tap gave the stream a context ILB may cancel: it is
+		// served on this goroutine, and a timer cancels it (which ends a
+		// blocked Recv) when Envoy owes a message for too long.
+		t := &idleTimer{idle: idle, ctx: sc, stream: stream}
+		err := s.serve(ctx, stream, x, t)
+		if st, expired := t.end(); expired {
+			return s.idleExpired(st, idle)
+		}
+		return err
+	}
+	// Without the tap (a gRPC server not built with GRPCOptions), the
+	// stream is served on its own goroutine while this one watches that
+	// Envoy does not owe a message for too long: a Recv that blocks cannot
+	// be interrupted, but returning from this handler ends the stream,
+	// which makes it fail.
+	w := &watch{idle: idle}
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, stream, x, &w, idle) }()
+	go func() { done <- s.serve(ctx, stream, x, w) }()
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
@@ -78,47 +90,35 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case time.Until(time.Unix(0, d)) > 0:
 			timer.Reset(time.Until(time.Unix(0, d)))
 		default:
-			s.metrics.refused.WithLabelValues(refusedIdle).Inc()
-			return status.Errorf(codes.DeadlineExceeded, "ext_proc: no %s for %s (extproc.stream_idle_timeout)", st, idle)
+			return s.idleExpired(st, idle)
 		}
 	}
 }
 
-// watch is what a stream's serving goroutine tells its watcher: by when
-// (Unix nanoseconds) Envoy owes the next message, or watchBusy while a
-// message is handled, or watchNone once no bound applies.
-type watch struct {
-	deadline atomic.Int64
-	stage    atomic.Uint32
+// idleExpired is the end of a stream on which Envoy owed st for idle.
+func (s *Server) idleExpired(st stage, idle time.Duration) error {
+	s.metrics.refused.WithLabelValues(refusedIdle).Inc()
+	return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 }
 
-const (
-	watchBusy int64 = 0
-	watchNone int64 = -1
-)
-
-// waitFor notes that the stream now waits for st.
-func (w *watch) waitFor(st stage, idle time.Duration) {
-	w.stage.Store(uint32(st))
-	if st == awaitResponse {
-		w.deadline.Store(watchNone)
-		return
-	}
-	w.deadline.Store(time.Now().Add(idle).UnixNano())
+// idleMessage says what Envoy owed for how long.
+func idleMessage(st stage, idle time.Duration) string {
+	return fmt.Sprintf("ext_proc: no %s for %s (extproc.stream_idle_timeout)", st, idle)
 }
 
 // serve answers the messages of one stream until it ends, an
-// ImmediateResponse is sent or a message breaks the protocol.
-func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, w *watch, idle time.Duration) error {
+// ImmediateResponse is sent, a message breaks the protocol or the idle
+// bound ends the stream.
+func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, b idleBound) error {
 	defer s.endSpan(x)
 	defer s.unbooked(x)
 	defer s.answered(x)
 	defer s.unfinished(x)
 	for {
-		w.waitFor(x.stage, idle)
+		b.waitFor(x.stage)
 		req, err := stream.Recv()
-		if x.stage != awaitResponse {
-			w.deadline.Store(watchBusy)
+		if !b.received() {
+			return nil // the bound ended the stream: Process answers
 		}
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 			return nil

@@ -167,9 +167,12 @@ func (s *Server) Version() string {
 func (s *Server) Decisions() *Log { return s.log }
 
 // GRPCOptions are the server options ext_proc needs: messages large
-// enough for a whole buffered request body (gRPC's default is 4 MiB), and
+// enough for a whole buffered request body (gRPC's default is 4 MiB),
 // keepalive pings so that the streams of an Envoy that vanished without
-// closing its connection end within a minute instead of holding memory.
+// closing its connection end within a minute instead of holding memory,
+// and a tap that lets ILB end an idle stream from a timer (it takes the
+// server's only InTapHandle). A server built without them still works;
+// each stream then costs a goroutine more.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	c := s.opts.Config
 	limit := max(c.ExtProc.MaxBodyBytes, int(c.Envoy.RequestBufferBytes)) + 1<<20
@@ -178,6 +181,9 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		// Envoy's own keepalive (if configured) must not be refused.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// A context ILB can cancel for every ext_proc stream: the idle
+		// bound needs no goroutine per stream then (see Process).
+		grpc.InTapHandle(streamTap),
 	}
 }
 

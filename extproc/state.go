@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/route"
@@ -48,6 +51,11 @@ type cell struct {
 	targets    []route.Target // weighted, then spill targets (route.Targets)
 	rc         *route.Cell
 	candidates []Candidate
+	// decided caches ilb_extproc_decisions_total of this cell's source and
+	// model for each target and routed reason (index target ×
+	// len(routedReasons) + reason), filled when first counted: a series
+	// appears with its first request, as without the cache.
+	decided []atomic.Pointer[prometheus.Counter]
 }
 
 // newState indexes a weights version for the request path.
@@ -97,6 +105,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 // (residency); `ilb why` tells the rest.
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
 	c := &cell{targets: route.Targets(cfg, s, wc)}
+	c.decided = make([]atomic.Pointer[prometheus.Counter], len(c.targets)*len(routedReasons))
 	c.rc = route.NewCell(c.targets, wc.Shed)
 	weight := map[string]uint32{}
 	for _, t := range wc.Targets {

@@ -31,6 +31,15 @@ type hints struct {
 	contentLength           int
 }
 
+// requestHeaders are the request headers ILB reads, in the order of
+// hints' fields; responseHeaders the response headers.
+var (
+	requestHeaders = [...]string{
+		header.RequestID, ":method", ":path", header.Priority, header.Session, header.Model, header.Debug, "content-length",
+	}
+	responseHeaders = [...]string{":status", header.ServedCluster, header.WeightsVersion, header.UpstreamHost}
+)
+
 // exchange is the state of one stream, that is one HTTP request.
 type exchange struct {
 	source string
@@ -46,7 +55,11 @@ type exchange struct {
 	responded bool
 	prio      weights.Priority
 	key       demand.Key // set once the model is known
-	cost      float64    // estimated token cost, capped by the model's limits
+	// cell and target are where the request was routed (cell nil until
+	// ILB routed it): the metrics' cached counters.
+	cell   *cell
+	target int
+	cost   float64 // estimated token cost, capped by the model's limits
 	// unconfirmed is the part of cost not booked as demand yet: booked
 	// when the engine accepts the request (2xx response headers), never
 	// when it refuses it or the client goes away.
@@ -71,8 +84,7 @@ type exchange struct {
 // bounded to an excerpt (it reaches logs, records and errors), which
 // keeps every valid source name whole (they have at most 63 bytes).
 func sourceOf(stream extprocv3.ExternalProcessor_ProcessServer, def string) string {
-	md, _ := metadata.FromIncomingContext(stream.Context())
-	if v := md.Get(header.Source); len(v) > 0 && v[0] != "" {
+	if v := metadata.ValueFromIncomingContext(stream.Context(), header.Source); len(v) > 0 && v[0] != "" {
 		return bound.String(v[0], bound.Excerpt)
 	}
 	return def
@@ -120,15 +132,16 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 	x.start = s.opts.Now()
 	began := time.Now()
 	x.stage = awaitResponse // unless a body is awaited, below
-	hs := headerMap(m.GetHeaders())
+	var hs [len(requestHeaders)]string
+	pickHeaders(m.GetHeaders(), requestHeaders[:], hs[:])
 	// Every header value kept is bounded: it reaches the decision log,
 	// spans and error bodies. The session key is only hashed.
 	x.h = hints{
-		requestID: bound.String(hs[header.RequestID], bound.Name), method: bound.String(hs[":method"], 16),
-		path: bound.String(hs[":path"], bound.Path), priority: hs[header.Priority], session: hs[header.Session],
-		model: hs[header.Model], debug: hs[header.Debug] == "1", endpoint: endpointOf(hs[":path"]),
+		requestID: bound.String(hs[0], bound.Name), method: bound.String(hs[1], 16),
+		path: bound.String(hs[2], bound.Path), priority: hs[3], session: hs[4],
+		model: hs[5], debug: hs[6] == "1", endpoint: endpointOf(hs[2]),
 	}
-	x.h.contentLength, _ = strconv.Atoi(hs["content-length"])
+	x.h.contentLength, _ = strconv.Atoi(hs[7])
 	if x.h.requestID == "" {
 		x.h.requestID = s.opts.NewID()
 	}
@@ -136,7 +149,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		RequestID: x.h.requestID, Start: x.start, Source: x.source,
 		Method: x.h.method, Path: x.h.path, Priority: weights.Standard.String(),
 	}
-	s.startSpan(ctx, x, hs)
+	s.startSpan(ctx, x, m.GetHeaders())
 	if err := s.admit(x); err != nil {
 		return s.reject(x, err, began)
 	}
@@ -280,7 +293,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	x.rec.DecisionMicros = d.Microseconds()
 	s.late(x, d)
 	s.metrics.latency.Observe(d.Seconds())
-	s.metrics.decisions.WithLabelValues(x.source, x.rec.Model, x.rec.Chosen, x.rec.Reason).Inc()
+	s.decisionCounter(x).Inc()
 	provisional := x.provisional()
 	x.unconfirmed = x.cost - provisional
 	x.rec.DemandBooked = provisional
@@ -399,8 +412,9 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	s.answered(x)
 	x.responded = true
-	hs := headerMap(m.GetHeaders())
-	code, _ := strconv.Atoi(hs[":status"])
+	var hs [len(responseHeaders)]string
+	pickHeaders(m.GetHeaders(), responseHeaders[:], hs[:])
+	code, _ := strconv.Atoi(hs[0])
 	if x.rec != nil && !x.done {
 		var extra float64
 		if code >= 200 && code <= 299 {
@@ -409,9 +423,9 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 		x.rec = s.log.update(x.rec, func(r *Record) {
 			r.DemandBooked += extra
 			r.Status = code
-			r.ServedCluster = bound.String(hs[header.ServedCluster], bound.Name)
-			r.ServedVersion = bound.String(hs[header.WeightsVersion], bound.Name)
-			r.UpstreamHost = bound.String(hs[header.UpstreamHost], bound.Name)
+			r.ServedCluster = bound.String(hs[1], bound.Name)
+			r.ServedVersion = bound.String(hs[2], bound.Name)
+			r.UpstreamHost = bound.String(hs[3], bound.Name)
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
 			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
 			r.Complete = true
@@ -425,7 +439,7 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 	if x.debug && x.rec != nil {
 		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.Decision, decisionHeader(x.rec)))
 	} else {
-		mut.RemoveHeaders = header.Report()
+		mut.RemoveHeaders = reportHeaders
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},

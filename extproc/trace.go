@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -81,11 +82,11 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 
 // startSpan starts the decision span of a request, child of the trace
 // context its headers carry (if any), and notes its ids in the record.
-func (s *Server) startSpan(ctx context.Context, x *exchange, hs map[string]string) {
+func (s *Server) startSpan(ctx context.Context, x *exchange, headers *corev3.HeaderMap) {
 	if s.tracer == nil {
 		return
 	}
-	parent := propagator.Extract(ctx, propagation.MapCarrier(hs))
+	parent := propagator.Extract(ctx, propagation.MapCarrier(headerMap(headers)))
 	_, x.span = s.tracer.Start(parent, spanName, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attrSource.String(x.source), attrRequest.String(x.h.requestID)))
 	if op := operationOf(x.h.endpoint); op != "" {

@@ -1,0 +1,46 @@
+package extproc
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+)
+
+// TestPickHeadersMatchesHeaderMap: pickHeaders reads each header as the
+// map headerMap builds has it: raw_value, else value; keys matched after
+// strings.ToLower (Unicode included: U+212A KELVIN SIGN is k); repeated
+// headers joined with "," in order, empty values included.
+func TestPickHeadersMatchesHeaderMap(t *testing.T) {
+	hv := func(k, raw, v string) *corev3.HeaderValue {
+		return &corev3.HeaderValue{Key: k, RawValue: []byte(raw), Value: v}
+	}
+	for _, tc := range []struct {
+		name    string
+		headers []*corev3.HeaderValue
+	}{
+		{"none", nil},
+		{"raw values", []*corev3.HeaderValue{hv(":path", "/v1/chat/completions", ""), hv("x-request-id", "r1", "")}},
+		{"value when raw is empty", []*corev3.HeaderValue{hv(":status", "", "200"), hv("x-ilb-model", "", "")}},
+		{"raw wins over value", []*corev3.HeaderValue{hv(":method", "POST", "GET")}},
+		{"upper case keys", []*corev3.HeaderValue{hv("X-Request-ID", "r2", ""), hv("Content-Length", "12", "")}},
+		{"unicode folding", []*corev3.HeaderValue{hv("x-ilb-\u212Aey", "k", ""), hv("X-ILB-SESSION", "s", ""), hv("x-ilb-sess\u0130on", "no", "")}},
+		{"repeated, joined in order", []*corev3.HeaderValue{
+			hv("x-ilb-session", "a", ""), hv("X-ILB-Session", "", ""), hv("x-ilb-session", "", "c"), hv(":path", "/p", ""),
+		}},
+		{"other headers ignored", []*corev3.HeaderValue{hv("authorization", "Bearer x", ""), hv("x-ilb-debug", "1", "")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &corev3.HeaderMap{Headers: tc.headers}
+			want := headerMap(m)
+			for _, keys := range [][]string{requestHeaders[:], responseHeaders[:], {"x-ilb-key", "x-ilb-session"}} {
+				got := make([]string, len(keys))
+				pickHeaders(m, keys, got)
+				for i, k := range keys {
+					if got[i] != want[k] {
+						t.Errorf("%s = %q; headerMap has %q", k, got[i], want[k])
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,191 @@
+//go:build unix
+
+package extproc_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// childEnv makes this test binary a server of BenchmarkServerCPU
+// instead of running tests: "ilb" or "floor".
+const (
+	childEnv   = "ILB_BENCH_EXTPROC_SERVER"
+	childILB   = "ilb"
+	childFloor = "floor"
+)
+
+func TestMain(m *testing.M) {
+	if kind := os.Getenv(childEnv); kind != "" {
+		if err := profiled(kind, func() error { return serveChild(kind) }); err != nil {
+			fmt.Fprintln(os.Stderr, "bench server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// profiled runs f, writing a CPU profile of it to $ILB_BENCH_EXTPROC_CPUPROFILE
+// and a heap profile (allocations) after it to
+// $ILB_BENCH_EXTPROC_MEMPROFILE when the ILB server of kind is profiled
+// (ILB_BENCH_EXTPROC_PROFILE=ilb or floor).
+func profiled(kind string, f func() error) error {
+	if os.Getenv(childEnv+"_PROFILE") != kind {
+		return f()
+	}
+	if path := os.Getenv(childEnv + "_CPUPROFILE"); path != "" {
+		out, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv(childEnv + "_MEMPROFILE"); path != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if out, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(out, 0)
+				_ = out.Close()
+			}
+		}()
+	}
+	return f()
+}
+
+// serveChild serves an ext_proc server of kind on a loopback port, as
+// ILB serves it (the demo configuration and weights, metrics on a
+// registry, demand metered, live engine state, no tracing), or the
+// CONTINUE-only floor with the same gRPC options. It prints the address,
+// then answers each "cpu" line on stdin with its CPU time so far in
+// nanoseconds, and stops when stdin closes.
+func serveChild(kind string) error {
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		return err
+	}
+	srv, err := extproc.New(extproc.Options{
+		Config: c, Registry: prometheus.NewRegistry(), Meter: demand.NewMeter(time.Now()),
+		TracerProvider: noop.NewTracerProvider(), // what ilb serve passes when tracing is off
+	})
+	if err != nil {
+		return err
+	}
+	w, err := weights.Proportional{}.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c)})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Publish(ctx, w); err != nil {
+		return err
+	}
+	live := &extproc.Live{Clusters: map[string]extproc.ClusterLive{}}
+	for i, cl := range c.Clusters {
+		live.Clusters[cl.Name] = extproc.ClusterLive{
+			Pressure: 0.1 * float64(i), PressureKnown: true, TTFT: 0.05 + 0.01*float64(i), TTFTKnown: true, FirstTokensPerSecond: 20,
+		}
+	}
+	g := grpc.NewServer(srv.GRPCOptions()...)
+	switch kind {
+	case childILB:
+		srv.Register(g)
+		go func() { // the signals monitor's cadence
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				l := *live
+				l.At = time.Now()
+				srv.SetLive(&l)
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	case childFloor:
+		extprocv3.RegisterExternalProcessorServer(g, floorServer{})
+	default:
+		return fmt.Errorf("unknown server kind %q", kind)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- serve.GRPC(ctx, g, ln) }()
+	fmt.Println(ln.Addr())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if strings.TrimSpace(in.Text()) != "cpu" {
+			return fmt.Errorf("unknown command %q", in.Text())
+		}
+		cpu, err := rusage()
+		if err != nil {
+			return err
+		}
+		fmt.Println(cpu.Nanoseconds())
+	}
+	cancel()
+	return <-done
+}
+
+// floorServer answers every ext_proc message with an empty response of
+// its type: CONTINUE, nothing changed. Its cost is grpc-go's.
+type floorServer struct {
+	extprocv3.UnimplementedExternalProcessorServer
+}
+
+var _ extprocv3.ExternalProcessorServer = floorServer{}
+
+func (floorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil //nolint:nilerr // the stream ended: io.EOF or cancelled
+		}
+		resp := &extprocv3.ProcessingResponse{}
+		switch req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			resp.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			resp.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp.Response = &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}
+		case *extprocv3.ProcessingRequest_RequestTrailers:
+			resp.Response = &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			resp.Response = &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
