@@ -3,5 +3,5 @@
 package main
 
 // labCommands: the serving binary has no simulation commands (build
-// without -tags serving for demo, sim, engine, bench-xds and envoysim).
+// without -tags serving for demo, sim, engine, ha-demo, bench-xds and envoysim).
 func labCommands() []command { return nil }

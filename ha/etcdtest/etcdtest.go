@@ -128,6 +128,33 @@ func StartTLS(t testing.TB, n int, tc *TLS) *Cluster {
 	}
 }
 
+// Launch runs an n-member cluster outside a test (the lab's ha-demo),
+// its data and logs under dir, and returns once every member answers
+// healthy; Close stops it. Only Endpoints and Close may be called on it.
+func Launch(dir string, n int) (*Cluster, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		c := &Cluster{bin: bin, dir: filepath.Join(dir, fmt.Sprint(attempt)), token: fmt.Sprintf("ilb-demo-%d", time.Now().UnixNano())}
+		if err := os.MkdirAll(c.dir, 0o700); err != nil {
+			return nil, err
+		}
+		err := c.launch(n)
+		if err == nil {
+			return c, nil
+		}
+		c.stop()
+		if !strings.Contains(c.logs(), "address already in use") || attempt == 3 {
+			return nil, fmt.Errorf("etcd: %w\n%s", err, c.logs())
+		}
+	}
+}
+
+// Close stops every member of a cluster from Launch and waits for them.
+func (c *Cluster) Close() { c.stop() }
+
 // launch starts n new members and waits for them to be healthy; the
 // caller stops them on error.
 func (c *Cluster) launch(n int) error {
@@ -151,7 +178,9 @@ func (c *Cluster) launch(n int) error {
 		c.members = append(c.members, m)
 		initial = append(initial, m.Name+"="+m.peerURL)
 	}
-	c.t.Cleanup(c.stop)
+	if c.t != nil {
+		c.t.Cleanup(c.stop)
+	}
 	for _, m := range c.members {
 		if err := c.run(m, strings.Join(initial, ",")); err != nil {
 			return fmt.Errorf("start %s: %w", m.Name, err)
@@ -323,7 +352,7 @@ func (m *Member) waitHealthy(ctx context.Context, done <-chan struct{}, tc *tls.
 // stop kills every member and waits for them; on a failed test it logs
 // their output.
 func (c *Cluster) stop() {
-	if c.t.Failed() {
+	if c.t != nil && c.t.Failed() {
 		c.t.Log(c.logs())
 	}
 	for _, m := range c.members {
