@@ -87,6 +87,7 @@ type idleTimer struct {
 	idle    time.Duration
 	ctx     *streamCtx
 	stream  grpc.ServerStream
+	expired func() // counts the stream's end, before the status goes out
 	t       *time.Timer
 	waiting atomic.Uint32 // the stage the stream waits for while the timer runs
 	fired   atomic.Bool
@@ -104,10 +105,11 @@ func (b *idleTimer) waitFor(st stage) {
 	b.t.Reset(b.idle)
 }
 
-// fire ends the stream: the trailer first, as gRPC sends it with the
-// status once the context is cancelled.
+// fire ends the stream: counted and its trailer set first, as gRPC
+// sends the status as soon as the context is cancelled.
 func (b *idleTimer) fire() {
 	b.fired.Store(true)
+	b.expired()
 	b.stream.SetTrailer(metadata.Pairs(idleTrailer, idleMessage(stage(b.waiting.Load()), b.idle)))
 	b.ctx.cancel(errIdle)
 }

@@ -58,10 +58,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// GRPCOptions' tap gave the stream a context ILB may cancel: it is
 		// served on this goroutine, and a timer cancels it (which ends a
 		// blocked Recv) when Envoy owes a message for too long.
-		t := &idleTimer{idle: idle, ctx: sc, stream: stream}
+		t := &idleTimer{idle: idle, ctx: sc, stream: stream, expired: s.countIdle}
 		err := s.serve(ctx, stream, x, t)
 		if st, expired := t.end(); expired {
-			return s.idleExpired(st, idle)
+			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 		}
 		return err
 	}
@@ -90,16 +90,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case time.Until(time.Unix(0, d)) > 0:
 			timer.Reset(time.Until(time.Unix(0, d)))
 		default:
-			return s.idleExpired(st, idle)
+			s.countIdle()
+			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 		}
 	}
 }
 
-// idleExpired is the end of a stream on which Envoy owed st for idle.
-func (s *Server) idleExpired(st stage, idle time.Duration) error {
-	s.metrics.refused.WithLabelValues(refusedIdle).Inc()
-	return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
-}
+// countIdle counts a stream ended because Envoy owed a message too long.
+func (s *Server) countIdle() { s.metrics.refused.WithLabelValues(refusedIdle).Inc() }
 
 // idleMessage says what Envoy owed for how long.
 func idleMessage(st stage, idle time.Duration) string {
