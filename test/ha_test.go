@@ -20,50 +20,13 @@ import (
 // and publishes, and every replica left serves one version, the one in
 // etcd. Waits on states, not on time.
 func TestHALeaderStopsUnderLoad(t *testing.T) {
-	etcd := etcdtest.Start(t, 3)
-	h := config.DefaultHA()
-	h.Endpoints = etcd.Endpoints()
-	h.LeaseTTL = config.Duration(2 * time.Second)
-	c, err := config.Load("../examples/demo/ilb.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = s.Wait()
-	})
+	_, s := startHA(t, 2*time.Second)
 	waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
 	first := s.Leader()
-
-	var targets []loadgen.Target
-	for _, e := range s.Envoys {
-		targets = append(targets, loadgen.Target{Source: e.Source, URL: e.URL})
-	}
-	lctx, stopLoad := context.WithCancel(ctx)
-	var results []loadgen.Result
-	var lerr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		results, lerr = loadgen.Run(lctx, loadgen.Options{
-			Targets: targets, Models: []string{"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"},
-			Duration: 5 * time.Minute, Concurrency: 4, Seed: 9,
-		})
-	})
+	load := startLoad(t, s)
+	served := func() int { return servedOK(s) }
 	// Some load before the stop, then the stop, then load until another
 	// replica leads and every replica left serves what etcd holds.
-	served := func() int {
-		n := 0
-		for _, e := range s.Envoys {
-			n += int(e.Sim.Stats().Responses["2xx"])
-		}
-		return n
-	}
 	waitUntil(t, "load through both sources", 30*time.Second, func() bool { return served() >= 50 })
 	if err := s.StopReplica(first); err != nil {
 		t.Fatal(err)
@@ -88,14 +51,149 @@ func TestHALeaderStopsUnderLoad(t *testing.T) {
 		return true
 	})
 	waitUntil(t, "load after the new leader", 30*time.Second, func() bool { return served() >= before+50 })
-	stopLoad()
-	wg.Wait()
-	if lerr != nil {
-		t.Fatal(lerr)
+	n := load.stop(t)
+	t.Logf("%d requests, replica %d (leader) stopped, replica %d leads", n, first, s.Leader())
+}
+
+// TestHAEtcdLossFailsStatic: under load on three replicas, one etcd member
+// of three killed changes nothing (same leader, no replica fail-static);
+// two killed, every replica says it is fail-static and keeps serving the
+// last version; both back, a leader publishes and every replica serves
+// the version in etcd again. No request fails throughout.
+//
+// The lease is the default 5 s: a member killed may be etcd's raft leader,
+// and the replicas' lease renewals wait for a new one (a 1 s election
+// timeout) and for their clients to move to another member; on a loaded
+// machine that can outlast a 2 s lease, and the ILB leader's term ends.
+func TestHAEtcdLossFailsStatic(t *testing.T) {
+	etcd, s := startHA(t, 5*time.Second)
+	waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
+	leader := s.Leader()
+	load := startLoad(t, s)
+	waitUntil(t, "load through both sources", 30*time.Second, func() bool { return servedOK(s) >= 50 })
+
+	etcd.Kill(0)
+	mark := servedOK(s)
+	waitUntil(t, "load with one etcd member down", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
+	for i, r := range s.Replicas {
+		if st := r.App.HA.Status(); st.FailStatic || i == leader != st.Leader {
+			t.Errorf("one member of three down: replica %d status %+v; want nothing changed (leader %d)", i, st, leader)
+		}
+	}
+
+	etcd.Kill(1)
+	waitUntil(t, "every replica fail-static", 60*time.Second, func() bool {
+		for _, r := range s.Replicas {
+			if !r.App.HA.Status().FailStatic {
+				return false
+			}
+		}
+		return true
+	})
+	static := map[string]bool{}
+	for _, r := range s.Replicas {
+		static[r.App.HA.Status().Installed] = true
+	}
+	mark = servedOK(s)
+	waitUntil(t, "load with etcd down", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
+	if len(static) != 1 {
+		t.Errorf("fail-static replicas serve versions %v; want one", static)
+	}
+
+	etcd.Restart(0)
+	etcd.Restart(1)
+	waitUntil(t, "a leader and every replica serving the version in etcd", 60*time.Second, func() bool {
+		if s.Leader() < 0 {
+			return false
+		}
+		want := ""
+		for _, r := range s.Replicas {
+			st := r.App.HA.Status()
+			if st.FailStatic || st.Installed == "" || st.Installed != st.Published || want != "" && st.Installed != want {
+				return false
+			}
+			want = st.Installed
+		}
+		return true
+	})
+	mark = servedOK(s)
+	waitUntil(t, "load after etcd is back", 30*time.Second, func() bool { return servedOK(s) >= mark+50 })
+	load.stop(t)
+}
+
+// startHA runs the demo world with three ILB replicas on a real
+// three-member etcd, with the given lease.
+func startHA(t *testing.T, lease time.Duration) (*etcdtest.Cluster, *stack.Stack) {
+	t.Helper()
+	etcd := etcdtest.Start(t, 3)
+	h := config.DefaultHA()
+	h.Endpoints = etcd.Endpoints()
+	h.LeaseTTL = config.Duration(lease)
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := stack.Start(ctx, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = s.Wait()
+	})
+	return etcd, s
+}
+
+// servedOK counts the 2xx responses of every Envoy of s.
+func servedOK(s *stack.Stack) int {
+	n := 0
+	for _, e := range s.Envoys {
+		n += int(e.Sim.Stats().Responses["2xx"])
+	}
+	return n
+}
+
+// runningLoad is chat traffic from every source until stop.
+type runningLoad struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	results []loadgen.Result
+	err     error
+}
+
+func startLoad(t *testing.T, s *stack.Stack) *runningLoad {
+	t.Helper()
+	var targets []loadgen.Target
+	for _, e := range s.Envoys {
+		targets = append(targets, loadgen.Target{Source: e.Source, URL: e.URL})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &runningLoad{cancel: cancel}
+	l.wg.Go(func() {
+		l.results, l.err = loadgen.Run(ctx, loadgen.Options{
+			Targets: targets, Models: []string{"llama-3.1-8b-instruct", "qwen2.5-7b-instruct"},
+			Duration: 5 * time.Minute, Concurrency: 4, Seed: 9,
+		})
+	})
+	t.Cleanup(func() { cancel(); l.wg.Wait() })
+	return l
+}
+
+// stop ends the load and fails the test if any request failed (but those
+// the end of the load cut); it returns how many requests were made.
+func (l *runningLoad) stop(t *testing.T) int {
+	t.Helper()
+	stopped := time.Now()
+	l.cancel()
+	l.wg.Wait()
+	if l.err != nil {
+		t.Fatal(l.err)
 	}
 	failed := map[string]int{}
-	for _, r := range results {
-		if r.Err != nil && lctx.Err() != nil && r.Start.After(time.Now().Add(-time.Second)) {
+	for _, r := range l.results {
+		if r.Err != nil && !r.Start.Before(stopped.Add(-time.Second)) {
 			continue // cut by the end of the load
 		}
 		if r.Err != nil || r.Status != 200 {
@@ -103,7 +201,7 @@ func TestHALeaderStopsUnderLoad(t *testing.T) {
 		}
 	}
 	if len(failed) > 0 {
-		t.Errorf("%d requests in all; failed: %v", len(results), failed)
+		t.Errorf("%d requests in all; failed: %v", len(l.results), failed)
 	}
-	t.Logf("%d requests, replica %d (leader) stopped, replica %d leads", len(results), first, s.Leader())
+	return len(l.results)
 }
