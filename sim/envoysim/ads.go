@@ -215,32 +215,12 @@ func (c *adsClient) handle(ctx context.Context, resp *discoveryv3.DiscoveryRespo
 	if applyErr == nil {
 		c.versions[t] = resp.GetVersionInfo()
 		req.VersionInfo = resp.GetVersionInfo()
-		c.e.setVersion(t, resp.GetVersionInfo())
-		delete(c.nacked, t)
-		c.e.stats.update(func(s *Stats) {
-			x := s.XDS[t]
-			x.Acks++
-			s.XDS[t] = x
-		})
-		c.e.log.DebugContext(ctx, "xds ack", "type", t, "version", resp.GetVersionInfo())
 	} else {
 		req.VersionInfo = c.versions[t]
 		req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: applyErr.Error()}
-		c.e.stats.update(func(s *Stats) {
-			x := s.XDS[t]
-			x.Nacks++
-			x.LastNackError = applyErr.Error()
-			s.XDS[t] = x
-		})
-		c.e.log.WarnContext(ctx, "xds nack", "type", t, "version", resp.GetVersionInfo(), "error", applyErr)
-		if c.nacked[t] == resp.GetVersionInfo() {
-			c.streak[t]++
-			if !sleep(ctx, min(nackPaceMax, 100*time.Millisecond<<min(c.streak[t], 6))) {
-				return errors.New("stopped")
-			}
-		} else {
-			c.nacked[t], c.streak[t] = resp.GetVersionInfo(), 0
-		}
+	}
+	if err := c.answered(ctx, t, resp.GetVersionInfo(), applyErr); err != nil {
+		return err
 	}
 	if t == typeEndpoint || t == typeRoute {
 		c.sent[t] = req.GetResourceNames()
@@ -258,4 +238,38 @@ func (c *adsClient) handle(ctx context.Context, resp *discoveryv3.DiscoveryRespo
 	}
 	c.sent[dep] = names
 	return send(&discoveryv3.DiscoveryRequest{TypeUrl: dep, VersionInfo: c.versions[dep], ResponseNonce: c.nonces[dep], ResourceNames: names})
+}
+
+// answered records what the client answers to a response of type t
+// carrying version (an ACK when applyErr is nil, else a NACK) in its
+// state and stats, and paces repeated NACKs of the same version (up to
+// nackPaceMax); the error is the stop of ctx during that pause.
+func (c *adsClient) answered(ctx context.Context, t, version string, applyErr error) error {
+	if applyErr == nil {
+		c.e.setVersion(t, version)
+		delete(c.nacked, t)
+		c.e.stats.update(func(s *Stats) {
+			x := s.XDS[t]
+			x.Acks++
+			s.XDS[t] = x
+		})
+		c.e.log.DebugContext(ctx, "xds ack", "type", t, "version", version, "delta", c.cfg.delta)
+		return nil
+	}
+	c.e.stats.update(func(s *Stats) {
+		x := s.XDS[t]
+		x.Nacks++
+		x.LastNackError = applyErr.Error()
+		s.XDS[t] = x
+	})
+	c.e.log.WarnContext(ctx, "xds nack", "type", t, "version", version, "delta", c.cfg.delta, "error", applyErr)
+	if c.nacked[t] != version {
+		c.nacked[t], c.streak[t] = version, 0
+		return nil
+	}
+	c.streak[t]++
+	if !sleep(ctx, min(nackPaceMax, 100*time.Millisecond<<min(c.streak[t], 6))) {
+		return errors.New("stopped")
+	}
+	return nil
 }

@@ -2,11 +2,9 @@ package envoysim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
@@ -119,31 +117,11 @@ func (c *adsClient) handleDelta(ctx context.Context, resp *discoveryv3.DeltaDisc
 	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce()}
 	if applyErr == nil {
 		c.held[t] = next
-		c.e.setVersion(t, resp.GetSystemVersionInfo())
-		delete(c.nacked, t)
-		c.e.stats.update(func(s *Stats) {
-			x := s.XDS[t]
-			x.Acks++
-			s.XDS[t] = x
-		})
-		c.e.log.DebugContext(ctx, "xds delta ack", "type", t, "version", resp.GetSystemVersionInfo())
 	} else {
 		req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: applyErr.Error()}
-		c.e.stats.update(func(s *Stats) {
-			x := s.XDS[t]
-			x.Nacks++
-			x.LastNackError = applyErr.Error()
-			s.XDS[t] = x
-		})
-		c.e.log.WarnContext(ctx, "xds delta nack", "type", t, "version", resp.GetSystemVersionInfo(), "error", applyErr)
-		if c.nacked[t] == resp.GetSystemVersionInfo() {
-			c.streak[t]++
-			if !sleep(ctx, min(nackPaceMax, 100*time.Millisecond<<min(c.streak[t], 6))) {
-				return errors.New("stopped")
-			}
-		} else {
-			c.nacked[t], c.streak[t] = resp.GetSystemVersionInfo(), 0
-		}
+	}
+	if err := c.answered(ctx, t, resp.GetSystemVersionInfo(), applyErr); err != nil {
+		return err
 	}
 	if err := send(req); err != nil {
 		return err
