@@ -1,7 +1,6 @@
 package envoysim
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -14,18 +13,6 @@ import (
 
 	"github.com/ilbproject/ilb/envoy"
 )
-
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // TestExtProcStreamRetry: grpc_service.retry_policy is the default retry
 // policy of the filter's streams (GrpcService.retry_policy, honoured by
@@ -60,7 +47,7 @@ func TestExtProcStreamRetry(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, nil)
 			h.upstream("a", nil)
-			procs := staticCluster("procs", true, deadAddr(t), h.proc.addr)
+			procs := staticCluster("procs", true, closedAddr(t), h.proc.addr)
 			procs.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 			h.push(append(h.clusters(), procs,
 				httpListener("main", "routes", extProc("ilb", &extprocfilterv3.ExternalProcessor{
@@ -94,7 +81,7 @@ func TestADSFailsOverToAnotherHost(t *testing.T) {
 	h.upstream("a", nil)
 	h.push(append(h.clusters(), httpListener("main", "routes"), routeConfig("routes", vhost("all", []string{"*"}, routeTo("a"))))...)
 	b := testBootstrap(h.xds.addr, h.proc.addr)
-	b.StaticResources.Clusters[0] = staticCluster("xds", true, deadAddr(t), h.xds.addr)
+	b.StaticResources.Clusters[0] = staticCluster("xds", true, closedAddr(t), h.xds.addr)
 	b.DynamicResources.AdsConfig.GrpcServices[0].GetEnvoyGrpc().RetryPolicy = &corev3.RetryPolicy{
 		RetryBackOff: &corev3.BackoffStrategy{BaseInterval: durationpb.New(10 * time.Millisecond), MaxInterval: durationpb.New(50 * time.Millisecond)},
 	}
