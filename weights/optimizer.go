@@ -24,7 +24,7 @@ type Optimizer struct {
 var _ Policy = Optimizer{}
 
 // NewOptimizer returns an Optimizer that keeps its working memory (the
-// flow network's arrays and the tick's dense tables: about 8 MB at 1,000
+// flow network's arrays and the tick's dense tables: about 5 MB at 1,000
 // sources × 2,000 clusters × 50 models) between Compute calls, so a tick
 // allocates little more than the weights it returns hold. The
 // controller's policy (NewPolicy) is one. Its Compute is safe for
