@@ -33,8 +33,11 @@ func (a *App) startHA(ctx context.Context, o Options, copts *weights.ControllerO
 		Config: a.Config, Sinks: copts.Sinks, Demand: agg.Rates, Registry: a.Registry,
 		Logger: o.Logger.With("component", "ha"),
 		// The controller exists once startHA returns; it leads only
-		// after Run starts.
-		Lead: func(ctx context.Context) error { return a.Controller.Run(ctx) },
+		// after Run starts, from the version in force (its predecessor's).
+		Lead: func(ctx context.Context) error {
+			a.Controller.Adopt(a.HA.Current())
+			return a.Controller.Run(ctx)
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("app: %w", err)

@@ -145,6 +145,20 @@ func NewController(o ControllerOptions) (*Controller, error) {
 // first. While the controller is fail-static, its Status says why.
 func (c *Controller) Current() *Weights { return c.current.Load() }
 
+// Adopt makes w, a version published elsewhere (another ILB replica's,
+// read from etcd), the one this controller holds: the next tick plans
+// from it (step bounds, movement cost, deadband) and publishes only if
+// its result differs. It publishes nothing itself. A nil w changes
+// nothing.
+func (c *Controller) Adopt(w *Weights) {
+	if w == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.current.Store(w)
+}
+
 // Tick reads the inputs, computes the weights once and publishes them if
 // the version changed. When the inputs are stale or implausible, the
 // policy fails or a sink rejects the version, the last good weights stay

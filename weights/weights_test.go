@@ -321,3 +321,51 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 	t.Fatalf("no %s{%q}", name, label)
 	return 0
 }
+
+// TestControllerAdopts: a version adopted from elsewhere (an HA leader's
+// predecessor) is the one the controller holds and plans from: a tick
+// whose result is that same version publishes nothing; one that differs
+// is published.
+func TestControllerAdopts(t *testing.T) {
+	c := load(t)
+	state := weights.StaticState(c)
+	in := weights.Input{Config: c, Clusters: state}
+	same, err := weights.Proportional{}.Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := weights.RoundRobin{}.Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		adopt       *weights.Weights
+		wantPublish bool
+	}{
+		{"the tick computes the adopted version: nothing published", same, false},
+		{"the tick computes another: published", other, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := &recordingSink{}
+			ctl, err := weights.NewController(weights.ControllerOptions{
+				Config: c, Policy: weights.Proportional{}, Sinks: []weights.Sink{sink},
+				State: func() (map[string]weights.ClusterState, time.Time) { return state, time.Now() },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctl.Adopt(tc.adopt)
+			if ctl.Current() != tc.adopt {
+				t.Fatalf("Current %v after Adopt; want the adopted version", ctl.Current())
+			}
+			if err := ctl.Tick(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if published := len(sink.got) > 0; published != tc.wantPublish {
+				t.Errorf("published %v; want %v", sink.got, tc.wantPublish)
+			}
+		})
+	}
+}
