@@ -3,6 +3,7 @@ package extproc
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -89,18 +90,77 @@ func isLowerASCII(s string) bool {
 
 // headersResponse continues the request, applying mut. rematch asks Envoy to
 // re-match the route, which Envoy does only because mut is present.
+// Without mut the answer is shared: it must not be changed.
 func headersResponse(mut *extprocv3.HeaderMutation, rematch bool) *extprocv3.ProcessingResponse {
+	if mut == nil {
+		return continueHeaders
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: rematch && mut != nil}},
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: rematch}},
 	}}
 }
 
 // bodyResponse answers a request body, applying mut and re-matching the
-// route when mut is set.
+// route when mut is set. Without mut the answer is shared: it must not
+// be changed.
 func bodyResponse(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	if mut == nil {
+		return continueBody
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: mut != nil}},
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}},
 	}}
+}
+
+// The answers that change nothing, or only strip the report headers, are
+// the same for every request: one message each, shared by every stream
+// and never changed (gRPC only reads the messages it sends, and
+// protobuf's marshalling may share a message between goroutines).
+var (
+	continueHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{},
+	}}
+	continueRequestTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{},
+	}}
+	continueResponseTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{},
+	}}
+	// stripReport answers the response headers: the report headers go.
+	stripReport = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: reportHeaders},
+		}},
+	}}
+)
+
+// routeMutation is the header mutation of a decision: the model, the draw
+// and the cluster, values as raw_value; model and cluster are shared
+// bytes (never changed). Its messages are allocated together.
+func routeMutation(model []byte, draw uint64, cluster []byte) *extprocv3.HeaderMutation {
+	var m struct {
+		mut  extprocv3.HeaderMutation
+		opts [3]corev3.HeaderValueOption
+		vals [3]corev3.HeaderValue
+		ptrs [3]*corev3.HeaderValueOption
+	}
+	p := &m
+	for i, kv := range [3]struct {
+		key   string
+		value []byte
+	}{{header.RouteModel, model}, {header.RouteDraw, strconv.AppendUint(nil, draw, 10)}, {header.RouteCluster, cluster}} {
+		p.vals[i].Key, p.vals[i].RawValue = kv.key, kv.value
+		p.opts[i].Header, p.opts[i].AppendAction = &p.vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		p.ptrs[i] = &p.opts[i]
+	}
+	p.mut.SetHeaders = p.ptrs[:]
+	return &p.mut
 }
 
 // skipBody is the mode override of the header-only fast path: Envoy sends

@@ -203,3 +203,24 @@ func FuzzBodyMatchesEncodingJSON(f *testing.F) {
 		diffBody(t, data)
 	})
 }
+
+// TestParseBodyEscapesAtEveryOffset: a string with one special sequence
+// (each escape, an escaped backslash before a quote or ']', a control
+// byte, a bad escape, a cut \u, invalid UTF-8, the end of the text) at
+// every offset from its start through three 32-byte windows reads as
+// encoding/json reads it: the scanner's windows, their edges and its
+// false flags are invisible.
+func TestParseBodyEscapesAtEveryOffset(t *testing.T) {
+	specials := []string{
+		`\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `\t`, `\u00e9`, `\uD83D\uDE00`, `\\"`, `\\]`, `\\\\]`, `\\\"`,
+		"\x01", "\x1f", `\x`, `\u12`, `\u12G4`, "\xff", "\xc3", `"`, `\`, "]",
+	}
+	for _, sp := range specials {
+		for off := range 100 {
+			text := strings.Repeat("a", off) + sp + strings.Repeat("b", 40)
+			body := `{"model":"m","messages":[{"content":"` + text + `"}]}`
+			diffBody(t, []byte(body))
+			diffBody(t, []byte(body[:len(`{"model":"m","messages":[{"content":"`)+off+len(sp)])) // the text ends there
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/ilbproject/ilb/demand"
@@ -114,16 +113,16 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	}
 	if d.Steered { // always graded: by predicted TTFT, or by queue pressure
 		from := c.targets[d.SteeredFrom].Cluster
-		why := fmt.Sprintf("%s has %.2f queued requests per running one, others less: moved (probability 1 − %.2f) among %d clusters with less, slot %d",
-			from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
-		if sig[d.SteeredFrom].TTFTKnown {
-			why = fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is faster, round trip included: moved (probability 1 − %.2f) among %d faster clusters",
-				from, 1000*sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
-		}
+		var why []byte
 		if rec.Redrawn != "" { // redrawn first: keep why
-			why = rec.Redrawn + "; then " + why
+			why = append(append(why, rec.Redrawn...), "; then "...)
 		}
-		rec.Redrawn = why
+		if sig[d.SteeredFrom].TTFTKnown {
+			why = steeredByTTFT(why, from, sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
+		} else {
+			why = steeredByPressure(why, from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
+		}
+		rec.Redrawn = string(why)
 		rec.Reason = reasonSteered
 	}
 	// The cluster is always named: Envoy's weighted route would draw the
@@ -132,12 +131,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	// (1.5% of requests went elsewhere while versions changed every
 	// 50 ms). The model and draw headers stay: they say what the weighted
 	// routes, which serve what ext_proc does not decide, would do.
-	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-		setRaw(header.RouteModel, model),
-		setRaw(header.RouteDraw, strconv.FormatUint(draw, 10)),
-		setRaw(header.RouteCluster, rec.Chosen),
-	}}
-	return mut, nil
+	return routeMutation(c.modelRaw, draw, c.clusterRaw[d.Chosen]), nil
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt
@@ -237,4 +231,31 @@ func (c *cell) noCapacityWhy(live *Live) string {
 	}
 	sort.Strings(why)
 	return " (" + strings.Join(why, "; ") + ")"
+}
+
+// steeredByTTFT appends why a request left from for a faster cluster, as
+// fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is
+// faster, round trip included: moved (probability 1 − %.2f) among %d
+// faster clusters", from, 1000*ttft, to, keep, among) would, without fmt
+// (it runs for every steered request).
+func steeredByTTFT(b []byte, from string, ttft float64, to string, keep float64, among int) []byte {
+	b = append(append(b, from...), "'s engines give a first token in "...)
+	b = strconv.AppendFloat(b, 1000*ttft, 'f', 0, 64)
+	b = append(append(append(b, " ms now; "...), to...), " is faster, round trip included: moved (probability 1 − "...)
+	b = strconv.AppendFloat(b, keep, 'f', 2, 64)
+	b = strconv.AppendInt(append(b, ") among "...), int64(among), 10)
+	return append(b, " faster clusters"...)
+}
+
+// steeredByPressure appends why a request left from for a cluster with
+// less queue pressure, as fmt.Sprintf("%s has %.2f queued requests per
+// running one, others less: moved (probability 1 − %.2f) among %d
+// clusters with less, slot %d", from, pressure, keep, among, slot) would.
+func steeredByPressure(b []byte, from string, pressure, keep float64, among int, slot uint64) []byte {
+	b = strconv.AppendFloat(append(append(b, from...), " has "...), pressure, 'f', 2, 64)
+	b = append(b, " queued requests per running one, others less: moved (probability 1 − "...)
+	b = strconv.AppendFloat(b, keep, 'f', 2, 64)
+	b = strconv.AppendInt(append(b, ") among "...), int64(among), 10)
+	b = strconv.AppendUint(append(b, " clusters with less, slot "...), slot, 10)
+	return b
 }

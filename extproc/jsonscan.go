@@ -9,7 +9,7 @@ import (
 // The request body is read in one pass that validates the whole JSON
 // text exactly as encoding/json does (same syntax errors, same byte
 // offsets) but keeps only where the top-level values ILB reads are: a
-// prompt of a megabyte is skipped over, eight bytes at a time, and never
+// prompt of a megabyte is skipped over, 32 bytes at a time, and never
 // decoded or copied. parseBody then turns those spans into a Body with
 // encoding/json's rules (see request.go).
 
@@ -307,20 +307,75 @@ const (
 	swarSpace = ' ' * swarOnes
 )
 
+// special8 flags, in the high bit of each byte of v, the bytes a string
+// stops at: a quote, a backslash, a byte below 0x20. The lowest flagged
+// byte is exact (higher ones may be false positives: a borrow).
+func special8(v uint64) uint64 {
+	q, s := v^swarQuote, v^swarSlash
+	return (((q - swarOnes) &^ q) | ((s - swarOnes) &^ s) | ((v - swarSpace) &^ v)) & swarHighs
+}
+
+// simpleEscape marks the letters of the two-byte escapes (\" \\ \/ \b \f
+// \n \r \t).
+var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
+
+// gather moves the high bit of each byte of m (special8's flags) to one
+// bit per byte (bit k for byte k) in one multiplication: the partial
+// products land on distinct bits, so nothing carries.
+func gather(m uint64) uint32 { return uint32(m * 0x0002040810204081 >> 56) }
+
 // scanString skips the string that starts at data[i] ('"') and returns
-// the index after its closing quote. It stops only at a quote, a
-// backslash or a control byte, looking at eight bytes at once; other
-// bytes (invalid UTF-8 included, as encoding/json's scanner) pass.
+// the index after its closing quote. It flags the quotes, backslashes and
+// control bytes of 32 bytes at once (a window without any is passed in
+// one step) and steps from one flag to the next within the window: a
+// two-byte escape costs no new window. A flag past the first of its word
+// may be false (a borrow): its byte is looked at before it counts.
+// Anything else than a two-byte escape or the closing quote (a control
+// byte, a \u or bad escape, the last 31 bytes) is read a byte at a time,
+// eight at once between stops, with encoding/json's errors. Other bytes
+// (invalid UTF-8 included, as encoding/json's scanner) pass.
 func scanString(data []byte, i int) (int, *syntaxError) {
 	j := i + 1
 	for {
+	window:
+		for j+32 <= len(data) {
+			b := data[j : j+32 : j+32]
+			m0 := special8(binary.LittleEndian.Uint64(b[0:8]))
+			m1 := special8(binary.LittleEndian.Uint64(b[8:16]))
+			m2 := special8(binary.LittleEndian.Uint64(b[16:24]))
+			m3 := special8(binary.LittleEndian.Uint64(b[24:32]))
+			if m0|m1|m2|m3 == 0 {
+				j += 32
+				continue
+			}
+			stops := gather(m0) | gather(m1)<<8 | gather(m2)<<16 | gather(m3)<<24
+			for stops != 0 {
+				k := bits.TrailingZeros32(stops)
+				switch b[k] {
+				case '"':
+					return j + k + 1, nil
+				case '\\':
+					if k+1 < len(b) && simpleEscape[b[k+1]] {
+						stops &= ^uint32(0) << (k + 2) // past the escaped byte
+						continue
+					}
+					if k+1 == len(b) && j+k+1 < len(data) && simpleEscape[data[j+k+1]] {
+						j += k + 2 // the escaped byte starts the next window
+						continue window
+					}
+				default:
+					if b[k] >= 0x20 { // a false flag
+						stops &= stops - 1
+						continue
+					}
+				}
+				j += k // a control byte or another escape
+				break window
+			}
+			j += 32
+		}
 		for j+8 <= len(data) {
-			v := binary.LittleEndian.Uint64(data[j : j+8])
-			q, s := v^swarQuote, v^swarSlash
-			// The lowest flagged byte is exact: a quote, a backslash or a
-			// byte below 0x20 (higher ones may be false positives).
-			m := ((q - swarOnes) &^ q) | ((s - swarOnes) &^ s) | ((v - swarSpace) &^ v)
-			if m &= swarHighs; m != 0 {
+			if m := special8(binary.LittleEndian.Uint64(data[j : j+8])); m != 0 {
 				j += bits.TrailingZeros64(m) / 8
 				break
 			}

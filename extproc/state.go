@@ -51,6 +51,10 @@ type cell struct {
 	targets    []route.Target // weighted, then spill targets (route.Targets)
 	rc         *route.Cell
 	candidates []Candidate
+	// modelRaw and clusterRaw (by target) are the values of the route
+	// headers, shared by every decision's mutation.
+	modelRaw   []byte
+	clusterRaw [][]byte
 	// decided caches ilb_extproc_decisions_total of this cell's source and
 	// model for each target and routed reason (index target ×
 	// len(routedReasons) + reason), filled when first counted: a series
@@ -106,6 +110,10 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
 	c := &cell{targets: route.Targets(cfg, s, wc)}
 	c.decided = make([]atomic.Pointer[prometheus.Counter], len(c.targets)*len(routedReasons))
+	c.modelRaw = []byte(model)
+	for _, t := range c.targets {
+		c.clusterRaw = append(c.clusterRaw, []byte(t.Cluster))
+	}
 	c.rc = route.NewCell(c.targets, wc.Shed)
 	weight := map[string]uint32{}
 	for _, t := range wc.Targets {

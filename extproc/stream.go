@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -116,12 +117,12 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		x.stage = awaitResponse
 		return s.onResponseHeaders(x, r.ResponseHeaders), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}, nil
+		return continueResponseBody, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		x.stage = awaitResponse
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}, nil
+		return continueRequestTrailers, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}, nil
+		return continueResponseTrailers, nil
 	}
 	// A message type this version does not know: answer the request path
 	// unchanged rather than leave Envoy waiting.
@@ -435,12 +436,10 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 		}
 		s.spanServed(x)
 	}
-	mut := &extprocv3.HeaderMutation{}
-	if x.debug && x.rec != nil {
-		mut.SetHeaders = append(mut.SetHeaders, setRaw(header.Decision, decisionHeader(x.rec)))
-	} else {
-		mut.RemoveHeaders = reportHeaders
+	if !x.debug || x.rec == nil {
+		return stripReport
 	}
+	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw(header.Decision, decisionHeader(x.rec))}}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},
 	}}
