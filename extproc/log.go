@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -18,10 +17,10 @@ import (
 // Nothing on the request path waits for a reader. A stored record is
 // immutable: its slot in the ring is an atomic pointer to its latest
 // version, and an update stores a new version (copy on write). Readers
-// (Get, Find, Recent, Tally) load slots without any lock the writers
-// take, except Get's lookup in one shard of the id index, a map access.
-// Writers serialise among themselves only for the few instructions of an
-// add (sequence number, eviction, index); an update takes no lock.
+// (Get, Find, Recent, Tally) load slots and take no lock at all. Writers
+// serialise among themselves only for the few instructions of an add
+// (sequence number, eviction); an update takes no lock. There is no index
+// by request id to maintain: Get scans the records kept, newest first.
 type Log struct {
 	// ring holds the latest version of record seq in slot seq % len(ring),
 	// nil once evicted. The records kept are those with Seq in
@@ -33,11 +32,9 @@ type Log struct {
 	bytes    atomic.Int64  // estimated size of the records kept
 	maxBytes int64
 
-	// wmu serialises adds: sequence numbers, eviction and the index. No
-	// reader takes it.
-	wmu   sync.Mutex
-	seed  maphash.Seed
-	index [indexShards]indexShard
+	// wmu serialises adds: sequence numbers and eviction. No reader
+	// takes it.
+	wmu sync.Mutex
 
 	// subs is the current subscriptions, an immutable slice replaced
 	// under subsMu when one comes or goes; publish only loads it.
@@ -45,26 +42,12 @@ type Log struct {
 	subs   atomic.Pointer[[]*Subscription]
 }
 
-// indexShards splits the id index so that a Get locks a small part of
-// it for one map lookup, and adds rarely meet it there.
-const indexShards = 32
-
-// indexShard maps the request ids of one shard to the sequence number of
-// their newest kept record.
-type indexShard struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
 // NewLog returns a log of at most size records (>= 1) and maxBytes bytes
 // (an estimate of the records' memory; < 1: no byte bound).
 func NewLog(size int, maxBytes int64) *Log {
 	size = max(size, 1)
-	l := &Log{ring: make([]atomic.Pointer[Record], size), maxBytes: maxBytes, seed: maphash.MakeSeed()}
+	l := &Log{ring: make([]atomic.Pointer[Record], size), maxBytes: maxBytes}
 	l.oldest.Store(1)
-	for i := range l.index {
-		l.index[i].m = make(map[string]uint64, min(size, 1<<16)/indexShards+1)
-	}
 	return l
 }
 
@@ -80,13 +63,9 @@ func (l *Log) load(seq uint64) *Record {
 	return nil
 }
 
-func (l *Log) shard(id string) *indexShard {
-	return &l.index[maphash.String(l.seed, id)%indexShards]
-}
-
 // add stores r, evicting the oldest records while the log is full in
 // records or in bytes, and sets r.Seq. A record with the id of a kept one
-// replaces it in the index. A record added complete (ILB answered it
+// hides it from Get. A record added complete (ILB answered it
 // itself) goes to the subscribers now. From now on r is the log's and
 // immutable: change it with update. r's strings must be bounded by its
 // producer.
@@ -100,10 +79,6 @@ func (l *Log) add(r *Record) {
 	}
 	l.slot(seq).Store(r)
 	l.bytes.Add(r.size)
-	sh := l.shard(r.RequestID)
-	sh.mu.Lock()
-	sh.m[r.RequestID] = seq
-	sh.mu.Unlock()
 	l.added.Store(seq)
 	l.wmu.Unlock()
 	if r.Complete {
@@ -117,18 +92,12 @@ func (l *Log) evictOldest() {
 	seq := l.oldest.Load()
 	old := l.slot(seq).Swap(nil)
 	l.oldest.Store(seq + 1)
-	if old == nil {
-		return
+	if old != nil {
+		// The latest version's size: an update that raced this swap either
+		// stored its version first (counted here) or failed (counted
+		// nowhere).
+		l.bytes.Add(-old.size)
 	}
-	// The latest version's size: an update that raced this swap either
-	// stored its version first (counted here) or failed (counted nowhere).
-	l.bytes.Add(-old.size)
-	sh := l.shard(old.RequestID)
-	sh.mu.Lock()
-	if sh.m[old.RequestID] == seq {
-		delete(sh.m, old.RequestID)
-	}
-	sh.mu.Unlock()
 }
 
 // update returns a new version of r — a copy with f applied — and stores
@@ -154,23 +123,20 @@ func (l *Log) update(r *Record, f func(*Record)) *Record {
 // Bytes is the estimated size of the records kept.
 func (l *Log) Bytes() int64 { return l.bytes.Load() }
 
-// Get returns a copy of the record of a request id. The id is bounded as
-// ILB bounds the ids it stores, so the id a client got back finds its
-// record even when it was cut.
+// Get returns a copy of the newest record of a request id. The id is
+// bounded as ILB bounds the ids it stores, so the id a client got back
+// finds its record even when it was cut. It scans the records kept,
+// newest first (at most the log's size: about 0.1 ms for 10,000),
+// without blocking writers: for the admin API and explain, not for the
+// request path.
 func (l *Log) Get(id string) (Record, bool) {
 	id = bound.String(id, bound.Name)
-	sh := l.shard(id)
-	sh.mu.Lock()
-	seq, ok := sh.m[id]
-	sh.mu.Unlock()
-	if !ok {
-		return Record{}, false
+	for seq, lo := l.added.Load(), l.oldest.Load(); seq >= lo && seq > 0; seq-- {
+		if r := l.load(seq); r != nil && r.RequestID == id {
+			return r.copy(), true
+		}
 	}
-	r := l.load(seq)
-	if r == nil { // evicted since
-		return Record{}, false
-	}
-	return r.copy(), true
+	return Record{}, false
 }
 
 // Recent returns copies of up to n most recent records, newest first.

@@ -93,3 +93,21 @@ func benchComplete(l *Log, r *Record) {
 		r.TotalMillis, r.Complete = 12.5, true
 	})
 }
+
+// BenchmarkLogGet is the cost of Get on a full log of 10,000 records: it
+// scans them, newest first (found: the newest; missing: all of them).
+func BenchmarkLogGet(b *testing.B) {
+	l := NewLog(10000, 64<<20)
+	for i := range 10000 {
+		l.add(benchRecord(i))
+	}
+	for _, tc := range []struct{ name, id string }{{"found=newest", "bench-9999"}, {"found=oldest", "bench-0"}, {"missing", "bench-x"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, ok := l.Get(tc.id); ok != (tc.name != "missing") {
+					b.Fatal(tc.id)
+				}
+			}
+		})
+	}
+}

@@ -95,8 +95,11 @@ type Record struct {
 	size int64
 }
 
-// recordOverhead estimates a record's fixed memory: the struct, its map
-// entry and ring slot; candidateOverhead one candidate's.
+// recordOverhead estimates a record's fixed memory: the struct and its
+// ring slot, with room for the version an update replaces (it also
+// counted an id index entry once; unchanged, so that
+// extproc.decision_log_bytes keeps as many records as before);
+// candidateOverhead one candidate's.
 const (
 	recordOverhead    = 640
 	candidateOverhead = 96
