@@ -207,7 +207,7 @@ func FuzzBodyMatchesEncodingJSON(f *testing.F) {
 // TestParseBodyEscapesAtEveryOffset: a string with one special sequence
 // (each escape, an escaped backslash before a quote or ']', a control
 // byte, a bad escape, a cut \u, invalid UTF-8, the end of the text) at
-// every offset from its start through three 32-byte windows reads as
+// every offset from its start through three 64-byte windows reads as
 // encoding/json reads it: the scanner's windows, their edges and its
 // false flags are invisible.
 func TestParseBodyEscapesAtEveryOffset(t *testing.T) {
@@ -216,7 +216,7 @@ func TestParseBodyEscapesAtEveryOffset(t *testing.T) {
 		"\x01", "\x1f", `\x`, `\u12`, `\u12G4`, "\xff", "\xc3", `"`, `\`, "]",
 	}
 	for _, sp := range specials {
-		for off := range 100 {
+		for off := range 200 {
 			text := strings.Repeat("a", off) + sp + strings.Repeat("b", 40)
 			body := `{"model":"m","messages":[{"content":"` + text + `"}]}`
 			diffBody(t, []byte(body))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,8 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 
 	live := s.live(x.start)
 	rec.Candidates = c.annotate(live)
-	sig := s.signals(c, live)
+	var sigs [8]route.Signal // most cells have fewer targets: no allocation
+	sig := s.signals(c, live, sigs[:0])
 	var draw uint64
 	if session != "" {
 		draw = SessionDraw(session)
@@ -196,14 +198,15 @@ func (c *cell) annotate(live *Live) []Candidate {
 }
 
 // signals is the live state of the cell's targets, in order, for the
-// route decision; nil without live state. A target's TTFT counts
+// route decision, in out's memory when it has room; nil without live
+// state. A target's TTFT counts
 // ext_proc's own requests still awaiting their response there
 // (route.PredictTTFT).
-func (s *Server) signals(c *cell, live *Live) []route.Signal {
+func (s *Server) signals(c *cell, live *Live, out []route.Signal) []route.Signal {
 	if live == nil {
 		return nil
 	}
-	out := make([]route.Signal, len(c.targets))
+	out = slices.Grow(out[:0], len(c.targets))[:len(c.targets)]
 	for i, t := range c.targets {
 		cl := live.Clusters[t.Cluster]
 		var awaiting int64

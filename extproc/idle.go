@@ -7,6 +7,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/tap"
@@ -87,7 +88,7 @@ type idleTimer struct {
 	idle    time.Duration
 	ctx     *streamCtx
 	stream  grpc.ServerStream
-	expired func() // counts the stream's end, before the status goes out
+	expired prometheus.Counter // counts the stream's end, before the status goes out
 	t       *time.Timer
 	waiting atomic.Uint32 // the stage the stream waits for while the timer runs
 	fired   atomic.Bool
@@ -109,7 +110,7 @@ func (b *idleTimer) waitFor(st stage) {
 // sends the status as soon as the context is cancelled.
 func (b *idleTimer) fire() {
 	b.fired.Store(true)
-	b.expired()
+	b.expired.Inc()
 	b.stream.SetTrailer(metadata.Pairs(idleTrailer, idleMessage(stage(b.waiting.Load()), b.idle)))
 	b.ctx.cancel(errIdle)
 }

@@ -322,41 +322,46 @@ var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': t
 // gather moves the high bit of each byte of m (special8's flags) to one
 // bit per byte (bit k for byte k) in one multiplication: the partial
 // products land on distinct bits, so nothing carries.
-func gather(m uint64) uint32 { return uint32(m * 0x0002040810204081 >> 56) }
+func gather(m uint64) uint64 { return m * 0x0002040810204081 >> 56 }
 
 // scanString skips the string that starts at data[i] ('"') and returns
 // the index after its closing quote. It flags the quotes, backslashes and
-// control bytes of 32 bytes at once (a window without any is passed in
+// control bytes of 64 bytes at once (a window without any is passed in
 // one step) and steps from one flag to the next within the window: a
 // two-byte escape costs no new window. A flag past the first of its word
 // may be false (a borrow): its byte is looked at before it counts.
 // Anything else than a two-byte escape or the closing quote (a control
-// byte, a \u or bad escape, the last 31 bytes) is read a byte at a time,
+// byte, a \u or bad escape, the last 63 bytes) is read a byte at a time,
 // eight at once between stops, with encoding/json's errors. Other bytes
 // (invalid UTF-8 included, as encoding/json's scanner) pass.
 func scanString(data []byte, i int) (int, *syntaxError) {
 	j := i + 1
 	for {
 	window:
-		for j+32 <= len(data) {
-			b := data[j : j+32 : j+32]
+		for j+64 <= len(data) {
+			b := data[j : j+64 : j+64]
 			m0 := special8(binary.LittleEndian.Uint64(b[0:8]))
 			m1 := special8(binary.LittleEndian.Uint64(b[8:16]))
 			m2 := special8(binary.LittleEndian.Uint64(b[16:24]))
 			m3 := special8(binary.LittleEndian.Uint64(b[24:32]))
-			if m0|m1|m2|m3 == 0 {
-				j += 32
+			m4 := special8(binary.LittleEndian.Uint64(b[32:40]))
+			m5 := special8(binary.LittleEndian.Uint64(b[40:48]))
+			m6 := special8(binary.LittleEndian.Uint64(b[48:56]))
+			m7 := special8(binary.LittleEndian.Uint64(b[56:64]))
+			if m0|m1|m2|m3|m4|m5|m6|m7 == 0 {
+				j += 64
 				continue
 			}
-			stops := gather(m0) | gather(m1)<<8 | gather(m2)<<16 | gather(m3)<<24
+			stops := gather(m0) | gather(m1)<<8 | gather(m2)<<16 | gather(m3)<<24 |
+				gather(m4)<<32 | gather(m5)<<40 | gather(m6)<<48 | gather(m7)<<56
 			for stops != 0 {
-				k := bits.TrailingZeros32(stops)
+				k := bits.TrailingZeros64(stops)
 				switch b[k] {
 				case '"':
 					return j + k + 1, nil
 				case '\\':
 					if k+1 < len(b) && simpleEscape[b[k+1]] {
-						stops &= ^uint32(0) << (k + 2) // past the escaped byte
+						stops &= ^uint64(0) << (k + 2) // past the escaped byte
 						continue
 					}
 					if k+1 == len(b) && j+k+1 < len(data) && simpleEscape[data[j+k+1]] {
@@ -372,7 +377,7 @@ func scanString(data []byte, i int) (int, *syntaxError) {
 				j += k // a control byte or another escape
 				break window
 			}
-			j += 32
+			j += 64
 		}
 		for j+8 <= len(data) {
 			if m := special8(binary.LittleEndian.Uint64(data[j : j+8])); m != 0 {

@@ -30,6 +30,8 @@ type metrics struct {
 	// overload.
 	waived   *prometheus.CounterVec
 	logBytes prometheus.GaugeFunc
+	// idleRefused is refused{reason="idle_timeout"}, resolved once.
+	idleRefused prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
@@ -83,6 +85,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 	for _, r := range []string{refusedMaxStreams, refusedIdle, refusedProtocol} {
 		m.refused.WithLabelValues(r)
 	}
+	m.idleRefused = m.refused.WithLabelValues(refusedIdle)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes} {
 			if err := reg.Register(c); err != nil {

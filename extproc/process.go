@@ -58,7 +58,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// GRPCOptions' tap gave the stream a context ILB may cancel: it is
 		// served on this goroutine, and a timer cancels it (which ends a
 		// blocked Recv) when Envoy owes a message for too long.
-		t := &idleTimer{idle: idle, ctx: sc, stream: stream, expired: s.countIdle}
+		t := &x.idle
+		t.idle, t.ctx, t.stream, t.expired = idle, sc, stream, s.metrics.idleRefused
 		err := s.serve(ctx, stream, x, t)
 		if st, expired := t.end(); expired {
 			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
@@ -90,14 +91,11 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case time.Until(time.Unix(0, d)) > 0:
 			timer.Reset(time.Until(time.Unix(0, d)))
 		default:
-			s.countIdle()
+			s.metrics.idleRefused.Inc()
 			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 		}
 	}
 }
-
-// countIdle counts a stream ended because Envoy owed a message too long.
-func (s *Server) countIdle() { s.metrics.refused.WithLabelValues(refusedIdle).Inc() }
 
 // idleMessage says what Envoy owed for how long.
 func idleMessage(st stage, idle time.Duration) string {

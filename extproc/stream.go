@@ -56,6 +56,9 @@ type exchange struct {
 	responded bool
 	prio      weights.Priority
 	key       demand.Key // set once the model is known
+	// idle bounds the stream's waits when it is served on its handler's
+	// goroutine (Process).
+	idle idleTimer
 	// cell and target are where the request was routed (cell nil until
 	// ILB routed it): the metrics' cached counters.
 	cell   *cell
