@@ -45,15 +45,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// profiled runs f, writing a CPU profile of it to $ILB_BENCH_EXTPROC_CPUPROFILE
-// and a heap profile (allocations) after it to
-// $ILB_BENCH_EXTPROC_MEMPROFILE when the ILB server of kind is profiled
-// (ILB_BENCH_EXTPROC_PROFILE=ilb or floor).
+// profiled runs f, writing a CPU profile of it to
+// $ILB_BENCH_EXTPROC_SERVER_CPUPROFILE and an allocation profile after it
+// to $ILB_BENCH_EXTPROC_SERVER_MEMPROFILE when the server of kind is
+// profiled: ILB_BENCH_EXTPROC_SERVER_PROFILE=ilb, floor, or all (each
+// file name then ends in .ilb or .floor).
 func profiled(kind string, f func() error) error {
-	if os.Getenv(childEnv+"_PROFILE") != kind {
+	suffix := ""
+	switch os.Getenv(childEnv + "_PROFILE") {
+	case kind:
+	case "all":
+		suffix = "." + kind
+	default:
 		return f()
 	}
 	if path := os.Getenv(childEnv + "_CPUPROFILE"); path != "" {
+		path += suffix
 		out, err := os.Create(path)
 		if err != nil {
 			return err
@@ -65,6 +72,7 @@ func profiled(kind string, f func() error) error {
 		defer pprof.StopCPUProfile()
 	}
 	if path := os.Getenv(childEnv + "_MEMPROFILE"); path != "" {
+		path += suffix
 		runtime.MemProfileRate = 64 << 10
 		defer func() {
 			if out, err := os.Create(path); err == nil {
