@@ -60,7 +60,13 @@ func chat(t *testing.T, url, model string, hdr map[string]string) (reply, []byte
 
 func do(t *testing.T, method, url, body string, hdr map[string]string) (reply, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return doWithin(t, 10*time.Second, method, url, body, hdr)
+}
+
+// doWithin is do with its own bound on the whole exchange.
+func doWithin(t *testing.T, within time.Duration, method, url, body string, hdr map[string]string) (reply, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {

@@ -163,7 +163,11 @@ func TestOverloadShedsSheddable(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("retry-after") == "" || (e.Error.Code != "overloaded" && e.Error.Code != "shed") {
 		t.Errorf("sheddable: %d %s (retry-after %q); want 429", resp.StatusCode, body, resp.Header.Get("retry-after"))
 	}
-	resp, body = chat(t, eu.URL, "llama3-8b", map[string]string{"x-ilb-priority": "critical"})
+	// A critical request waits its turn behind the 16 clients' (FIFO
+	// queues of single-slot engines): on a loaded machine that can take
+	// longer than do's 10 s; what counts is that it is served, not shed.
+	resp, body = doWithin(t, time.Minute, http.MethodPost, eu.URL+"/v1/chat/completions",
+		`{"model":"llama3-8b","messages":[{"role":"user","content":"hello"}],"max_tokens":4}`, map[string]string{"x-ilb-priority": "critical"})
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("critical: %d %s; want it served", resp.StatusCode, body)
 	}
