@@ -170,10 +170,13 @@ func (t *tracker) open(ctx context.Context, id streamID) {
 	t.streams[id] = &streamState{ctx: ctx, sent: map[string]sentResponse{}}
 }
 
+// closed forgets a stream; its node's record leaves the connected ones
+// when it was the last. The stream gauge moves last, so a reader who saw
+// it drop sees the records as they are after the close.
 func (t *tracker) closed(id streamID) {
-	t.m.streams.Dec()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.m.streams.Dec()
 	if st := t.streams[id]; st != nil && st.node != nil {
 		n := st.node
 		if n.streams--; n.streams == 0 {
