@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +54,46 @@ func TestHALeaderStopsUnderLoad(t *testing.T) {
 	waitUntil(t, "load after the new leader", 30*time.Second, func() bool { return served() >= before+50 })
 	n := load.stop(t)
 	t.Logf("%d requests, replica %d (leader) stopped, replica %d leads", n, first, s.Leader())
+}
+
+// TestHALeaderCrashUnderLoad: as TestHALeaderStopsUnderLoad, but the
+// leader dies as a killed process does: every connection its Envoys have
+// to it is reset at once, mid-exchange. A request whose ext_proc exchange
+// was cut is routed by the fallback route: served by the default weights
+// on the fail-open source, refused (503 routing_unavailable) on the
+// fail-closed one. Streams not yet answered are retried on another
+// replica, and streams past their exchange go on (failure_mode_allow).
+// The test asserts the fail-open source loses nothing and logs what the
+// fail-closed one lost: at most the exchanges in flight at the crash.
+func TestHALeaderCrashUnderLoad(t *testing.T) {
+	_, s := startHA(t, 2*time.Second)
+	waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
+	first := s.Leader()
+	load := startLoad(t, s)
+	waitUntil(t, "load through both sources", 30*time.Second, func() bool { return servedOK(s) >= 50 })
+	if err := s.CrashReplica(first); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "another leader", 30*time.Second, func() bool { l := s.Leader(); return l >= 0 && l != first })
+	mark := servedOK(s)
+	waitUntil(t, "load after the crash", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
+	results := load.finish(t)
+	lost := map[string]int{}
+	for _, r := range results {
+		if r.Err != nil || r.Status != 200 {
+			lost[fmt.Sprintf("%s %d %s", r.Source, r.Status, r.Reason)]++
+		}
+	}
+	for k := range lost {
+		if strings.HasPrefix(k, "edge-us ") {
+			t.Errorf("the fail-open source lost requests: %v", lost)
+		}
+	}
+	// Four clients per source: at most four exchanges were in flight.
+	if n := lost["edge-eu 503 routing_unavailable"]; n > 4 || len(lost) > 1 || len(lost) == 1 && n == 0 {
+		t.Errorf("lost %v; want at most the 4 fail-closed exchanges in flight at the crash", lost)
+	}
+	t.Logf("%d requests; the leader's crash lost %v", len(results), lost)
 }
 
 // TestHAEtcdLossFailsStatic: under load on three replicas, one etcd member
@@ -185,23 +226,35 @@ func startLoad(t *testing.T, s *stack.Stack) *runningLoad {
 // the end of the load cut); it returns how many requests were made.
 func (l *runningLoad) stop(t *testing.T) int {
 	t.Helper()
+	failed := map[string]int{}
+	results := l.finish(t)
+	for _, r := range results {
+		if r.Err != nil || r.Status != 200 {
+			failed[fmt.Sprintf("%s %d %s %v", r.Source, r.Status, r.Reason, r.Err)]++
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d requests in all; failed: %v", len(results), failed)
+	}
+	return len(results)
+}
+
+// finish ends the load and returns its results, without the requests the
+// end of the load cut.
+func (l *runningLoad) finish(t *testing.T) []loadgen.Result {
+	t.Helper()
 	stopped := time.Now()
 	l.cancel()
 	l.wg.Wait()
 	if l.err != nil {
 		t.Fatal(l.err)
 	}
-	failed := map[string]int{}
+	var out []loadgen.Result
 	for _, r := range l.results {
 		if r.Err != nil && !r.Start.Before(stopped.Add(-time.Second)) {
 			continue // cut by the end of the load
 		}
-		if r.Err != nil || r.Status != 200 {
-			failed[fmt.Sprintf("%s %d %s %v", r.Source, r.Status, r.Reason, r.Err)]++
-		}
+		out = append(out, r)
 	}
-	if len(failed) > 0 {
-		t.Errorf("%d requests in all; failed: %v", len(l.results), failed)
-	}
-	return len(l.results)
+	return out
 }

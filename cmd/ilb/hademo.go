@@ -24,7 +24,8 @@ import (
 // runHADemo runs ILB as three replicas on a three-member etcd (Debian's
 // etcd-server), with simulated engines and one envoysim per source listing
 // every replica; under load it stops the leader as an orchestrator stops
-// a pod, and reports what the clients saw and how leadership moved.
+// a pod (--crash: as a killed process dies, every connection reset), and
+// reports what the clients saw and how leadership moved.
 func runHADemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ha-demo", flag.ContinueOnError)
 	cfgPath := fs.String("config", "examples/demo/ilb.yaml", "ILB configuration of the demo world (its ha: section is set by the demo)")
@@ -34,6 +35,7 @@ func runHADemo(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	before := fs.Duration("before", 4*time.Second, "load before the leader is stopped")
 	after := fs.Duration("after", 6*time.Second, "load after the leader is stopped")
 	concurrency := fs.Int("concurrency", 4, "concurrent clients per source")
+	crash := fs.Bool("crash", false, "kill the leader instead of stopping it: every connection its Envoys have to it is reset at once, mid-exchange")
 	logLevel := fs.String("log-level", "warn", "log level of the components")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -96,10 +98,14 @@ func runHADemo(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			Targets: targets, Models: modelNames(st.Config), Duration: *before + *after, Concurrency: *concurrency, Seed: 1,
 		})
 	})
-	fmt.Fprintf(stdout, "\nDriving chat requests from every source for %s; the leader is stopped after %s...\n", *before+*after, *before)
+	fmt.Fprintf(stdout, "\nDriving chat requests from every source for %s; the leader is %s after %s...\n", *before+*after, map[bool]string{false: "stopped", true: "killed"}[*crash], *before)
 	sleepCtx(ctx, *before)
 	stopped := time.Now()
-	if err := st.StopReplica(leader); err != nil {
+	stop, how := st.StopReplica, "stopped"
+	if *crash {
+		stop, how = st.CrashReplica, "killed"
+	}
+	if err := stop(leader); err != nil {
 		return err
 	}
 	down := time.Since(stopped)
@@ -117,8 +123,11 @@ func runHADemo(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if lerr != nil {
 		return lerr
 	}
-	fmt.Fprintf(stdout, "\nLeader ilb-%d stopped at +%s (down in %s): ilb-%d led %s after the stop; every replica left served version %s %s after it.\n",
-		leader, stopped.Sub(start).Round(time.Millisecond), down.Round(time.Millisecond), next, elected.Round(time.Millisecond), version, same.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "\nLeader ilb-%d %s at +%s (down in %s): ilb-%d led %s after; every replica left served version %s %s after.\n",
+		leader, how, stopped.Sub(start).Round(time.Millisecond), down.Round(time.Millisecond), next, elected.Round(time.Millisecond), version, same.Round(time.Millisecond))
+	if *crash {
+		fmt.Fprintf(stdout, "(Its Envoys saw a crash; etcd saw it leave cleanly, so the next leader came at once. A replica that really dies keeps its lease until it expires: about one lease TTL, %s here, before another leads; the replicas serve the last version meanwhile.)\n", *lease)
+	}
 	return haReport(stdout, c, results, stopped)
 }
 
@@ -179,7 +188,7 @@ func haReport(w io.Writer, c *config.Config, results []loadgen.Result, stopped t
 		fmt.Fprintf(w, "| %s | %d | %d | %d |\n", k, r.before, r.after, r.failed)
 	}
 	if total == 0 {
-		fmt.Fprintln(w, "\nNo request failed: the streams the stopping replica refused were opened again on another (the ext_proc filter's retry policy), and the Envoys' health checks took it out.")
+		fmt.Fprintln(w, "\nNo request failed: ext_proc streams the replica refused or reset before answering were opened again on another (the ext_proc filter's retry policy), and the Envoys' health checks took it out.")
 		return nil
 	}
 	var lines []string

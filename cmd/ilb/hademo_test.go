@@ -25,7 +25,7 @@ func TestHADemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ha-demo: %v\n%s\n%s", err, out, errOut)
 	}
-	for _, want := range []string{"stopped at", "led", "| edge-eu (fail closed) |", "| edge-us (fail open) |", "No request failed"} {
+	for _, want := range []string{"stopped at +", "led", "| edge-eu (fail closed) |", "| edge-us (fail open) |", "No request failed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

@@ -9,10 +9,12 @@ import (
 	"github.com/ilbproject/ilb/config"
 )
 
-// Replica is one ILB replica of a stack run with Options.HA.
+// Replica is one ILB replica of a stack run with Options.HA. Envoys
+// reach its xDS and ext_proc ports through proxies that CrashReplica cuts.
 type Replica struct {
-	App  *app.App
-	stop context.CancelFunc
+	App          *app.App
+	stop         context.CancelFunc
+	xds, extproc *cutProxy
 }
 
 // startReplicas runs Options.Replicas ILB replicas of cfg on the etcd of
@@ -41,7 +43,14 @@ func (s *Stack) startReplicas(ctx context.Context, cfg *config.Config) error {
 			}
 			cancel()
 		}()
-		s.Replicas = append(s.Replicas, &Replica{App: a, stop: cancel})
+		r := &Replica{App: a, stop: cancel}
+		if r.xds, err = newCutProxy(actx, a.XDSAddr()); err != nil {
+			return err
+		}
+		if r.extproc, err = newCutProxy(actx, a.ExtProcAddr()); err != nil {
+			return err
+		}
+		s.Replicas = append(s.Replicas, r)
 		s.group.Go(a.Wait)
 	}
 	s.App = s.Replicas[0].App
@@ -55,10 +64,25 @@ func (s *Stack) startReplicas(ctx context.Context, cfg *config.Config) error {
 func (s *Stack) StopReplica(i int) error {
 	r := s.Replicas[i]
 	r.stop()
-	if err := r.App.Wait(); err != nil {
+	err := r.App.Wait()
+	r.xds.reset() // a stopped replica's ports refuse connections
+	r.extproc.reset()
+	if err != nil {
 		return fmt.Errorf("stack: stopping replica %d: %w", i, err)
 	}
 	return nil
+}
+
+// CrashReplica makes replica i die in the eyes of its Envoys, as a killed
+// process does: every connection they have to it is reset at once, in
+// the middle of whatever exchange it carries, and new ones are refused;
+// then the replica stops (its leadership ends). It returns once it is
+// down.
+func (s *Stack) CrashReplica(i int) error {
+	r := s.Replicas[i]
+	r.xds.reset()
+	r.extproc.reset()
+	return s.StopReplica(i)
 }
 
 // Leader is the index of the replica that leads, -1 if none does.
@@ -79,7 +103,7 @@ func (s *Stack) xdsAddrs() string {
 	}
 	var out []string
 	for _, r := range s.Replicas {
-		out = append(out, r.App.XDSAddr())
+		out = append(out, r.xds.addr())
 	}
 	return strings.Join(out, ",")
 }
@@ -90,7 +114,7 @@ func (s *Stack) extprocAddrs() string {
 	}
 	var out []string
 	for _, r := range s.Replicas {
-		out = append(out, r.App.ExtProcAddr())
+		out = append(out, r.extproc.addr())
 	}
 	return strings.Join(out, ",")
 }
