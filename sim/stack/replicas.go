@@ -43,11 +43,13 @@ func (s *Stack) startReplicas(ctx context.Context, cfg *config.Config) error {
 			}
 			cancel()
 		}()
+		// The proxies live as long as the stack, not the replica: a stop
+		// must reach the Envoys as the replica's own graceful close.
 		r := &Replica{App: a, stop: cancel}
-		if r.xds, err = newCutProxy(actx, a.XDSAddr()); err != nil {
+		if r.xds, err = newCutProxy(ctx, a.XDSAddr()); err != nil {
 			return err
 		}
-		if r.extproc, err = newCutProxy(actx, a.ExtProcAddr()); err != nil {
+		if r.extproc, err = newCutProxy(ctx, a.ExtProcAddr()); err != nil {
 			return err
 		}
 		s.Replicas = append(s.Replicas, r)
