@@ -292,7 +292,8 @@ type Envoy struct {
 
 // ExtProc configures the ext_proc service.
 type ExtProc struct {
-	// DecisionLogSize is how many decision records are kept; default 10000.
+	// DecisionLogSize is how many decision records are kept; default
+	// 10000, at most MaxDecisionLogSize.
 	DecisionLogSize int `yaml:"decision_log_size" json:"decision_log_size"`
 	// MaxBodyBytes is the largest request body the service parses; default
 	// 8 MiB. A larger one gets 413.
@@ -346,6 +347,10 @@ type Listen struct {
 	ExtProc string `yaml:"extproc" json:"extproc"` // default 127.0.0.1:18001
 	Admin   string `yaml:"admin" json:"admin"`     // default 127.0.0.1:18002
 }
+
+// MaxDecisionLogSize bounds extproc.decision_log_size: a lookup by
+// request id and an admin query scan the records kept.
+const MaxDecisionLogSize = 1_000_000
 
 // Default returns the settings ILB uses for everything a file omits. The
 // topology lists are empty.

@@ -230,6 +230,10 @@ func TestValidate(t *testing.T) {
 			[]string{`envoy.healthy_panic_threshold: 150 is not a percentage in [0, 100]`},
 		},
 		{
+			"decision log too large", func(c *config.Config) { c.ExtProc.DecisionLogSize = 2_000_000 },
+			[]string{`extproc.decision_log_size: 2000000 is out of range: want 1..1000000`},
+		},
+		{
 			"xds knobs", func(c *config.Config) {
 				c.Envoy.EDSMinInterval = config.Duration(-time.Second)
 				c.Envoy.XDSAPIType = "DELTA"

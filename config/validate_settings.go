@@ -56,8 +56,8 @@ func (c *Config) validateSettings(p *problems) {
 		p.addf("envoy.request_buffer_bytes", "%d is too small: want >= 1024 bytes", ev.RequestBufferBytes)
 	}
 
-	if c.ExtProc.DecisionLogSize < 1 {
-		p.addf("extproc.decision_log_size", "%d is not positive: want >= 1", c.ExtProc.DecisionLogSize)
+	if n := c.ExtProc.DecisionLogSize; n < 1 || n > MaxDecisionLogSize {
+		p.addf("extproc.decision_log_size", "%d is out of range: want 1..%d (readers scan the log: a query looks at up to every record kept)", n, MaxDecisionLogSize)
 	}
 	if c.ExtProc.MaxBodyBytes < 1024 {
 		p.addf("extproc.max_body_bytes", "%d is too small: want >= 1024 bytes", c.ExtProc.MaxBodyBytes)
