@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
 // BanStore keeps the versions banned for each source where every ILB
@@ -131,25 +129,31 @@ func (s *Server) loadBans(ctx context.Context) {
 	for key, b := range entries {
 		source, _, ok := strings.Cut(key, "/")
 		var rv RejectedVersion
-		if !ok || json.Unmarshal(b, &rv) != nil || rv.Type == "" || rv.Version == "" || banKey(source, rv) != key {
-			s.log.WarnContext(ctx, "xds: a stored banned version is not one; ignored", "key", key)
+		url, known := "", false
+		if ok && json.Unmarshal(b, &rv) == nil {
+			url, known = typeURL(rv.Type)
+		}
+		if !known || rv.Version == "" || banKey(source, rv) != key {
+			s.log.WarnContext(ctx, "xds: a stored banned version is not one; ignored", "key", bounded(key, maxExcerpt))
 			continue
 		}
-		if _, known := s.cfg.Source(source); !known {
+		if _, configured := s.cfg.Source(source); !configured {
 			continue
 		}
+		// Stored by a replica, but bounded as a NACK's are here.
+		rv.Node, rv.Message = boundedID(rv.Node), bounded(rv.Message, maxMessage)
 		r := s.rollouts[source]
 		if r == nil {
 			r = newRollout()
 			s.rollouts[source] = r
 		}
-		if _, have := r.banned[typeVersion(typeURL(rv.Type), rv.Version)]; have {
+		if _, have := r.banned[rv.Type+" "+rv.Version]; have {
 			continue
 		}
 		r.ban(rv)
 		s.m.rejected.WithLabelValues(source).Set(float64(len(r.banned)))
 		s.log.InfoContext(ctx, "xds: version banned by another replica adopted", "source", source, "type", rv.Type, "version", rv.Version, "by", rv.By)
-		if r.stable != nil && r.stable.GetVersion(typeURL(rv.Type)) == rv.Version || r.canary != nil && r.canary.GetVersion(typeURL(rv.Type)) == rv.Version {
+		if r.stable != nil && r.stable.GetVersion(url) == rv.Version || r.canary != nil && r.canary.GetVersion(url) == rv.Version {
 			if err := s.rollBack(ctx, source, r); err != nil {
 				s.log.ErrorContext(ctx, "xds: a version banned by another replica is in force here and cannot be rolled back; kept", "source", source, "err", err)
 			}
@@ -158,14 +162,14 @@ func (s *Server) loadBans(ctx context.Context) {
 }
 
 // typeURL is the type URL of a short type name (cluster, endpoint,
-// route, listener).
-func typeURL(short string) string {
+// route, listener); false for any other name.
+func typeURL(short string) (string, bool) {
 	for _, t := range allTypes {
 		if shortType(t) == short {
-			return t
+			return t, true
 		}
 	}
-	return resource.ClusterType + "?" + short // matches no snapshot
+	return "", false
 }
 
 // rollBack moves source to its newest snapshot that an Envoy acknowledged

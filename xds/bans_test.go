@@ -113,6 +113,21 @@ func TestBansSharedAndKept(t *testing.T) {
 		}
 	})
 
+	t.Run("stored entries are checked and bounded", func(t *testing.T) {
+		odd := newMemStore()
+		huge, _ := json.Marshal(xds.RejectedVersion{NACK: xds.NACK{Type: "route", Version: "v9", Message: strings.Repeat("x", 1<<20)}, By: "quorum"})
+		_ = odd.Put(ctx, "xds-bans", "edge-us/route/v9", huge)
+		bogus, _ := json.Marshal(xds.RejectedVersion{NACK: xds.NACK{Type: "secret", Version: "v1"}})
+		_ = odd.Put(ctx, "xds-bans", "edge-us/secret/v1", bogus)
+		_ = odd.Put(ctx, "xds-bans", "edge-us/route/v8", []byte("not json"))
+		b, _, _ := startRollout(t, c)
+		b.UseBans(ctx, odd)
+		st := rolloutOf(t, b)
+		if len(st.Rejected) != 1 || st.Rejected[0].Version != "v9" || len(st.Rejected[0].Message) > 2048 {
+			t.Errorf("rejected %d entries; want only route v9, its message bounded", len(st.Rejected))
+		}
+	})
+
 	t.Run("a replica with the version in force rolls back", func(t *testing.T) {
 		clock := newFakeClock()
 		reg := prometheus.NewRegistry()

@@ -265,7 +265,7 @@ func (t *tracker) nodes(in map[string]map[string]string, now time.Time, q NodeQu
 			continue
 		}
 		total++
-		if q.After != "" && n.ref.id <= q.After {
+		if q.Source != "" && q.After != "" && n.ref.id <= q.After { // ids order pages within a source
 			continue
 		}
 		picked = append(picked, n)
