@@ -121,11 +121,11 @@ func (f *extProcFilter) exchange(ctx context.Context, req *extprocv3.ProcessingR
 	}
 	var tried []string
 	for n := 0; n < r.numRetries && r.retries(res); n++ {
-		if f.st != nil {
-			tried = append(tried, f.st.host.addr)
-			f.destroy()
-		} else if f.lastHost != "" {
+		if f.lastHost != "" { // the host of the stream that failed (open sets it)
 			tried = append(tried, f.lastHost)
+		}
+		if f.st != nil {
+			f.destroy()
 		}
 		if !sleep(ctx, r.backoff(n)) {
 			return exchangeResult{kind: resAborted}

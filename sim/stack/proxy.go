@@ -2,7 +2,6 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -50,8 +49,17 @@ func (p *cutProxy) accept(ctx context.Context) {
 		if !p.track(c, up) {
 			return
 		}
-		p.wg.Go(func() { p.pipe(c, up) })
-		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() {
+			var both sync.WaitGroup
+			both.Go(func() { pipe(c, up) })
+			both.Go(func() { pipe(up, c) })
+			both.Wait()
+			_, _ = c.Close(), up.Close()
+			p.mu.Lock()
+			delete(p.conns, c)
+			delete(p.conns, up)
+			p.mu.Unlock()
+		})
 	}
 }
 
@@ -71,16 +79,17 @@ func (p *cutProxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-func (p *cutProxy) pipe(dst, src net.Conn) {
-	_, err := io.Copy(dst, src)
-	if err == nil || errors.Is(err, net.ErrClosed) {
+// pipe copies src to dst; at src's end it half-closes dst, and on an
+// error closes both (the pair's owner forgets them once both ends are
+// done).
+func pipe(dst, src net.Conn) {
+	if _, err := io.Copy(dst, src); err == nil {
 		if tc, ok := dst.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 			return
 		}
 	}
-	_ = dst.Close()
-	_ = src.Close()
+	_, _ = dst.Close(), src.Close()
 }
 
 // reset cuts the proxy: the listener closes and every connection is reset.
