@@ -176,9 +176,10 @@ func (r *Replica) lead(s *concurrency.Session, e *concurrency.Election) error {
 	wg.Go(func() { r.watchTerm(ctx, t, e.Header().GetRevision(), cancel) })
 	wg.Go(func() { r.republishLoop(ctx, t) })
 	<-ctx.Done()
-	// Stop publishing at once: Prepare reads the term.
-	r.term.Store(nil)
+	// Stop publishing at once: Prepare reads the term. The gauge drops
+	// first, so that whoever sees Leading false reads 0 there too.
 	r.m.leader.Set(0)
+	r.term.Store(nil)
 	wg.Wait()
 	cause := context.Cause(ctx)
 	r.log.WarnContext(context.WithoutCancel(ctx), "no longer leading", "cause", cause)

@@ -62,6 +62,9 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 		t.Fatalf("the fenced version's content: %v keys (err %v), want none", n.Count, err)
 	}
 	serving(t, w2.Version(), a, b)
+	// The deposed replica learns it from its election key's watch, on its
+	// own goroutine: wait for that, then read its gauge.
+	waitFor(t, "the deposed replica to know it no longer leads", func() bool { return !old.Leading() })
 	promtest.Check(t, old.reg, "ilb_ha_leader", nil, 0)
 }
 
