@@ -29,6 +29,9 @@ type Result struct {
 	// Capacity is what the policy learned of each cluster's capacity by
 	// the end of the run (policies that learn it), by cluster name.
 	Capacity []capacity.Estimate `json:"capacity,omitempty"`
+	// Replicas are the replica-level figures: prefix cache hits and load
+	// balance.
+	Replicas ReplicaFigures `json:"replicas"`
 }
 
 // Figures are the outcome of a set of requests.
@@ -261,6 +264,7 @@ func (rec *recorder) result(r *runner) *Result {
 	if r.est != nil {
 		res.Capacity = r.est.Estimates()
 	}
+	res.Replicas = r.replicaFigures()
 	return res
 }
 

@@ -43,17 +43,19 @@ func (r *runner) arrive(i int) {
 			return
 		}
 	}
-	rep := r.pickHost(cluster, -1)
-	if rep < 0 { // Envoy: no healthy upstream
+	hp := r.pickFor(cluster, i)
+	if hp.replica < 0 { // Envoy: no healthy upstream
+		hp.ticket.Done()
 		r.rec.finish(i, cluster, failed, 0, 0)
 		return
 	}
-	r.send(i, rep, cost, false, r.clock.now+r.rtt[si][r.replicas[rep].cluster]/2)
+	pi := r.send(i, hp.replica, cost, false, r.clock.now+r.rtt[si][r.replicas[hp.replica].cluster]/2)
+	r.inflight[pi].alt, r.inflight[pi].ticket = hp.alt, hp.ticket
 }
 
 // send puts request i on its way to replica rep, where it arrives at
-// deliverAt.
-func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Duration) {
+// deliverAt, and returns its pending slot.
+func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Duration) int {
 	si := r.sources[r.reqs[i].Source]
 	cl := r.replicas[rep].cluster
 	rtt := r.rtt[si][cl]
@@ -64,11 +66,12 @@ func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Dur
 		pi = len(r.inflight)
 		r.inflight = append(r.inflight, pending{})
 	}
-	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried}
+	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried, alt: -1}
 	r.replicas[rep].active++
 	r.clusters[cl].outstanding += cost
 	r.clusters[cl].awaiting++
 	r.clock.at(deliverAt, evDeliver, pi)
+	return pi
 }
 
 // deliver hands a request to its replica, or retries it when the replica
@@ -95,7 +98,11 @@ func (r *runner) retryOrFail(pi int) {
 	p := r.inflight[pi]
 	cost := r.release(pi)
 	if !p.retried {
-		if other := r.pickHost(r.replicas[p.replica].cluster, p.replica); other >= 0 {
+		other := p.alt // override-host: a retry takes the next listed host
+		if other < 0 || r.replicas[other].state == lcFailed {
+			other = r.pickHost(r.replicas[p.replica].cluster, p.replica)
+		}
+		if other >= 0 {
 			r.send(p.req, other, cost, true, r.clock.now+p.rtt+25*time.Millisecond)
 			return
 		}
@@ -120,6 +127,7 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	rep.first++
 	rep.ttftSum += at - r.inflight[pi].reached
 	r.inflight[pi].first = true
+	r.inflight[pi].ticket.FirstToken()
 	r.clusters[rep.cluster].awaiting--
 	if at-r.inflight[pi].reached > r.ttftTarget {
 		rep.slow++
@@ -128,6 +136,7 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 
 // release frees a pending slot and returns the request's cost.
 func (r *runner) release(pi int) float64 {
+	r.inflight[pi].ticket.Done()
 	p := r.inflight[pi]
 	q := &r.reqs[p.req]
 	m := r.cfg.Models[r.models[q.Model]]
@@ -179,6 +188,10 @@ func (r *runner) complete(results []replica.Result) {
 			continue
 		}
 		r.release(pi)
+		rep := r.replicas[p.replica]
+		rep.served++
+		rep.promptTokens += int64(res.Prompt)
+		rep.cachedTokens += int64(res.CachedPrompt)
 		q := &r.reqs[p.req]
 		ttft := res.FirstToken + p.rtt/2 - q.At
 		var tpot time.Duration

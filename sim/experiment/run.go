@@ -9,6 +9,7 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/sim/workload"
 	"github.com/ilbproject/ilb/weights"
@@ -83,6 +84,15 @@ type simReplica struct {
 	prompt, gen int64
 	first, slow float64
 	ttftSum     time.Duration // engine TTFT of the first tokens counted
+	// saturated: its engine was saturated at the last signals round
+	// (what ILB's replica picker reads).
+	saturated bool
+	addr      string   // its name, as the picker's address
+	gie       gieIndex // the prefix scorer's index of it
+	// served counts the requests it completed, with their prompt tokens
+	// and those its prefix cache held.
+	served                     int
+	promptTokens, cachedTokens int64
 }
 
 type simCluster struct {
@@ -95,6 +105,8 @@ type simCluster struct {
 	// yet: what ILB's ext_proc counts of its own requests until their
 	// response headers (streaming responses start with the first token).
 	awaiting int
+	rr       int             // round robin's counter
+	picker   *picker.Cluster // ILB's replica picker (host policy ilb)
 }
 
 // pending is a request on its way to a replica, or in it.
@@ -105,6 +117,8 @@ type pending struct {
 	retried bool
 	reached time.Duration // when it reached the replica
 	first   bool          // its first token came
+	alt     int           // the replica a retry goes to (-1: the fallback's pick)
+	ticket  picker.Ticket // ILB's replica picker's booking
 }
 
 type runner struct {
@@ -141,6 +155,11 @@ type runner struct {
 	// it; a triggered tick resets the ticker.
 	nextTick, lastTick time.Duration
 	lastServing        []int
+	// Host policy scratch and seed.
+	blockBuf []uint64
+	upBuf    []int
+	candBuf  []picker.Replica
+	idxBuf   []int
 }
 
 // Run runs one policy on one scenario.
@@ -199,7 +218,9 @@ func newRunner(o Options) (*runner, error) {
 		if !ok {
 			return nil, fmt.Errorf("cluster %s: unknown replica profile %q", c.Name, c.Profile)
 		}
-		sc := &simCluster{idx: ci, region: regions[c.Region], capacity: o.Capacity[c.Profile], models: make([]bool, len(f.Models))}
+		// The picker's cache per replica: the engine's KV cache, as an
+		// operator reads it from vLLM's cache config.
+		sc := &simCluster{idx: ci, region: regions[c.Region], capacity: o.Capacity[c.Profile], models: make([]bool, len(f.Models)), picker: picker.NewCluster(p.KVTokens())}
 		for _, m := range c.Models {
 			sc.models[r.models[m]] = true
 		}
@@ -223,7 +244,7 @@ func newRunner(o Options) (*runner, error) {
 				return nil, err
 			}
 			sc.replicas = append(sc.replicas, len(r.replicas))
-			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1})
+			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1, addr: fmt.Sprintf("%s/%d", c.Name, i)})
 		}
 		r.clusters = append(r.clusters, sc)
 	}

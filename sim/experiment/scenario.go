@@ -111,6 +111,9 @@ type Policy struct {
 	// with the calibrated capacity as the prior; otherwise with the
 	// calibrated capacity, as configured.
 	LearnCapacity bool
+	// Hosts picks the replica inside the chosen cluster; "" is
+	// HostLeastRequest (Envoy's default).
+	Hosts HostPolicy
 }
 
 // Policies are the policies every scenario compares: the three baselines

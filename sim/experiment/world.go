@@ -113,6 +113,7 @@ func (r *runner) refreshSignals() {
 			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && l.Running+l.Waiting > 0) {
 				busy++ // capacity that served in this interval, for the plots
 			}
+			rep.saturated = false
 			if rep.seen != lcReady && rep.seen != lcWarming {
 				continue
 			}
@@ -126,6 +127,7 @@ func (r *runner) refreshSignals() {
 			slow += dSlow
 			ttftSum += dSum
 			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
+				rep.saturated = true
 				saturated++
 			}
 		}

@@ -1,0 +1,215 @@
+package picker
+
+import (
+	"fmt"
+	"sync"
+)
+
+// DefaultCacheTokens is the prompt tokens ILB assumes a replica's prefix
+// cache holds when the cluster's config says nothing: about a third of
+// the KV cache of an 8B model on an 80 GB GPU (420k tokens), the rest
+// being taken by the sequences running.
+const DefaultCacheTokens = 131072
+
+// Cluster is the replica picker of one engine cluster: what ILB believes
+// each replica's prefix cache holds, and the load ILB put on it. It is
+// safe for concurrent use; a decision holds its lock for a few
+// microseconds (binary searches of the prompt's blocks per replica, then
+// recording them on the chosen one).
+type Cluster struct {
+	mu          sync.Mutex
+	cacheBlocks int
+	replicas    map[string]*replicaState
+	stamp       uint64
+	terms       []Term // scratch, under mu
+}
+
+type replicaState struct {
+	cache    *cache
+	inFlight int
+	awaiting int64
+}
+
+// NewCluster returns a picker whose replicas' caches hold cacheTokens
+// prompt tokens each (rounded up to whole blocks; at least one block).
+func NewCluster(cacheTokens int) *Cluster {
+	return &Cluster{cacheBlocks: max(1, (cacheTokens+BlockTokens-1)/BlockTokens), replicas: map[string]*replicaState{}}
+}
+
+// Request is what a decision needs of a request.
+type Request struct {
+	// Blocks are the prompt's block hashes (AppendBlocks); empty when it
+	// has no full block: then only load decides.
+	Blocks []uint64
+	// PromptTokens is the prompt's estimated length, >= 0.
+	PromptTokens int
+	// Draw rotates the order replicas are considered in, so that ties
+	// are broken evenly (a random or session-derived value).
+	Draw uint64
+}
+
+// Decision is the replica chosen and why.
+type Decision struct {
+	// Hosts are the replicas to try in order (chosen first, then the
+	// runner-up, then the third best), for Envoy's override-host list:
+	// a retry takes the next. Empty when there was no candidate.
+	Hosts []string
+	// Chosen and RunnerUp are their terms; RunnerUp.Address is "" when
+	// there was one candidate.
+	Chosen, RunnerUp Term
+	// Reason is ReasonPrefix, ReasonLoad, ReasonOnly or ReasonSaturated.
+	Reason string
+}
+
+// Lost says why the runner-up was not chosen ("" without one).
+func (d *Decision) Lost() string {
+	r, c := &d.RunnerUp, &d.Chosen
+	switch {
+	case r.Address == "":
+		return ""
+	case r.Saturated && !c.Saturated:
+		return "saturated"
+	case r.Cost > c.Cost:
+		return fmt.Sprintf("more prefill work ahead: %.0f tokens against %.0f", r.Cost, c.Cost)
+	default:
+		return fmt.Sprintf("tie on %.0f tokens of prefill work; more requests in flight or later in rotation", r.Cost)
+	}
+}
+
+// Pick chooses one of candidates (at least one) for req and books the
+// request on it: its blocks are recorded in the chosen replica's cache
+// and its load counted until the Ticket is settled. With no candidate it
+// returns a Decision with no Hosts and a Ticket that does nothing.
+func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
+	if len(candidates) == 0 {
+		return Decision{}, Ticket{}
+	}
+	prompt := max(req.PromptTokens, 0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	terms := c.terms[:0]
+	for _, cand := range candidates {
+		st := c.state(cand.Address)
+		cached := min(st.cache.match(req.Blocks)*BlockTokens, prompt)
+		ramp := cand.Ramp
+		if !(ramp > 0) || ramp > 1 {
+			ramp = 1
+		}
+		terms = append(terms, Term{
+			Address: cand.Address, Cached: cached, InFlight: st.inFlight, Awaiting: st.awaiting,
+			Cost: (float64(st.awaiting) + float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
+		})
+	}
+	c.terms = terms
+	chosen, runnerUp, reason := score(terms, int(req.Draw%uint64(len(terms))))
+	d := Decision{Chosen: terms[chosen], Reason: reason}
+	d.Hosts = append(make([]string, 0, 3), terms[chosen].Address)
+	if runnerUp >= 0 {
+		d.RunnerUp = terms[runnerUp]
+		d.Hosts = append(d.Hosts, terms[runnerUp].Address)
+		if third := thirdBest(terms, chosen, runnerUp); third >= 0 {
+			d.Hosts = append(d.Hosts, terms[third].Address)
+		}
+	}
+	st := c.replicas[d.Chosen.Address]
+	c.stamp = st.cache.record(req.Blocks, c.stamp)
+	uncached := int64(prompt - d.Chosen.Cached)
+	st.inFlight++
+	st.awaiting += uncached
+	return d, Ticket{c: c, st: st, awaiting: uncached}
+}
+
+// thirdBest is the unsaturated term of least cost other than a and b
+// (-1 when none).
+func thirdBest(terms []Term, a, b int) int {
+	best := -1
+	for i := range terms {
+		if i == a || i == b || terms[i].Saturated {
+			continue
+		}
+		if best < 0 || terms[i].Cost < terms[best].Cost {
+			best = i
+		}
+	}
+	return best
+}
+
+// state returns the replica's state, created on first sight. Under mu.
+func (c *Cluster) state(addr string) *replicaState {
+	st := c.replicas[addr]
+	if st == nil {
+		st = &replicaState{cache: newCache(c.cacheBlocks)}
+		c.replicas[addr] = st
+	}
+	return st
+}
+
+// Retain forgets every replica not in keep (left the cluster): its cache
+// and its load. Tickets of requests still on it settle harmlessly.
+func (c *Cluster) Retain(keep func(address string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr := range c.replicas {
+		if !keep(addr) {
+			delete(c.replicas, addr)
+		}
+	}
+}
+
+// Stats are a cluster picker's sizes.
+type Stats struct {
+	Replicas int // replicas known
+	Blocks   int // blocks held, all replicas
+	// Bytes estimates the memory of the caches: each block costs a map
+	// entry (~40 bytes) and two ring slots (16 bytes each).
+	Bytes int64
+}
+
+// Stats reports the picker's sizes.
+func (c *Cluster) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{Replicas: len(c.replicas)}
+	for _, st := range c.replicas {
+		s.Blocks += st.cache.size()
+		s.Bytes += int64(st.cache.size())*40 + int64(len(st.cache.ring))*16
+	}
+	return s
+}
+
+// Ticket is one request's load on its replica. FirstToken ends its
+// prefill (its tokens no longer count as work ahead of others); Done
+// ends it. Both are idempotent and safe to call from any goroutine; Done
+// without FirstToken does both. The zero Ticket does nothing.
+type Ticket struct {
+	c        *Cluster
+	st       *replicaState
+	awaiting int64
+	first    bool
+	done     bool
+}
+
+// FirstToken notes the request's first response bytes.
+func (t *Ticket) FirstToken() {
+	if t.c == nil || t.first || t.done {
+		return
+	}
+	t.c.mu.Lock()
+	t.st.awaiting -= t.awaiting
+	t.c.mu.Unlock()
+	t.first = true
+}
+
+// Done notes the request's end.
+func (t *Ticket) Done() {
+	if t.c == nil || t.done {
+		return
+	}
+	t.c.mu.Lock()
+	if !t.first {
+		t.st.awaiting -= t.awaiting
+	}
+	t.st.inFlight--
+	t.c.mu.Unlock()
+	t.done = true
+}

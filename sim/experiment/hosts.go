@@ -1,0 +1,303 @@
+package experiment
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/sim/workload"
+)
+
+// HostPolicy is how the replica inside the chosen cluster is picked.
+type HostPolicy string
+
+// Host policies the replica benchmark compares.
+const (
+	// HostLeastRequest is Envoy's LEAST_REQUEST with two random choices
+	// (the default: what ILB leaves to Envoy without replica picking).
+	HostLeastRequest HostPolicy = "least_request"
+	// HostRoundRobin is Envoy's ROUND_ROBIN.
+	HostRoundRobin HostPolicy = "round_robin"
+	// HostSessionHash is consistent hashing on the session key (Envoy's
+	// RING_HASH or MAGLEV with a header hash policy): a conversation's
+	// turns go to one replica while it is up; requests without a session
+	// go to a random one.
+	HostSessionHash HostPolicy = "session_hash"
+	// HostPrefixScorer is the Gateway API Inference Extension's endpoint
+	// picker with its default scorers (llm-d): 2 × queue + 2 × KV cache +
+	// 3 × prefix, each in [0, 1], the highest total wins. Queue and KV
+	// usage are read live from the engines (the EPP scrapes every 50 ms);
+	// the prefix score is the share of the prompt's blocks its routing
+	// index places on the replica, stopping at the first miss.
+	HostPrefixScorer HostPolicy = "prefix_scorer"
+	// HostILB is ILB's replica picker (package picker), with the state
+	// ILB has: its own requests in flight and the replicas' states and
+	// saturation from the last scrape.
+	HostILB HostPolicy = "ilb"
+)
+
+// HostPolicies are the replica-level policies, in report order.
+func HostPolicies() []HostPolicy {
+	return []HostPolicy{HostLeastRequest, HostRoundRobin, HostSessionHash, HostPrefixScorer, HostILB}
+}
+
+// ParseHostPolicy checks a host policy name.
+func ParseHostPolicy(s string) (HostPolicy, error) {
+	for _, p := range HostPolicies() {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown host policy %q: want one of %v", s, HostPolicies())
+}
+
+// blockStride is how many of a workload's 16-token prefix blocks make
+// one of the picker's 64-token blocks: the chained hash of the last of
+// them identifies the whole prefix up to there, as the picker's hash of
+// 256 prompt bytes does.
+const blockStride = picker.BlockTokens / workload.BlockTokens
+
+// pickerBlocks coarsens a request's prefix hashes to the picker's blocks
+// (into r's scratch).
+func (r *runner) pickerBlocks(prefix []uint64) []uint64 {
+	b := r.blockBuf[:0]
+	for i := blockStride - 1; i < len(prefix) && len(b) < picker.MaxBlocks; i += blockStride {
+		b = append(b, prefix[i])
+	}
+	r.blockBuf = b
+	return b
+}
+
+// hostPick is a replica choice: the replica, the next one a retry takes
+// (-1: the fallback policy decides), and ILB's booking of it.
+type hostPick struct {
+	replica, alt int
+	ticket       picker.Ticket
+}
+
+// pickFor picks the replica of cluster for request i by the run's host
+// policy; replica -1 when none is up.
+func (r *runner) pickFor(cluster, i int) hostPick {
+	q := &r.reqs[i]
+	switch r.opts.Policy.Hosts {
+	case HostRoundRobin:
+		return hostPick{replica: r.roundRobin(cluster), alt: -1}
+	case HostSessionHash:
+		if q.Session != "" {
+			return hostPick{replica: r.sessionHash(cluster, q.Session), alt: -1}
+		}
+		return hostPick{replica: r.randomUp(cluster), alt: -1}
+	case HostPrefixScorer:
+		return hostPick{replica: r.prefixScorer(cluster, q), alt: -1}
+	case HostILB:
+		return r.ilbPick(cluster, q)
+	}
+	return hostPick{replica: r.pickHost(cluster, -1), alt: -1}
+}
+
+// up lists the replicas of cluster Envoy sends to (into r's scratch).
+func (r *runner) up(cluster int) []int {
+	u := r.upBuf[:0]
+	for _, ri := range r.clusters[cluster].replicas {
+		if r.replicas[ri].envoyUp {
+			u = append(u, ri)
+		}
+	}
+	r.upBuf = u
+	return u
+}
+
+func (r *runner) roundRobin(cluster int) int {
+	u := r.up(cluster)
+	if len(u) == 0 {
+		return -1
+	}
+	c := r.clusters[cluster]
+	c.rr++
+	return u[c.rr%len(u)]
+}
+
+func (r *runner) randomUp(cluster int) int {
+	u := r.up(cluster)
+	if len(u) == 0 {
+		return -1
+	}
+	return u[r.rng.IntN(len(u))]
+}
+
+// sessionHash is rendezvous hashing of the session over the replicas up:
+// like a ring, only the sessions of a replica that leaves move.
+func (r *runner) sessionHash(cluster int, session string) int {
+	best, bestH := -1, uint64(0)
+	k := xxhash.Sum64String(session) ^ r.opts.Seed
+	for _, ri := range r.up(cluster) {
+		v := k ^ uint64(ri+1)*0x9e3779b97f4a7c15
+		v ^= v >> 31
+		v *= 0xbf58476d1ce4e5b9
+		v ^= v >> 29
+		if best < 0 || v > bestH {
+			best, bestH = ri, v
+		}
+	}
+	return best
+}
+
+// prefixScorer is GIE's default scheduling profile (see HostPrefixScorer).
+func (r *runner) prefixScorer(cluster int, q *workload.Request) int {
+	u := r.up(cluster)
+	if len(u) == 0 {
+		return -1
+	}
+	blocks := r.pickerBlocks(q.Prefix)
+	minQ, maxQ := math.MaxInt, 0
+	for _, ri := range u {
+		w := r.replicas[ri].m.Load().Waiting
+		minQ, maxQ = min(minQ, w), max(maxQ, w)
+	}
+	best, bestScore, ties := -1, math.Inf(-1), 0
+	for _, ri := range u {
+		rep := r.replicas[ri]
+		l := rep.m.Load()
+		queue := 1.0
+		if maxQ > minQ {
+			queue = float64(maxQ-l.Waiting) / float64(maxQ-minQ)
+		}
+		prefix := 0.0
+		if len(blocks) > 0 {
+			prefix = float64(rep.gie.match(blocks)) / float64(len(blocks))
+		}
+		s := 2*queue + 2*(1-l.KVUsage) + 3*prefix
+		switch {
+		case s > bestScore:
+			best, bestScore, ties = ri, s, 1
+		case s == bestScore:
+			ties++
+			if r.rng.IntN(ties) == 0 {
+				best = ri
+			}
+		}
+	}
+	r.replicas[best].gie.record(blocks)
+	return best
+}
+
+// ilbPick asks package picker, with what ILB knows: replicas its signals
+// see serving (ready or warming, with the warm-up ramp) and their
+// saturation at the last scrape, and its own requests' load.
+func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
+	c := r.clusters[cluster]
+	cands := r.candBuf[:0]
+	idx := r.idxBuf[:0]
+	for _, ri := range c.replicas {
+		rep := r.replicas[ri]
+		if rep.seen != lcReady && rep.seen != lcWarming {
+			continue
+		}
+		ramp := 1.0
+		if rep.seen == lcWarming {
+			ramp = min(1, 0.1+0.9*float64(r.clock.now-rep.since)/float64(warmupTime))
+		}
+		cands = append(cands, picker.Replica{Address: rep.addr, Ramp: ramp, Saturated: rep.saturated})
+		idx = append(idx, ri)
+	}
+	r.candBuf, r.idxBuf = cands, idx
+	if len(cands) == 0 { // no host listed: Envoy's fallback least request
+		return hostPick{replica: r.pickHost(cluster, -1), alt: -1}
+	}
+	d, t := c.picker.Pick(cands, picker.Request{Blocks: r.pickerBlocks(q.Prefix), PromptTokens: q.Prompt, Draw: r.rng.Uint64()})
+	hp := hostPick{replica: -1, alt: -1, ticket: t}
+	for k, cand := range cands {
+		switch cand.Address {
+		case d.Chosen.Address:
+			hp.replica = idx[k]
+		case d.RunnerUp.Address:
+			hp.alt = idx[k]
+		}
+	}
+	return hp
+}
+
+// gieIndex is the endpoint picker's approximate prefix index of one
+// replica: the blocks routed there, an LRU of gieIndexBlocks entries
+// (GIE's default: 31,250 per pod).
+type gieIndex struct {
+	held map[uint64]uint64 // block → last use
+	tick uint64
+}
+
+const gieIndexBlocks = 31250
+
+// match counts the leading blocks held, stopping at the first miss.
+func (g *gieIndex) match(blocks []uint64) int {
+	for i, b := range blocks {
+		if _, ok := g.held[b]; !ok {
+			return i
+		}
+	}
+	return len(blocks)
+}
+
+func (g *gieIndex) record(blocks []uint64) {
+	if g.held == nil {
+		g.held = map[uint64]uint64{}
+	}
+	for _, b := range blocks {
+		g.tick++
+		g.held[b] = g.tick
+	}
+	if len(g.held) > gieIndexBlocks+gieIndexBlocks/8 { // evict the oldest eighth at once
+		cut := g.tick - uint64(gieIndexBlocks)
+		for b, t := range g.held {
+			if t <= cut {
+				delete(g.held, b)
+			}
+		}
+	}
+}
+
+// ReplicaFigures are a run's replica-level figures.
+type ReplicaFigures struct {
+	// PrefixHit is the share of the prompt tokens of completed requests
+	// that the replicas' prefix caches held (not prefilled).
+	PrefixHit float64 `json:"prefix_hit"`
+	// Imbalance is, averaged over clusters weighted by their requests,
+	// the busiest replica's completed requests over the cluster's mean
+	// per replica (1: perfectly even).
+	Imbalance float64 `json:"imbalance"`
+	// PickerBytes is the memory ILB's replica picker estimates its
+	// prefix index takes at the end of the run (host policy ilb).
+	PickerBytes int64 `json:"picker_bytes,omitempty"`
+}
+
+func (r *runner) replicaFigures() ReplicaFigures {
+	var f ReplicaFigures
+	var prompt, cached int64
+	var weighted, served float64
+	for _, c := range r.clusters {
+		total, most := 0, 0
+		for _, ri := range c.replicas {
+			rep := r.replicas[ri]
+			prompt += rep.promptTokens
+			cached += rep.cachedTokens
+			total += rep.served
+			most = max(most, rep.served)
+		}
+		if total > 0 {
+			mean := float64(total) / float64(len(c.replicas))
+			weighted += float64(total) * float64(most) / mean
+			served += float64(total)
+		}
+		if r.opts.Policy.Hosts == HostILB {
+			f.PickerBytes += c.picker.Stats().Bytes
+		}
+	}
+	if prompt > 0 {
+		f.PrefixHit = float64(cached) / float64(prompt)
+	}
+	if served > 0 {
+		f.Imbalance = weighted / served
+	}
+	return f
+}
