@@ -46,3 +46,20 @@ func BenchmarkGenerateThreeRegions(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGenerateDocuments is BenchmarkGenerate's hour with documents:
+// 3 of 10,000 chunks of 512 tokens per request, Zipf 1.
+func BenchmarkGenerateDocuments(b *testing.B) {
+	src := baseSource("eu", 100)
+	src.DiurnalAmplitude, src.GammaShape = 0.5, 0.5
+	src.Models = []Share{{"llama", 3}, {"qwen", 1}}
+	src.SessionShare, src.SessionTurns, src.SharedPrefixTokens = 0.3, 4, 512
+	src.Documents, src.DocumentTokens, src.DocumentsPerRequest, src.DocumentZipf = 10000, 512, 3, 1
+	spec := Spec{Duration: time.Hour, Period: time.Hour, Seed: 1, Sources: []SourceSpec{src}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Generate(spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

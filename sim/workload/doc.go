@@ -44,6 +44,23 @@
 // source and model, whatever the seed; a session's history hashes the same in
 // all its later turns.
 //
+// # Documents
+//
+// A source may also have a pool of documents ([SourceSpec.Documents]), as
+// retrieval-augmented generation puts in prompts: a request's prompt is
+// then the system prompt, a few distinct documents drawn with Zipf
+// popularity (a few documents are hot), in the order drawn, and the
+// question. Its Prefix holds the full blocks of the system prompt and
+// documents, chained: two requests share the blocks of the system prompt
+// and of their common leading documents only, so requests whose first
+// documents differ share the system prompt alone, even if they share every
+// other document. A document's tokens depend on the source, the seed and
+// its index. A session draws documents at its first turn and keeps them as
+// history. Documents are drawn from their own random stream, so adding
+// them to a source changes its prompts and prefixes only. Documents are
+// never cut: [Spec.Validate] wants the system prompt and documents shorter
+// than [MaxTokens], and the question is cut to fit instead.
+//
 // Everything is deterministic per seed: randomness comes from math/rand/v2
 // PCG generators seeded from [Spec.Seed] or [Replay.Seed], one stream per
 // source and purpose, so that changing one source does not reshuffle

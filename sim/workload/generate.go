@@ -11,6 +11,7 @@ import (
 const (
 	streamArrivals = iota
 	streamAttributes
+	streamDocuments
 )
 
 // newRand returns the generator of one source (or replay) and purpose.
@@ -48,6 +49,7 @@ type sourceGen struct {
 	input, output lognormal
 	sys           [][]uint64 // system prompt blocks per model index
 	sessions      *sessions
+	docs          *documents // nil without documents
 }
 
 // newSourceGen prepares source i of s; s and the source have their
@@ -79,6 +81,7 @@ func newSourceGen(s Spec, i int, src SourceSpec) *sourceGen {
 	for m, name := range g.models.names {
 		g.sys[m] = systemBlocks(src.Name, name, src.SharedPrefixTokens)
 	}
+	g.docs = newDocuments(src, s.Seed, i, g.models.names, g.sys)
 	return g
 }
 
@@ -107,31 +110,40 @@ func (g *sourceGen) run() []Request {
 
 // request draws the attributes of the request arriving at at (t seconds).
 // Model, priority, lengths and the session coin are drawn first for every
-// request, session turn or not, so that these draws stay aligned.
+// request, session turn or not, so that these draws stay aligned; the
+// documents of a request or session's first turn come from their own
+// stream.
 func (g *sourceGen) request(at time.Duration, t float64) Request {
 	r := g.attrs
 	model, prio := g.models.pick(r), g.prios.pick(r)
 	msg, out := g.lengths(r)
 	inSession := r.Float64() < g.src.SessionShare
-	shared := g.src.SharedPrefixTokens
-	if !inSession {
-		return Request{
-			At:       at,
-			Source:   g.src.Name,
-			Model:    g.models.names[model],
-			Priority: g.prios.names[prio],
-			Prompt:   min(shared+msg, MaxTokens),
-			Output:   out,
-			Prefix:   g.sys[model],
-		}
+	var s *session
+	if inSession {
+		s = g.sessions.take(t, msg)
 	}
-	s := g.sessions.take(t, msg)
 	var prompt int
-	if s == nil {
-		s = g.sessions.start(r, model, prio, g.sys[model])
-		prompt = min(shared+msg, MaxTokens)
-	} else {
+	if s != nil {
 		prompt = s.prompt + s.output + msg
+	} else {
+		// The system prompt and documents, then the question, cut to fit.
+		lead, leadTokens := g.sys[model], g.src.SharedPrefixTokens
+		if g.docs != nil {
+			lead, leadTokens = g.docs.lead(model)
+		}
+		prompt = min(leadTokens+msg, MaxTokens)
+		if !inSession {
+			return Request{
+				At:       at,
+				Source:   g.src.Name,
+				Model:    g.models.names[model],
+				Priority: g.prios.names[prio],
+				Prompt:   prompt,
+				Output:   out,
+				Prefix:   lead,
+			}
+		}
+		s = g.sessions.start(r, model, prio, lead, leadTokens)
 	}
 	prefix := g.sessions.turn(r, s, t, prompt, out)
 	return Request{

@@ -6,10 +6,11 @@ package workload
 
 // Domain tags, so that hashes of different kinds never meet.
 const (
-	tagSystem  = 0x73797374656d // "system"
-	tagSession = 0x73657373696f6e
-	tagTrace   = 0x7472616365
-	tagStream  = 0x73747265616d
+	tagSystem   = 0x73797374656d // "system"
+	tagSession  = 0x73657373696f6e
+	tagTrace    = 0x7472616365
+	tagStream   = 0x73747265616d
+	tagDocument = 0x646f63756d656e74
 )
 
 // mix combines a hash with a value (splitmix64's finaliser over a
@@ -39,12 +40,18 @@ func hashString(s string) uint64 {
 // source and model, whatever the seed.
 func systemBlocks(source, model string, n int) []uint64 {
 	blocks := make([]uint64, n/BlockTokens)
-	h := mix(mix(tagSystem, hashString(source)), hashString(model))
+	h := systemRoot(source, model)
 	for j := range blocks {
 		h = mix(h, uint64(j))
 		blocks[j] = h
 	}
 	return blocks
+}
+
+// systemRoot is the root of the hash chain of the prompts of source and
+// model: their system prompt, and the documents after it.
+func systemRoot(source, model string) uint64 {
+	return mix(mix(tagSystem, hashString(source)), hashString(model))
 }
 
 // extendBlocks appends to blocks the hashes of blocks len(blocks) ..

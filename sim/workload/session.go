@@ -32,7 +32,6 @@ type sessions struct {
 	salt    uint64  // per source and seed: the content of its sessions
 	turns   float64 // mean turns per session
 	think   float64 // mean think time, seconds
-	shared  int     // system prompt tokens
 	growth  float64 // mean tokens a turn adds: new message and answer
 	open    sessionHeap
 	started int
@@ -47,7 +46,6 @@ func newSessions(src SourceSpec, seed uint64, growth float64) *sessions {
 		salt:   mix(mix(tagSession, seed), hashString(src.Name)),
 		turns:  src.SessionTurns,
 		think:  src.SessionThink.Seconds(),
-		shared: src.SharedPrefixTokens,
 		growth: growth,
 	}
 }
@@ -65,15 +63,16 @@ func (ss *sessions) take(t float64, msg int) *session {
 	return nil
 }
 
-// start opens a session whose first turn has the given system prompt
-// blocks.
-func (ss *sessions) start(r *rand.Rand, model, priority int, system []uint64) *session {
+// start opens a session whose first turn's prompt begins with a lead of
+// leadTokens tokens (the system prompt and the documents) whose full
+// blocks hash to lead; later turns keep the lead as history.
+func (ss *sessions) start(r *rand.Rand, model, priority int, lead []uint64, leadTokens int) *session {
 	ss.started++
 	left := geometric(r, ss.turns)
 	// Room for the blocks of all its turns, on average, in one allocation.
-	size := min(int(1.25*(float64(ss.shared)+float64(left)*ss.growth))/BlockTokens+1, MaxTokens/BlockTokens)
-	blocks := make([]uint64, len(system), max(size, len(system)))
-	copy(blocks, system)
+	size := min(int(1.25*(float64(leadTokens)+float64(left)*ss.growth))/BlockTokens+1, MaxTokens/BlockTokens)
+	blocks := make([]uint64, len(lead), max(size, len(lead)))
+	copy(blocks, lead)
 	return &session{
 		key:      ss.source + "/" + strconv.Itoa(ss.started),
 		model:    model,

@@ -164,3 +164,62 @@ func TestGenerateSessionContextFull(t *testing.T) {
 		t.Errorf("%.1f turns per session: full contexts did not end sessions", turns)
 	}
 }
+
+// TestGenerateAgentSessions checks that the session knobs express agents:
+// long sessions (20 turns on average, geometric) with short think times
+// (1.5 to 4.5 s drawn, plus the wait for a session request) where each turn adds a tool output of 200 to 2000 tokens
+// (the new message) and a short answer to a growing context, every turn
+// sharing all full blocks of the previous turn's prompt.
+func TestGenerateAgentSessions(t *testing.T) {
+	src := baseSource("agents", 20)
+	src.SessionShare, src.SessionTurns, src.SessionThink = 1, 20, 3*time.Second
+	src.SharedPrefixTokens = 2000 // instructions and tool definitions
+	src.Lengths = Lengths{InputMean: 800, InputP99: 2000, OutputMean: 100, OutputP99: 300}
+	const duration = 20 * time.Minute
+	reqs := generate(t, Spec{Duration: duration, Seed: 4, Sources: []SourceSpec{src}})
+	var sessions, turns, long, tools, toolsInRange float64
+	var gaps []time.Duration
+	for key, ts := range sessionsOf(reqs) {
+		if ts[0].At < duration/2 {
+			sessions++
+			turns += float64(len(ts))
+			if len(ts) >= 10 {
+				long++
+			}
+		}
+		for i, r := range ts {
+			if len(r.Prefix) != r.Prompt/BlockTokens {
+				t.Fatalf("session %s turn %d: %d prefix blocks for %d tokens, want all", key, i, len(r.Prefix), r.Prompt)
+			}
+			if i == 0 {
+				continue
+			}
+			prev := ts[i-1]
+			tool := r.Prompt - prev.Prompt - prev.Output
+			if tool < 1 || !slices.Equal(r.Prefix[:len(prev.Prefix)], prev.Prefix) {
+				t.Fatalf("session %s turn %d: does not extend the previous prompt and answer with a tool output", key, i)
+			}
+			tools++
+			if tool >= 200 && tool <= 2000 {
+				toolsInRange++
+			}
+			gaps = append(gaps, r.At-prev.At)
+		}
+	}
+	// Sessions cut by a full context window bring the mean below 20.
+	if mean := turns / sessions; mean < 15 || mean > 20.5 {
+		t.Errorf("%.1f turns per session, want 15 to 20", mean)
+	}
+	if share := long / sessions; share < 0.5 {
+		t.Errorf("%.2f of the sessions have 10 turns or more, want at least half", share)
+	}
+	if share := toolsInRange / tools; share < 0.97 {
+		t.Errorf("%.3f of the tool outputs in [200, 2000] tokens, want 0.97", share)
+	}
+	// A turn waits for the next session request of the source once due,
+	// which adds to the drawn think time.
+	slices.Sort(gaps)
+	if lo, mid, p90 := gaps[0], gaps[len(gaps)/2], gaps[len(gaps)*9/10]; lo < 1500*time.Millisecond || mid > 4*time.Second || p90 > 5500*time.Millisecond {
+		t.Errorf("think times: min %v, median %v, p90 %v; want >= 1.5s, <= 4s, <= 5.5s", lo, mid, p90)
+	}
+}

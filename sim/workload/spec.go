@@ -83,6 +83,35 @@ type SourceSpec struct {
 	// of the source, in [0, MaxTokens): it is prepended to every prompt and
 	// its full blocks are the first hashes of every request's Prefix.
 	SharedPrefixTokens int
+	// Documents is the number of documents in the source's retrieval pool,
+	// in [0, MaxDocuments]; 0 means none. With documents, a prompt is the
+	// system prompt, then DocumentsPerRequest distinct documents in the
+	// order drawn (the most relevant first), then the question, whose
+	// length Lengths gives. Document i (from 0) has Zipf weight
+	// (i+1)^-DocumentZipf: the first document is drawn from the whole
+	// pool, each next one from those not drawn yet. A document's tokens
+	// depend on the source, Spec.Seed and its index only. The full blocks
+	// of the system prompt and documents are the request's Prefix: as the
+	// hashes are chained, two requests of one model share the blocks of
+	// their common leading documents only; with different first documents
+	// they share the system prompt alone, whatever documents follow. A
+	// session draws documents at its first turn only; its later turns keep
+	// them as history. Documents have their own random stream: adding them
+	// moves no arrival, model, priority, length or session draw.
+	Documents int
+	// DocumentTokens is the length of every document in tokens (fixed-size
+	// chunks, as retrieval pipelines cut them), >= 1 when Documents > 0,
+	// with SharedPrefixTokens + DocumentsPerRequest × DocumentTokens <
+	// MaxTokens: documents are never cut or dropped, the question is cut
+	// to fit MaxTokens instead (keeping at least one token).
+	DocumentTokens int
+	// DocumentsPerRequest is the number of distinct documents in a request
+	// (or a session's first turn), in [1, Documents] when Documents > 0.
+	DocumentsPerRequest int
+	// DocumentZipf is the exponent s of the documents' Zipf popularity, in
+	// [0, MaxDocumentZipf]: 0 is uniform; the larger s, the more requests
+	// draw the documents of lowest index (document 0 is the most popular).
+	DocumentZipf float64
 }
 
 // Burst multiplies the rate of a source by Factor during

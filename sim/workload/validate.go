@@ -103,6 +103,38 @@ func (src SourceSpec) validate(p *problems, path string, duration time.Duration)
 	if src.SharedPrefixTokens < 0 || src.SharedPrefixTokens >= MaxTokens {
 		p.addf(path+".shared_prefix_tokens", "%d: want tokens in [0, %d)", src.SharedPrefixTokens, MaxTokens)
 	}
+	src.validateDocuments(p, path)
+}
+
+// validateDocuments checks the document fields; unused ones (Documents 0)
+// must be in range too, and 0 is always in range.
+func (src SourceSpec) validateDocuments(p *problems, path string) {
+	n, per, tokens := src.Documents, src.DocumentsPerRequest, src.DocumentTokens
+	if n < 0 || n > MaxDocuments {
+		p.addf(path+".documents", "%d: want [0, %d] (0 for none)", n, MaxDocuments)
+	}
+	switch {
+	case tokens < 0 || tokens >= MaxTokens:
+		p.addf(path+".document_tokens", "%d: want tokens in [1, %d), or 0 without documents", tokens, MaxTokens)
+	case n > 0 && tokens == 0:
+		p.addf(path+".document_tokens", "0: want tokens >= 1 (documents is %d)", n)
+	}
+	switch {
+	case per < 0:
+		p.addf(path+".documents_per_request", "%d: want [1, documents], or 0 without documents", per)
+	case n > 0 && (per < 1 || per > n):
+		p.addf(path+".documents_per_request", "%d: want [1, documents (%d)]", per, n)
+	}
+	if s := src.DocumentZipf; !(s >= 0 && s <= MaxDocumentZipf) {
+		p.addf(path+".document_zipf", "%g: want a Zipf exponent in [0, %g]", s, MaxDocumentZipf)
+	}
+	// In int64, which holds per × tokens on 32-bit platforms too.
+	lead := int64(src.SharedPrefixTokens) + int64(per)*int64(tokens)
+	fieldsOK := per >= 1 && per <= n && tokens >= 1 && src.SharedPrefixTokens >= 0 && src.SharedPrefixTokens < MaxTokens
+	if fieldsOK && lead >= MaxTokens {
+		p.addf(path+".document_tokens", "%d: %d documents of %d tokens after a %d-token system prompt make %d tokens, want < %d (room for a question)",
+			tokens, per, tokens, src.SharedPrefixTokens, lead, MaxTokens)
+	}
 }
 
 // checkShares checks names (unique, not empty, among allowed if not nil)

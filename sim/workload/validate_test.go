@@ -14,6 +14,7 @@ func validSpec() Spec {
 	eu.Priorities = []Share{{PriorityCritical, 1}, {PriorityStandard, 3}}
 	eu.SessionShare, eu.SessionTurns, eu.SessionThink = 0.3, 4, 20*time.Second
 	eu.SharedPrefixTokens = 512
+	eu.Documents, eu.DocumentTokens, eu.DocumentsPerRequest, eu.DocumentZipf = 1000, 256, 3, 1.1
 	us := baseSource("us", 3)
 	us.UTCOffsetHours = -5
 	return Spec{Duration: time.Hour, Period: time.Hour, Seed: 1, Sources: []SourceSpec{eu, us}}
@@ -54,6 +55,21 @@ func TestValidate(t *testing.T) {
 		{"turns below one", func(s *Spec) { s.Sources[0].SessionTurns = 0.5 }, []string{"sources[0].session_turns"}},
 		{"turns unused but NaN", func(s *Spec) { s.Sources[1].SessionTurns = math.NaN() }, []string{"sources[1].session_turns"}},
 		{"shared prefix", func(s *Spec) { s.Sources[0].SharedPrefixTokens = MaxTokens }, []string{"sources[0].shared_prefix_tokens"}},
+		{"documents negative", func(s *Spec) { s.Sources[0].Documents = -1 }, []string{"sources[0].documents"}},
+		{"too many documents", func(s *Spec) { s.Sources[0].Documents = MaxDocuments + 1 }, []string{"sources[0].documents"}},
+		{"documents need tokens and a count", func(s *Spec) { s.Sources[0].DocumentTokens, s.Sources[0].DocumentsPerRequest = 0, 0 }, []string{"sources[0].document_tokens", "sources[0].documents_per_request"}},
+		{"more per request than documents", func(s *Spec) { s.Sources[0].DocumentsPerRequest = 1001 }, []string{"sources[0].documents_per_request"}},
+		{"document zipf", func(s *Spec) { s.Sources[0].DocumentZipf = MaxDocumentZipf + 0.5 }, []string{"sources[0].document_zipf"}},
+		{"documents overflow the context", func(s *Spec) { s.Sources[0].DocumentTokens = 10752 }, []string{"sources[0].document_tokens"}},
+		{"documents just fit", func(s *Spec) { s.Sources[0].DocumentTokens = 10751 }, nil},
+		{"unused document fields are valid", func(s *Spec) { s.Sources[0].Documents = 0 }, nil},
+		{
+			"unused document fields are in range",
+			func(s *Spec) {
+				s.Sources[1].DocumentTokens, s.Sources[1].DocumentsPerRequest, s.Sources[1].DocumentZipf = MaxTokens, -1, math.NaN()
+			},
+			[]string{"sources[1].document_tokens", "sources[1].documents_per_request", "sources[1].document_zipf"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +94,9 @@ func TestValidateMessagesNameValues(t *testing.T) {
 	s := validSpec()
 	s.Sources[1].MeanRate = -2.5
 	s.Sources[0].Bursts[0].Factor = -4
+	s.Sources[0].DocumentTokens = 20000
 	want := "sources[0].bursts[0].factor: -4: want a finite rate multiplier >= 0\n" +
+		"sources[0].document_tokens: 20000: 3 documents of 20000 tokens after a 512-token system prompt make 60512 tokens, want < 32768 (room for a question)\n" +
 		"sources[1].mean_rate: -2.5: want requests per second > 0"
 	if err := s.Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate:\n%v\nwant:\n%s", err, want)
