@@ -101,6 +101,16 @@ func liveOf(snap *signals.Snapshot) *extproc.Live {
 			cl.Pressure = c.Waiting / max(c.Running, 1)
 		}
 		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
+		for _, r := range snap.Endpoints(name) {
+			switch r.State {
+			case signals.StateReady, signals.StateWarming, signals.StateStale, signals.StateStarting:
+				ramp := r.Ramp
+				if !(ramp > 0) {
+					ramp = 1 // not probed yet: the fleet that was serving
+				}
+				cl.Replicas = append(cl.Replicas, extproc.ReplicaLive{Address: r.Address, Ramp: ramp, Saturated: r.Saturated})
+			}
+		}
 		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
 			var parts []string
 			for _, p := range []struct {

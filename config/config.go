@@ -206,6 +206,42 @@ type EngineCluster struct {
 	// Service is the Kubernetes service of the cluster, for the Istio
 	// mode (ilb render istio): host (FQDN) and port.
 	Service *Service `yaml:"service,omitempty" json:"service,omitempty"`
+	// ReplicaPicking makes ILB choose the replica of this cluster each
+	// request goes to (prefix-cache and load aware), through Envoy's
+	// override-host load balancing; off, Envoy's least-request chooses.
+	ReplicaPicking ReplicaPicking `yaml:"replica_picking" json:"replica_picking"`
+}
+
+// ReplicaPicking configures ILB's replica picking for one cluster.
+type ReplicaPicking struct {
+	// Enabled turns it on. The cluster's CDS resource then carries
+	// Envoy's override_host load-balancing policy (Envoy 1.35 or later)
+	// with least request as its fallback.
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// CacheTokens is the prompt tokens ILB assumes one replica's prefix
+	// cache holds: its KV cache in tokens (vLLM: num_gpu_blocks ×
+	// block_size, in vllm:cache_config_info). 0 means
+	// DefaultReplicaCacheTokens; at most MaxReplicaCacheTokens. ILB's
+	// index costs about 72 bytes per 64 tokens of it per replica.
+	CacheTokens int `yaml:"cache_tokens" json:"cache_tokens"`
+}
+
+// Replica picking bounds.
+const (
+	// DefaultReplicaCacheTokens is a third of the KV cache of an 8B model
+	// on an 80 GB GPU: the part not taken by running sequences.
+	DefaultReplicaCacheTokens = 131072
+	// MaxReplicaCacheTokens bounds the index: 16M tokens a replica, about
+	// 18 MiB of index each.
+	MaxReplicaCacheTokens = 1 << 24
+)
+
+// CacheTokensOrDefault is CacheTokens, or the default when 0.
+func (r ReplicaPicking) CacheTokensOrDefault() int {
+	if r.CacheTokens == 0 {
+		return DefaultReplicaCacheTokens
+	}
+	return r.CacheTokens
 }
 
 // Protocol is an upstream HTTP protocol.

@@ -102,6 +102,9 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 		if e.Protocol != ProtocolHTTP1 && e.Protocol != ProtocolHTTP2 {
 			p.addf(path+".protocol", "unknown protocol %q: want http1 or http2", e.Protocol)
 		}
+		if n := e.ReplicaPicking.CacheTokens; n < 0 || n > MaxReplicaCacheTokens {
+			p.addf(path+".replica_picking.cache_tokens", "%d is out of range: want 0 (the default, %d) to %d tokens", n, DefaultReplicaCacheTokens, MaxReplicaCacheTokens)
+		}
 		if e.Service != nil && (!validDNSName(e.Service.Host) || e.Service.Port < 1 || e.Service.Port > 65535) {
 			p.addf(path+".service", "%+v: want a DNS host and a port in 1..65535", *e.Service)
 		}

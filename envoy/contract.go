@@ -82,13 +82,17 @@ func ExtProcRetry() *corev3.RetryPolicy {
 }
 
 // StripRouteHeaders is the early header mutation that removes every
-// request header with the x-ilb-route- prefix before any filter runs, so
-// no client can pick a destination: only ext_proc sets them.
+// request header with the x-ilb-route- prefix, and
+// x-gateway-destination-endpoint, before any filter runs, so no client
+// can pick a destination cluster or replica: only ext_proc sets them.
 func StripRouteHeaders() *corev3.TypedExtensionConfig {
 	return &corev3.TypedExtensionConfig{
 		Name: EarlyHeaderMutation,
 		TypedConfig: MustAny(&earlyheadermutationv3.HeaderMutation{
-			Mutations: []*mutationrulesv3.HeaderMutation{removePrefix(header.RoutePrefix)},
+			Mutations: []*mutationrulesv3.HeaderMutation{
+				removePrefix(header.RoutePrefix),
+				{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: header.DestinationEndpoint}},
+			},
 		}),
 	}
 }

@@ -18,6 +18,12 @@ import (
 func decisionHeader(r *Record) string {
 	v := fmt.Sprintf("request_id=%s; model=%s; cluster=%s; reason=%s; draw=%d; slot=%d/%d; version=%s",
 		r.RequestID, r.Model, r.Chosen, r.Reason, r.Draw, r.Slot, r.TotalWeight, r.WeightsVersion)
+	if rd := r.Replica; rd != nil && rd.Chosen != "" {
+		v += fmt.Sprintf("; replica=%s; replica_reason=%s; cached_tokens=%d; cost=%.0f", rd.Chosen, rd.Reason, rd.Terms.Cached, rd.Terms.Cost)
+		if rd.RunnerUp != nil {
+			v += fmt.Sprintf("; runner_up=%s; runner_up_cost=%.0f", rd.RunnerUp.Address, rd.RunnerUp.Cost)
+		}
+	}
 	if r.TraceID != "" {
 		v += "; trace_id=" + r.TraceID
 	}
@@ -141,25 +147,31 @@ var (
 )
 
 // routeMutation is the header mutation of a decision: the model, the draw
-// and the cluster, values as raw_value; model and cluster are shared
-// bytes (never changed). Its messages are allocated together.
-func routeMutation(model []byte, draw uint64, cluster []byte) *extprocv3.HeaderMutation {
+// and the cluster, and the override-host list when ILB picked a replica,
+// values as raw_value; model and cluster are shared bytes (never
+// changed). Its messages are allocated together.
+func routeMutation(model []byte, draw uint64, cluster []byte, endpoint string) *extprocv3.HeaderMutation {
 	var m struct {
 		mut  extprocv3.HeaderMutation
-		opts [3]corev3.HeaderValueOption
-		vals [3]corev3.HeaderValue
-		ptrs [3]*corev3.HeaderValueOption
+		opts [4]corev3.HeaderValueOption
+		vals [4]corev3.HeaderValue
+		ptrs [4]*corev3.HeaderValueOption
 	}
 	p := &m
-	for i, kv := range [3]struct {
+	n := 3
+	if endpoint != "" {
+		n = 4
+	}
+	kvs := [4]struct {
 		key   string
 		value []byte
-	}{{header.RouteModel, model}, {header.RouteDraw, strconv.AppendUint(nil, draw, 10)}, {header.RouteCluster, cluster}} {
+	}{{header.RouteModel, model}, {header.RouteDraw, strconv.AppendUint(nil, draw, 10)}, {header.RouteCluster, cluster}, {header.DestinationEndpoint, []byte(endpoint)}}
+	for i, kv := range kvs[:n] {
 		p.vals[i].Key, p.vals[i].RawValue = kv.key, kv.value
 		p.opts[i].Header, p.opts[i].AppendAction = &p.vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 		p.ptrs[i] = &p.opts[i]
 	}
-	p.mut.SetHeaders = p.ptrs[:]
+	p.mut.SetHeaders = p.ptrs[:n]
 	return &p.mut
 }
 

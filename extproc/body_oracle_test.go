@@ -86,6 +86,9 @@ func parseBodyStd(ep Endpoint, data []byte) (Body, error) {
 		return Body{}, badRequest(field, "missing_required_parameter", fmt.Sprintf("the request has no %q: %s needs it", field, ep))
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
+	if len(prompt) > 0 {
+		b.prompt = prompt // the raw JSON encoding/json kept: what the replica picker hashes
+	}
 	return b, nil
 }
 

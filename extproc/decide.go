@@ -133,7 +133,8 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	// (1.5% of requests went elsewhere while versions changed every
 	// 50 ms). The model and draw headers stay: they say what the weighted
 	// routes, which serve what ext_proc does not decide, would do.
-	return routeMutation(c.modelRaw, draw, c.clusterRaw[d.Chosen]), nil
+	x.endpoint = s.pickReplica(x, body, model, live)
+	return routeMutation(c.modelRaw, draw, c.clusterRaw[d.Chosen], x.endpoint), nil
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt

@@ -39,6 +39,21 @@ type ClusterLive struct {
 	// that await their response, Little's law predicts the TTFT of the
 	// next one before the engines' metrics show a burst.
 	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
+	// Replicas are the cluster's serving replicas (ready, warming, stale
+	// or not probed yet), in address order: the candidates of replica
+	// picking. Draining, unhealthy and removed replicas are absent, so
+	// ILB never picks them once its signals saw them go.
+	Replicas []ReplicaLive `json:"replicas,omitempty"`
+}
+
+// ReplicaLive is one serving replica.
+type ReplicaLive struct {
+	// Address is host:port, as Envoy's EDS names the endpoint.
+	Address string `json:"address"`
+	// Ramp is the warm-up ramp, in (0, 1]: 1 when ready.
+	Ramp float64 `json:"ramp"`
+	// Saturated: its engine reports a long queue or a full KV cache.
+	Saturated bool `json:"saturated,omitempty"`
 }
 
 // SetLive swaps in the live state.

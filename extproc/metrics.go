@@ -32,6 +32,9 @@ type metrics struct {
 	logBytes prometheus.GaugeFunc
 	// idleRefused is refused{reason="idle_timeout"}, resolved once.
 	idleRefused prometheus.Counter
+	// Replica picking: picks by reason, prompt and cached tokens (the
+	// prefix-hit estimate), served replica against chosen.
+	replicaPicks, replicaPrompt, replicaCached, replicaServed *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
@@ -53,6 +56,22 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 			Name: "ilb_extproc_served_mismatch_total",
 			Help: "Responses served by another cluster than ext_proc chose (a fallback route, or a cluster header Envoy could not follow).",
 		}, []string{"source"}),
+		replicaPicks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_replica_picks_total",
+			Help: "Replica choices of ILB's replica picking, by cluster and reason (prefix: a cached prefix outweighed load; load: least prefill work ahead; only; all_saturated; skipped: no live replica state, Envoy's least request chose).",
+		}, []string{"cluster", "reason"}),
+		replicaPrompt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_replica_prompt_tokens_total",
+			Help: "Estimated prompt tokens of the requests ILB picked a replica for, by cluster.",
+		}, []string{"cluster"}),
+		replicaCached: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_replica_cached_tokens_total",
+			Help: "Of those, the tokens ILB believes the chosen replica held in its prefix cache, by cluster: over ilb_extproc_replica_prompt_tokens_total, the prefix-hit estimate.",
+		}, []string{"cluster"}),
+		replicaServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_replica_served_total",
+			Help: "Responses of requests ILB picked a replica for, by cluster and whether Envoy's upstream host was the chosen replica (chosen) or another (other: a retry, or the host had left Envoy's cluster).",
+		}, []string{"cluster", "served"}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_late_total",
 			Help: "Answers ext_proc gave after Envoy's message_timeout: Envoy had gone on without them (the request was routed by the fallback route).",
@@ -87,7 +106,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 	}
 	m.idleRefused = m.refused.WithLabelValues(refusedIdle)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

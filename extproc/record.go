@@ -64,6 +64,9 @@ type Record struct {
 	// Status is the HTTP status the client got: ILB's own for a
 	// rejection, else Envoy's response status.
 	Status int `json:"status,omitempty"`
+	// Replica is the replica decision inside Chosen (clusters with
+	// replica picking); nil otherwise.
+	Replica *ReplicaDecision `json:"replica,omitempty"`
 	// Served* come back from Envoy's response headers.
 	ServedCluster string `json:"served_cluster,omitempty"`
 	ServedVersion string `json:"served_version,omitempty"`
@@ -114,6 +117,9 @@ func (r *Record) estimate() int64 {
 		len(r.Chosen) + len(r.Redrawn) + len(r.Reason) + len(r.ServedCluster) + len(r.ServedVersion) + len(r.UpstreamHost) + len(r.Unanswered)
 	for _, c := range r.Candidates {
 		n += candidateOverhead + len(c.Cluster) + len(c.Excluded)
+	}
+	if r.Replica != nil {
+		n += r.Replica.size()
 	}
 	return int64(n)
 }

@@ -46,6 +46,9 @@ type Body struct {
 	// PromptTokens estimates the prompt length: bytes of the prompt's JSON
 	// (messages, prompt or input) divided by 4, at least 1.
 	PromptTokens int
+	// prompt is the prompt's raw JSON (it shares the body's memory): the
+	// replica picker hashes its leading blocks.
+	prompt []byte
 }
 
 // parseBody reads and checks the JSON body of an OpenAI request with
@@ -105,6 +108,7 @@ func parseBody(ep Endpoint, data []byte) (Body, error) {
 		return Body{}, badRequest(fieldNames[field], "missing_required_parameter", fmt.Sprintf("the request has no %q: %s needs it", fieldNames[field], ep))
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
+	b.prompt = prompt
 	return b, nil
 }
 

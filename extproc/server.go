@@ -23,6 +23,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -86,6 +87,9 @@ type Server struct {
 	// unknownSource limits the log lines of streams naming an unknown
 	// source: a misconfigured (or hostile) Envoy sends one per request.
 	unknownSource logLimiter
+	// pickers are the replica pickers of the clusters with replica
+	// picking on (fixed at New; each is safe for concurrent use).
+	pickers map[string]*picker.Cluster
 }
 
 var (
@@ -128,9 +132,15 @@ func New(o Options) (*Server, error) {
 	for _, e := range o.Config.Clusters {
 		awaiting[e.Name] = new(atomic.Int64)
 	}
+	pickers := newPickers(o.Config)
+	if o.Registry != nil && len(pickers) > 0 {
+		if err := o.Registry.Register(newPickerCollector(pickers)); err != nil {
+			return nil, fmt.Errorf("extproc: metrics: %w", err)
+		}
+	}
 	return &Server{
 		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
-		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting,
+		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting, pickers: pickers,
 	}, nil
 }
 

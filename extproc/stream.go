@@ -18,6 +18,7 @@ import (
 
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -82,6 +83,12 @@ type exchange struct {
 	// trailers follow). Envoy tells the mode in protocol_config on the
 	// first message; Envoys that do not are taken as BUFFERED.
 	streamed bool
+	// ticket books the request on the replica ILB chose (replica
+	// picking): its prefill until the response headers, its load until
+	// the stream ends.
+	ticket picker.Ticket
+	// endpoint is the override-host list of the decision ("" none).
+	endpoint string
 }
 
 // sourceOf is the source a stream's metadata names, or def. It is
@@ -170,7 +177,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		}
 		s.spanDecided(ctx, x, mut)
 		s.decided(x, began)
-		resp := headersResponse(mut, true)
+		resp := withEndpoint(headersResponse(mut, true), x.endpoint)
 		if !m.GetEndOfStream() {
 			resp.ModeOverride = skipBody()
 		}
@@ -288,7 +295,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	}
 	s.spanDecided(ctx, x, mut)
 	s.decided(x, began)
-	return bodyResponse(mut)
+	return withEndpoint(bodyResponse(mut), x.endpoint)
 }
 
 // decided logs and counts a routing decision.
@@ -352,6 +359,7 @@ func (s *Server) unfinished(x *exchange) {
 // answered stops counting a request as awaiting its response (its
 // response headers came, or its stream ended).
 func (s *Server) answered(x *exchange) {
+	x.ticket.FirstToken()
 	if x.awaitingOn != nil {
 		x.awaitingOn.Add(-1)
 		x.awaitingOn = nil
@@ -431,6 +439,11 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 			r.ServedVersion = bound.String(hs[2], bound.Name)
 			r.UpstreamHost = bound.String(hs[3], bound.Name)
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
+			if r.Replica != nil {
+				rd := *r.Replica // records are copied on write
+				r.Replica = &rd
+				s.replicaServed(r)
+			}
 			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
 			r.Complete = true
 		})

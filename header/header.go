@@ -23,6 +23,18 @@ const (
 	RouteCluster = "x-ilb-route-cluster"
 )
 
+// Replica picking, the Gateway API Inference Extension's endpoint-picker
+// protocol: ext_proc sends the chosen replicas as this request header and
+// as dynamic metadata under LBNamespace/DestinationEndpoint (the same
+// ip:port[,ip:port...] list); the engine clusters' override_host
+// load-balancing policy reads them. A client's own
+// x-gateway-destination-endpoint is removed by the listener before
+// ext_proc runs: only ILB picks replicas.
+const (
+	DestinationEndpoint = "x-gateway-destination-endpoint"
+	LBNamespace         = "envoy.lb"
+)
+
 // Internal response headers, added by the routes Envoy serves so that
 // ext_proc sees which cluster, host and weights version really served a
 // request. ext_proc removes them before the client sees them unless debug

@@ -47,11 +47,17 @@ func (c *cache) match(chain []uint64) int {
 
 // record notes that the replica was sent a prompt with these blocks; the
 // stamps taken are stamp+1 .. stamp+len(chain), earlier blocks later.
-// It returns the next free stamp.
+// It returns the last stamp taken. A block used within the last
+// capacity/2 stamps is not stamped again: it is far from eviction, and
+// most of a conversation's turn is blocks its previous turn just sent.
 func (c *cache) record(chain []uint64, stamp uint64) uint64 {
+	fresh := uint64(c.cap / 2)
 	for i := len(chain) - 1; i >= 0; i-- {
 		stamp++
 		h := chain[i]
+		if s, ok := c.blocks[h]; ok && s+fresh >= stamp {
+			continue
+		}
 		c.blocks[h] = stamp
 		if c.n == len(c.ring) {
 			c.pop()

@@ -121,6 +121,10 @@ func engineCluster(c *config.Config, e config.EngineCluster) *clusterv3.Cluster 
 			}),
 		}
 	}
+	if e.ReplicaPicking.Enabled {
+		cl.LbPolicy, cl.LbConfig = clusterv3.Cluster_ROUND_ROBIN, nil // superseded: see LoadBalancingPolicy
+		cl.LoadBalancingPolicy = envoy.OverrideHostPolicy(ev.SlowStart.Std())
+	}
 	return cl
 }
 

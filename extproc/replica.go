@@ -1,0 +1,167 @@
+package extproc
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/picker"
+)
+
+// ReplicaDecision is the replica ILB chose inside the chosen cluster, and
+// why (clusters with replica_picking on).
+type ReplicaDecision struct {
+	// Chosen is the replica (host:port); "" when ILB left the choice to
+	// Envoy (Skipped says why).
+	Chosen string `json:"chosen,omitempty"`
+	// Hosts is the override-host list sent to Envoy: Chosen, then the
+	// replicas a retry takes.
+	Hosts []string `json:"hosts,omitempty"`
+	// Reason: prefix, load, only or all_saturated (package picker).
+	Reason string `json:"reason,omitempty"`
+	// PromptBlocks is how many 256-byte blocks of the prompt were hashed
+	// (at most 512).
+	PromptBlocks int `json:"prompt_blocks"`
+	// Terms are the chosen replica's: cached prefix, load, cost.
+	Terms picker.Term `json:"terms"`
+	// RunnerUp is the second best, and Lost why it was not chosen.
+	RunnerUp *picker.Term `json:"runner_up,omitempty"`
+	Lost     string       `json:"runner_up_lost,omitempty"`
+	// Skipped says why ILB chose no replica: Envoy's least request did.
+	Skipped string `json:"skipped,omitempty"`
+	// Served is set from the response: "chosen" when Envoy's upstream
+	// host is Chosen, "other" when it is another (a retry took the next
+	// host, or Envoy fell back because the host had left its cluster).
+	Served string `json:"served,omitempty"`
+}
+
+// size is the record memory the decision adds.
+func (d *ReplicaDecision) size() int {
+	n := 128 + len(d.Chosen) + len(d.Reason) + len(d.Lost) + len(d.Skipped) + len(d.Terms.Address)
+	for _, h := range d.Hosts {
+		n += 16 + len(h)
+	}
+	if d.RunnerUp != nil {
+		n += 96 + len(d.RunnerUp.Address)
+	}
+	return n
+}
+
+// newPickers makes one replica picker per cluster with replica picking
+// on. They live as long as the server: what they learned survives
+// weights versions.
+func newPickers(c *config.Config) map[string]*picker.Cluster {
+	out := map[string]*picker.Cluster{}
+	for _, e := range c.Clusters {
+		if e.ReplicaPicking.Enabled {
+			out[e.Name] = picker.NewCluster(e.ReplicaPicking.CacheTokensOrDefault())
+		}
+	}
+	return out
+}
+
+// pickReplica chooses the replica of the chosen cluster when it picks
+// replicas, books the request there (x.ticket) and returns the
+// override-host list ("" when Envoy chooses). body is nil when ILB
+// decided on headers alone: then only load counts.
+func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) string {
+	cluster := x.rec.Chosen
+	pk := s.pickers[cluster]
+	if pk == nil {
+		return ""
+	}
+	rd := &ReplicaDecision{}
+	x.rec.Replica = rd
+	var reps []ReplicaLive
+	if live != nil {
+		reps = live.Clusters[cluster].Replicas
+	}
+	if len(reps) == 0 {
+		rd.Skipped = "no live replica state for the cluster: Envoy's least request chooses"
+		s.metrics.replicaPicks.WithLabelValues(cluster, "skipped").Inc()
+		return ""
+	}
+	cands := make([]picker.Replica, len(reps))
+	for i, r := range reps {
+		cands[i] = picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated}
+	}
+	req := picker.Request{Draw: s.opts.Rand()}
+	if body != nil {
+		req.PromptTokens = body.PromptTokens
+		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
+			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
+		}
+	}
+	d, t := pk.Pick(cands, req)
+	x.ticket = t
+	rd.Chosen, rd.Hosts, rd.Reason, rd.PromptBlocks, rd.Terms = d.Chosen.Address, d.Hosts, d.Reason, len(req.Blocks), d.Chosen
+	if d.RunnerUp.Address != "" {
+		ru := d.RunnerUp
+		rd.RunnerUp, rd.Lost = &ru, d.Lost()
+	}
+	s.metrics.replicaPicks.WithLabelValues(cluster, d.Reason).Inc()
+	s.metrics.replicaPrompt.WithLabelValues(cluster).Add(float64(req.PromptTokens))
+	s.metrics.replicaCached.WithLabelValues(cluster).Add(float64(d.Chosen.Cached))
+	return strings.Join(d.Hosts, ",")
+}
+
+// replicaServed notes, from the response, which replica served.
+func (s *Server) replicaServed(r *Record) {
+	rd := r.Replica
+	if rd == nil || rd.Chosen == "" || r.UpstreamHost == "" {
+		return
+	}
+	rd.Served = "other"
+	if r.UpstreamHost == rd.Chosen {
+		rd.Served = "chosen"
+	}
+	s.metrics.replicaServed.WithLabelValues(r.Chosen, rd.Served).Inc()
+}
+
+// withEndpoint adds the override-host list to a decision's answer as
+// dynamic metadata, envoy.lb / x-gateway-destination-endpoint (the
+// header carries the same list): Envoy's override_host policy reads
+// either.
+func withEndpoint(resp *extprocv3.ProcessingResponse, endpoint string) *extprocv3.ProcessingResponse {
+	if endpoint == "" {
+		return resp
+	}
+	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+		header.LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			header.DestinationEndpoint: structpb.NewStringValue(endpoint),
+		}}),
+	}}
+	return resp
+}
+
+// pickerCollector exports the pickers' index sizes.
+type pickerCollector struct {
+	pickers map[string]*picker.Cluster
+	bytes   *prometheus.Desc
+	blocks  *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*pickerCollector)(nil)
+
+func newPickerCollector(p map[string]*picker.Cluster) *pickerCollector {
+	return &pickerCollector{
+		pickers: p,
+		bytes:   prometheus.NewDesc("ilb_extproc_replica_index_bytes", "Estimated memory of ILB's prefix-cache index of a cluster's replicas (replica picking).", []string{"cluster"}, nil),
+		blocks:  prometheus.NewDesc("ilb_extproc_replica_index_blocks", "Prompt blocks (256 bytes, ~64 tokens) ILB believes a cluster's replicas hold in their prefix caches, all replicas.", []string{"cluster"}, nil),
+	}
+}
+
+func (c *pickerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.bytes; ch <- c.blocks }
+
+func (c *pickerCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, p := range c.pickers {
+		st := p.Stats()
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes), name)
+		ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(st.Blocks), name)
+	}
+}

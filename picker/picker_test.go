@@ -1,0 +1,182 @@
+package picker
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// prompt returns n bytes of deterministic text seeded by s.
+func prompt(s string, n int) []byte {
+	var b bytes.Buffer
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "%s-%d ", s, i)
+	}
+	return b.Bytes()[:n]
+}
+
+func blocks(model string, text []byte) []uint64 { return AppendBlocks(nil, Seed(model), text) }
+
+func TestAppendBlocks(t *testing.T) {
+	base := prompt("conversation", 10*BlockBytes)
+	longer := append(bytes.Clone(base), prompt("next turn", 3*BlockBytes)...)
+	edited := bytes.Clone(base)
+	edited[5*BlockBytes+7] ^= 1
+	for _, tc := range []struct {
+		name       string
+		a, b       []uint64
+		wantShared int
+	}{
+		{"a longer turn shares every full block of the shorter", blocks("m", base), blocks("m", longer), 10},
+		{"an edit in block 5 shares blocks 0-4 only", blocks("m", base), blocks("m", edited), 5},
+		{"another model shares nothing", blocks("m", base), blocks("other", base), 0},
+		{"a partial block is not hashed", blocks("m", base[:BlockBytes-1]), nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shared := 0
+			for shared < min(len(tc.a), len(tc.b)) && tc.a[shared] == tc.b[shared] {
+				shared++
+			}
+			if shared != tc.wantShared {
+				t.Errorf("shared %d leading blocks, want %d", shared, tc.wantShared)
+			}
+			for i := shared; i < min(len(tc.a), len(tc.b)); i++ {
+				if tc.a[i] == tc.b[i] {
+					t.Errorf("block %d equal after a difference: the chain does not carry the past", i)
+				}
+			}
+		})
+	}
+	if n := len(blocks("m", prompt("huge", 4*MaxBlocks*BlockBytes))); n != MaxBlocks {
+		t.Errorf("a huge prompt has %d blocks, want the bound %d", n, MaxBlocks)
+	}
+}
+
+func TestCacheBoundedAndPrefixClosed(t *testing.T) {
+	c := newCache(100)
+	var stamp uint64
+	for conv := range 50 {
+		stamp = c.record(blocks("m", prompt(fmt.Sprint("conv", conv), 20*BlockBytes)), stamp)
+		if c.size() > 100 {
+			t.Fatalf("after conversation %d the cache holds %d blocks, over its capacity 100", conv, c.size())
+		}
+	}
+	// The last conversations are held whole; older ones are gone or held
+	// as a prefix (never a suffix without its head).
+	for conv := range 50 {
+		b := blocks("m", prompt(fmt.Sprint("conv", conv), 20*BlockBytes))
+		m := c.match(b)
+		held := 0
+		for _, h := range b {
+			if _, ok := c.blocks[h]; ok {
+				held++
+			}
+		}
+		if held != m {
+			t.Errorf("conversation %d: %d blocks held but the leading match is %d: not a prefix", conv, held, m)
+		}
+		if conv >= 46 && m != 20 {
+			t.Errorf("recent conversation %d: match %d, want 20", conv, m)
+		}
+	}
+	if len(c.ring) != 200 {
+		t.Errorf("ring of %d entries, want 2 × capacity", len(c.ring))
+	}
+}
+
+func TestPick(t *testing.T) {
+	convA := prompt("conversation A", 40*BlockBytes) // ~2,560 tokens
+	three := []Replica{{Address: "10.0.0.1:8000", Ramp: 1}, {Address: "10.0.0.2:8000", Ramp: 1}, {Address: "10.0.0.3:8000", Ramp: 1}}
+	type step struct {
+		text     []byte
+		done     bool // settle the ticket at once
+		first    bool // first token only: load stays in flight
+		reps     []Replica
+		want     string
+		reason   string
+		runnerUp bool
+	}
+	tokens := func(b []byte) int { return len(b) / 4 }
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"a conversation returns to the replica holding it", []step{
+			{text: convA, done: true, reps: three, reason: ReasonLoad},
+			{text: append(bytes.Clone(convA), prompt("turn 2", 4*BlockBytes)...), done: true, reps: three, want: "=0", reason: ReasonPrefix},
+		}},
+		{"a queue longer than the cached prefix sends it elsewhere", []step{
+			{text: convA, first: false, reps: three, reason: ReasonLoad}, // stays awaiting: 2,560 tokens of prefill queued
+			{text: prompt("big other", 200*BlockBytes), reps: three, reason: ReasonLoad},
+			{text: append(bytes.Clone(convA), prompt("turn 2", 4*BlockBytes)...), done: true, reps: three, reason: ReasonLoad, want: "!0"},
+		}},
+		{"a saturated holder loses to an idle replica", []step{
+			{text: convA, done: true, reps: three, reason: ReasonLoad},
+			{text: convA, done: true, reps: []Replica{{Address: "10.0.0.1:8000", Ramp: 1, Saturated: true}, {Address: "10.0.0.2:8000", Ramp: 1, Saturated: true}, {Address: "10.0.0.3:8000", Ramp: 1, Saturated: true}}, reason: ReasonSaturated},
+		}},
+		{"one replica", []step{
+			{text: convA, done: true, reps: three[:1], want: "10.0.0.1:8000", reason: ReasonOnly},
+		}},
+		{"a warming replica counts its load over its ramp", []step{
+			{text: prompt("x", 8*BlockBytes), first: true, reps: []Replica{{Address: "w", Ramp: 0.1}, {Address: "r", Ramp: 1}}, want: "r", reason: ReasonLoad, runnerUp: true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCluster(1 << 20)
+			var chosen []string
+			for i, s := range tc.steps {
+				d, tk := c.Pick(s.reps, Request{Blocks: blocks("m", s.text), PromptTokens: tokens(s.text), Draw: uint64(i)})
+				chosen = append(chosen, d.Chosen.Address)
+				if s.reason != "" && d.Reason != s.reason {
+					t.Errorf("step %d: reason %s, want %s (%+v)", i, d.Reason, s.reason, d)
+				}
+				switch {
+				case s.want == "=0" && d.Chosen.Address != chosen[0]:
+					t.Errorf("step %d: chose %s, want %s (the holder)", i, d.Chosen.Address, chosen[0])
+				case s.want == "!0" && d.Chosen.Address == chosen[0]:
+					t.Errorf("step %d: chose the holder %s behind its queue", i, d.Chosen.Address)
+				case s.want != "" && !strings.ContainsAny(s.want[:1], "=!") && d.Chosen.Address != s.want:
+					t.Errorf("step %d: chose %s, want %s", i, d.Chosen.Address, s.want)
+				}
+				if len(s.reps) > 1 && (d.RunnerUp.Address == "" || d.Lost() == "" || len(d.Hosts) < 2 || d.Hosts[0] != d.Chosen.Address) {
+					t.Errorf("step %d: no runner-up, reason it lost or host list: %+v", i, d)
+				}
+				if s.first {
+					tk.FirstToken()
+				}
+				if s.done {
+					tk.Done()
+				}
+			}
+		})
+	}
+}
+
+func TestTicketsSettleLoad(t *testing.T) {
+	c := NewCluster(1 << 16)
+	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}}
+	var ts []Ticket
+	for i := range 10 {
+		_, tk := c.Pick(reps, Request{Blocks: blocks("m", prompt(fmt.Sprint(i), 4*BlockBytes)), PromptTokens: 256})
+		ts = append(ts, tk)
+	}
+	for i := range ts {
+		ts[i].FirstToken()
+		ts[i].FirstToken() // idempotent
+		ts[i].Done()
+		ts[i].Done()
+	}
+	for _, addr := range []string{"a", "b"} {
+		if st := c.replicas[addr]; st.inFlight != 0 || st.awaiting != 0 {
+			t.Errorf("replica %s: in flight %d, awaiting %d after every ticket settled", addr, st.inFlight, st.awaiting)
+		}
+	}
+	c.Retain(func(a string) bool { return a == "a" })
+	if s := c.Stats(); s.Replicas != 1 || s.Bytes <= 0 {
+		t.Errorf("after Retain: %+v, want 1 replica", s)
+	}
+	var zero Ticket
+	zero.FirstToken()
+	zero.Done()
+}
