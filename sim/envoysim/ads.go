@@ -71,10 +71,11 @@ func (c *adsClient) pick() error {
 	cc := e.state.staticClusters[c.cfg.clusterName]
 	addr := ""
 	if cl := e.snap.Load().clusters[c.cfg.clusterName]; cl != nil {
-		var lc *lbContext
+		// Each session is a new gRPC stream: a new stream info.
+		lc := &lbContext{req: grpcLBRequest(c.cfg.initialMetadata, &streamInfo{})}
 		if c.failed && c.host != "" {
 			last := c.host
-			lc = &lbContext{retry: true, maxAttempts: 3, avoid: func(a string) bool { return a == last }}
+			lc.retry, lc.maxAttempts, lc.avoid = true, 3, func(a string) bool { return a == last }
 		}
 		// Its own random source: the request path's (Options.Rand) stays
 		// the tests' deterministic sequence.

@@ -67,9 +67,10 @@ type clusterConfig struct {
 	hc                    *healthCheckConfig // nil without health_checks
 	outlier               *outlierConfig     // nil without outlier_detection
 	cb                    circuitBreakers
-	slowStart             *slowStartConfig // nil without slow start
-	warmHosts             bool             // common_lb_config.ignore_new_hosts_until_first_hc
-	ignoreHealthOnRemoval bool             // ignore_health_on_host_removal
+	slowStart             *slowStartConfig    // nil without slow start
+	override              *overrideHostConfig // load_balancing_policy override_host; nil without
+	warmHosts             bool                // common_lb_config.ignore_new_hosts_until_first_hc
+	ignoreHealthOnRemoval bool                // ignore_health_on_host_removal
 }
 
 // endpointSpec is one LbEndpoint before DNS resolution.
@@ -117,18 +118,23 @@ func compileCluster(c *clusterv3.Cluster) (*clusterConfig, error) {
 	default:
 		errs = append(errs, fmt.Errorf("type %s is not supported by envoysim (STATIC, STRICT_DNS, LOGICAL_DNS, EDS)", c.GetType()))
 	}
-	switch c.GetLbPolicy() {
-	case clusterv3.Cluster_ROUND_ROBIN:
+	switch lbp := c.GetLbPolicy(); {
+	case c.GetLoadBalancingPolicy() != nil || lbp == clusterv3.Cluster_LOAD_BALANCING_POLICY_CONFIG:
+		// load_balancing_policy replaces lb_policy (override_host.go).
+		if err := compileLoadBalancingPolicy(cc, c); err != nil {
+			errs = append(errs, err)
+		}
+	case lbp == clusterv3.Cluster_ROUND_ROBIN:
 		cc.lb = lbRoundRobin
 		cc.slowStart = compileSlowStart(c.GetRoundRobinLbConfig().GetSlowStartConfig())
-	case clusterv3.Cluster_LEAST_REQUEST:
+	case lbp == clusterv3.Cluster_LEAST_REQUEST:
 		cc.lb = lbLeastRequest
 		if n := c.GetLeastRequestLbConfig().GetChoiceCount(); n != nil {
 			cc.choiceCount = int(n.GetValue())
 		}
 		cc.slowStart = compileSlowStart(c.GetLeastRequestLbConfig().GetSlowStartConfig())
 	default:
-		errs = append(errs, fmt.Errorf("lb_policy %s is not supported by envoysim (ROUND_ROBIN, LEAST_REQUEST)", c.GetLbPolicy()))
+		errs = append(errs, fmt.Errorf("lb_policy %s is not supported by envoysim (ROUND_ROBIN, LEAST_REQUEST, or load_balancing_policy: %s)", c.GetLbPolicy(), supportedLBList))
 	}
 	if t := c.GetCommonLbConfig().GetHealthyPanicThreshold(); t != nil {
 		cc.panicThreshold = t.GetValue()

@@ -44,6 +44,43 @@
 // HttpProtocolOptions select http2_protocol_options.
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/load_balancing
 //
+// Typed load balancing policies (Cluster.load_balancing_policy;
+// ClusterInfoImpl::configureLbPolicies, upstream_impl.cc): when it is set
+// (or lb_policy is LOAD_BALANCING_POLICY_CONFIG) lb_policy and the legacy
+// least_request_lb_config / round_robin_lb_config are ignored, as in Envoy
+// (so a slow start configured there no longer applies), and
+// common_lb_config's zone aware, locality weighted and consistent hashing
+// parts are refused. The first policy of a type Envoy has a load balancer
+// factory for is used; entries of other types are skipped; none is an error
+// listing the names. Modelled: envoy.load_balancing_policies.least_request
+// (choice_count, slow_start_config) and round_robin (slow_start_config),
+// the same balancers as the enum, with common_lb_config's panic threshold;
+// and envoy.load_balancing_policies.override_host
+// (source/extensions/load_balancing_policies/override_host/load_balancer.cc)
+// with a least_request or round_robin fallback_policy: at a request's first
+// pick its override_host_sources are read in order (a header's first value;
+// a dynamic metadata key's string value), each split on "," with ASCII
+// whitespace trimmed and empty parts dropped, and the concatenated list is
+// kept for the request (OverrideHostFilterState). Every pick, the first
+// try and each retry, consumes the next entries until one is, as a string,
+// the address ("ip:port", "[v6]:port") of any host of the cluster (the
+// cross-priority host map): health, exclusion (draining) and panic are not
+// consulted, and retry host predicates and host_selection_retry_max_attempts
+// do not apply to entries; an entry naming no host, or unparseable, is
+// skipped; an empty or exhausted list leaves the pick to the fallback
+// policy with all its rules.
+// selected_host_key writes the address of every host picked, override or
+// fallback, into the request's dynamic metadata (a Struct nested along the
+// path, merged into the namespace). The gRPC clients' picks (ADS, ext_proc)
+// see their initial_metadata as request headers and a dynamic metadata of
+// their own. Each source sets exactly one of header and metadata ("Empty
+// override source", "Only one override source must be set"); metadata path
+// index segments, locality configuration, active_request_bias, full scans
+// and every other load balancing policy type are refused, with the list of
+// supported ones, wherever they are listed (Envoy would not look past the
+// policy it uses); a typed_config of a type unknown to the Go registry is
+// refused by validation where Envoy would skip it.
+//
 // Slow start (least_request_lb_config or round_robin_lb_config
 // slow_start_config; EdfLoadBalancerBase): a host that became healthy (its
 // last health check pass, or when it joined without health checking) less
@@ -200,7 +237,19 @@
 // Failures follow ext_proc.cc: gRPC errors and spurious messages give
 // status_on_error (default 500) or continue with failure_mode_allow; a
 // message timeout gives 504 or continues; a mutation error always gives
-// status_on_error. ImmediateResponse becomes a local reply. Local replies
+// status_on_error. ImmediateResponse becomes a local reply. Dynamic
+// metadata (metadata_options; Filter::setDynamicMetadata and
+// addDynamicMetadata): a response's dynamic_metadata is merged, top-level
+// key by top-level key, into the namespaces of the stream's dynamic
+// metadata that receiving_namespaces.untyped lists (others are dropped;
+// none listed, nothing is written), for every headers, body or trailers
+// response, before it is checked to be the expected one, and for an
+// immediate response unless disable_immediate_response; the router's host
+// pick reads that metadata. Every message sent carries metadata_context:
+// a copy of each forwarding_namespaces.untyped namespace the stream has
+// (typed namespaces find nothing: nothing envoysim models writes typed or
+// connection metadata), so the response headers message shows what the
+// load balancer wrote with selected_host_key. Local replies
 // sent while decoding go through every ext_proc filter's response path, as
 // in Envoy's filter manager. The connection manager's local_reply_config
 // rewrites them (LocalReplyImpl::rewrite, after the route's and the
@@ -221,7 +270,9 @@
 // filter's query parameter and trailer mutations, scoped routes, VHDS,
 // query_parameters and other route matchers, virtual host retry_policy, retry
 // priorities, retriable headers, hedging, per_try_idle_timeout, redirects,
-// mirrors, rate limits, CORS, hash-based and subset load balancing,
+// mirrors, rate limits, CORS, hash-based and subset load balancing, typed
+// load balancing policies other than override_host, least_request and
+// round_robin, ext_proc cluster_metadata_forwarding_namespaces,
 // active_request_bias, TCP and custom health checks, health check jitter and
 // payloads, endpoint health_check_config, the local origin split of outlier
 // detection, per-host circuit breakers, priorities other than 0, ext_proc

@@ -48,6 +48,9 @@ type extProcFilter struct {
 	answered bool
 	lastHost string
 	avoid    func(addr string) bool
+	// grpcInfo is the stream info of the filter's gRPC stream, which its
+	// retries share (the override_host filter state of its picks).
+	grpcInfo streamInfo
 }
 
 // merge applies the per-route configuration once, at the first call
@@ -240,6 +243,9 @@ func (f *extProcFilter) dispatch(res exchangeResult, want msgKind) (lr *localRep
 	var got msgKind
 	switch r := res.resp.GetResponse().(type) {
 	case *extprocv3.ProcessingResponse_ImmediateResponse:
+		if !f.cfg.disableImmediateResponse {
+			f.receiveMetadata(res.resp)
+		}
 		return f.onImmediate(r.ImmediateResponse), nil, true
 	case *extprocv3.ProcessingResponse_RequestHeaders:
 		got, common = kindRequestHeaders, r.RequestHeaders.GetResponse()
@@ -254,6 +260,7 @@ func (f *extProcFilter) dispatch(res exchangeResult, want msgKind) (lr *localRep
 	default:
 		return f.onSpurious("unhandled message"), nil, true
 	}
+	f.receiveMetadata(res.resp) // before the state check, as onReceiveMessage does
 	if got != want {
 		return f.onSpurious("spurious message"), nil, true
 	}

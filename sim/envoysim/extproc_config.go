@@ -75,6 +75,7 @@ type extProcConfig struct {
 	routeCacheAction         extprocfilterv3.ExternalProcessor_RouteCacheAction
 	statusOnError            int
 	retry                    *grpcRetry // grpc_service.retry_policy; nil: none
+	meta                     metadataOptions
 }
 
 func compileExtProc(name string, c *extprocfilterv3.ExternalProcessor) (*extProcConfig, error) {
@@ -89,6 +90,7 @@ func compileExtProc(name string, c *extprocfilterv3.ExternalProcessor) (*extProc
 		disableImmediateResponse: c.GetDisableImmediateResponse(),
 		routeCacheAction:         c.GetRouteCacheAction(),
 		statusOnError:            statusOnError(int(c.GetStatusOnError().GetCode())),
+		meta:                     compileMetadataOptions(c.GetMetadataOptions()),
 	}
 	var errs []error
 	if cfg.clusterName == "" {

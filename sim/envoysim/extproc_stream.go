@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -118,7 +117,7 @@ func (f *extProcFilter) exchangeOnce(ctx context.Context, req *extprocv3.Process
 		f.sentFirst = true
 		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: f.mode.reqBody, ResponseBodyMode: f.mode.respBody}
 	}
-	req.MetadataContext = &corev3.Metadata{}
+	req.MetadataContext = f.metadataContext()
 	stats := f.s.e.stats
 	if err := f.st.stream.Send(req); err != nil {
 		if ctx.Err() != nil {
@@ -171,9 +170,9 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 	if cl == nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: fmt.Sprintf("cluster %s not available", f.cfg.clusterName)}, false
 	}
-	var lc *lbContext
+	lc := &lbContext{req: grpcLBRequest(f.cfg.initialMetadata, &f.grpcInfo)}
 	if f.avoid != nil {
-		lc = &lbContext{retry: true, maxAttempts: uint32(max(f.cfg.retry.hostAttempts, 0)), avoid: f.avoid}
+		lc.retry, lc.maxAttempts, lc.avoid = true, uint32(max(f.cfg.retry.hostAttempts, 0)), f.avoid
 	}
 	h := cl.chooseHost(e.rand, lc)
 	if h == nil {

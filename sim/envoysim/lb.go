@@ -70,6 +70,8 @@ type cluster struct {
 
 	latestHostAdded time.Time // slow start: latest_host_added_time_ at build
 
+	hostMap map[string]*host // cross-priority host map; only with override_host (override_host.go)
+
 	mu  sync.Mutex
 	edf [numSources]*edfScheduler // only when host weights differ or a host is in slow start
 }
@@ -132,6 +134,9 @@ func buildCluster(cfg *clusterConfig, rt *clusterRuntime, hosts []hostView, over
 	if c.panic {
 		c.healthyLoad, c.degradedLoad = 100, 0 // recalculateLoadInTotalPanic with one priority
 	}
+	if cfg.override != nil {
+		c.hostMap = buildHostMap(c.sources[srcAll])
+	}
 	now := rt.clock.Now()
 	for src, hs := range c.sources {
 		if len(hs) > 1 && (!weightsEqual(hs) || !c.noHostsInSlowStart(now)) {
@@ -181,13 +186,15 @@ type lbContext struct {
 	retry       bool
 	maxAttempts uint32                 // host_selection_retry_max_attempts
 	avoid       func(addr string) bool // retry host predicates
+	req         *lbRequest             // the request picked for (override_host); nil: none
 }
 
-// chooseHost is ZoneAwareLoadBalancerBase::chooseHost: up to
+// chooseHostBase is ZoneAwareLoadBalancerBase::chooseHost, the cluster's
+// policy (or override_host's fallback policy, see chooseHost): up to
 // hostSelectionRetryCount()+1 picks (1+1 outside a retry), returning the
 // first host the retry predicates accept, else the last one picked. Outside
 // a retry the predicates accept every host.
-func (c *cluster) chooseHost(rand func() uint64, lc *lbContext) *host {
+func (c *cluster) chooseHostBase(rand func() uint64, lc *lbContext) *host {
 	attempts := 2
 	if lc != nil && lc.retry {
 		attempts = int(lc.maxAttempts) + 1

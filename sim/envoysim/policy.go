@@ -63,7 +63,7 @@ func (p fieldPolicy) walk(m protoreflect.Message, path string, errs *[]error) {
 	}
 	rules, ok := p[name]
 	if !ok {
-		*errs = append(*errs, fmt.Errorf("%s: type %s is not supported by envoysim", path, name))
+		*errs = append(*errs, fmt.Errorf("%s: type %s is not supported by envoysim%s", path, name, unsupportedTypeHint(name)))
 		return
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
@@ -174,6 +174,7 @@ func newFieldPolicy() fieldPolicy {
 		"connection_pool_per_downstream_connection", "max_requests_per_connection",
 		"http_protocol_options", "upstream_http_protocol_options", "lrs_server", "lrs_report_endpoint_metrics",
 		"track_timeout_budgets")
+	allowLoadBalancingPolicies(mod) // load_balancing_policy and ext_proc metadata_options (override_host.go)
 	mod("envoy.config.cluster.v3.Cluster.EdsClusterConfig", "eds_config", "service_name")
 	mod("envoy.config.cluster.v3.Cluster.LeastRequestLbConfig", "choice_count", "slow_start_config")
 	mod("envoy.config.cluster.v3.Cluster.RoundRobinLbConfig", "slow_start_config")

@@ -46,7 +46,8 @@ type stream struct {
 	filters         []httpFilter
 	upstreamHost    string
 	upstreamCluster string
-	responded       bool // response headers were sent downstream
+	responded       bool       // response headers were sent downstream
+	info            streamInfo // dynamic metadata and LB filter state (metadata.go)
 }
 
 // serveHTTP handles one request on rl with the current snapshot. Like

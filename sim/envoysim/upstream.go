@@ -87,7 +87,7 @@ func (s *stream) proxy(ctx context.Context, rt *routeResult, cl *cluster) {
 	if p.perTry >= p.timeout && p.timeout != 0 {
 		p.perTry = 0 // FilterUtility::finalTimeout
 	}
-	p.h = cl.chooseHost(s.e.rand, nil)
+	p.h = cl.chooseHost(s.e.rand, &lbContext{req: s.lbRequest()})
 	if p.h == nil {
 		p.noHealthyUpstream(ctx)
 		return
@@ -180,7 +180,9 @@ func (p *proxyRun) next(ctx, upCtx context.Context) bool {
 	cl := s.e.snap.Load().clusters[p.cl.cfg.name]
 	var h *host
 	if cl != nil {
-		h = cl.chooseHost(s.e.rand, p.rs.lbContext())
+		lc := p.rs.lbContext()
+		lc.req = s.lbRequest()
+		h = cl.chooseHost(s.e.rand, lc)
 	}
 	if h == nil {
 		p.noHealthyUpstream(ctx)
