@@ -1,0 +1,191 @@
+package extproc_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/promtest"
+)
+
+// replicaLive is live state giving each demo cluster its configured
+// replicas, serving; mod adjusts a replica by address.
+func replicaLive(h *harness, mod func(*extproc.ReplicaLive)) *extproc.Live {
+	l := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{}}
+	for _, c := range h.cfg.Clusters {
+		var reps []extproc.ReplicaLive
+		for _, ep := range c.Endpoints {
+			r := extproc.ReplicaLive{Address: ep, Ramp: 1}
+			if mod != nil {
+				mod(&r)
+			}
+			if r.Address != "" {
+				reps = append(reps, r)
+			}
+		}
+		l.Clusters[c.Name] = extproc.ClusterLive{Replicas: reps}
+	}
+	return l
+}
+
+// conversation is the body of turn n of a chat whose messages are long
+// enough to fill several 256-byte blocks.
+func conversation(id string, n int) string {
+	var msgs []string
+	for i := range n {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"%s turn %d %s"},{"role":"assistant","content":"answer %d %s"}`, id, i, strings.Repeat("q", 600), i, strings.Repeat("a", 400)))
+	}
+	return `{"model":"qwen-7b","max_tokens":50,"messages":[` + strings.Join(msgs, ",") + `]}`
+}
+
+// chatHeaders are a chat completion's request headers with this
+// x-request-id, plus extra.
+func chatHeaders(id string, extra ...string) *extprocv3.ProcessingRequest {
+	return reqHeaders(false, append([]string{":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id}, extra...)...)
+}
+
+// endpointOf returns the override-host list an answer carries, as the
+// header and as envoy.lb dynamic metadata ("" when absent).
+func endpointOf(resp *extprocv3.ProcessingResponse) (hdr, meta string) {
+	for _, o := range resp.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if o.GetHeader().GetKey() == header.DestinationEndpoint {
+			hdr = string(o.GetHeader().GetRawValue())
+		}
+	}
+	meta = resp.GetDynamicMetadata().GetFields()[header.LBNamespace].GetStructValue().GetFields()[header.DestinationEndpoint].GetStringValue()
+	return hdr, meta
+}
+
+// TestReplicaPicking drives ext_proc over a real gRPC stream with
+// replica picking on: the answer names the replicas as the override-host
+// header and metadata, a conversation's next turn goes back to the
+// replica that holds its prefix, a draining replica (absent from the live
+// state) is never picked, the record explains the choice and checks the
+// served host, and the metrics count it.
+func TestReplicaPicking(t *testing.T) {
+	type turn struct {
+		id       string // conversation
+		n        int    // turns so far
+		served   string // Envoy's upstream host ("=": the chosen one)
+		gone     string // replica absent from the live state
+		wantSame int    // index of an earlier turn whose replica it must get (-1: any)
+		wantNot  string // a replica it must not get
+	}
+	tests := []struct {
+		name  string
+		turns []turn
+	}{
+		{"a conversation returns to its replica", []turn{
+			{id: "c1", n: 2, served: "=", wantSame: -1},
+			{id: "c1", n: 3, served: "=", wantSame: 0},
+			{id: "c1", n: 4, served: "=", wantSame: 1},
+		}},
+		{"a replica that left is not picked, even holding the prefix", []turn{
+			{id: "c2", n: 2, served: "=", wantSame: -1},
+			{id: "c2", n: 3, served: "=", gone: "@0", wantSame: -1, wantNot: "@0"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startWith(t, true, func(o *extproc.Options) {
+				for i := range o.Config.Clusters {
+					o.Config.Clusters[i].ReplicaPicking.Enabled = true
+				}
+			})
+			var chosen []string
+			for i, tr := range tt.turns {
+				gone := tr.gone
+				if strings.HasPrefix(gone, "@") {
+					gone = chosen[0]
+				}
+				h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
+					if r.Address == gone {
+						r.Address = ""
+					}
+				}))
+				id := fmt.Sprintf("%s-%d", tt.name, i)
+				hdr := chatHeaders(id, header.DestinationEndpoint, "10.9.9.9:1")
+				resps := h.run(t, "edge-us", hdr, reqBody(conversation(tr.id, tr.n)))
+				hv, mv := endpointOf(resps[1])
+				if hv == "" || hv != mv {
+					t.Fatalf("turn %d: override-host header %q and metadata %q: want the same non-empty list", i, hv, mv)
+				}
+				first := strings.Split(hv, ",")[0]
+				chosen = append(chosen, first)
+				if first == "10.9.9.9:1" {
+					t.Fatalf("turn %d: the client's own x-gateway-destination-endpoint was kept", i)
+				}
+				if tr.wantSame >= 0 && first != chosen[tr.wantSame] {
+					t.Errorf("turn %d went to %s, want %s (the replica holding its prefix)", i, first, chosen[tr.wantSame])
+				}
+				if tr.wantNot != "" && first == gone {
+					t.Errorf("turn %d went to %s, which left the live state", i, first)
+				}
+				rec, ok := h.srv.Decisions().Get(id)
+				if !ok || rec.Replica == nil || rec.Replica.Chosen != first || rec.Replica.Reason == "" {
+					t.Fatalf("turn %d: record %+v: want the replica decision naming %s", i, rec.Replica, first)
+				}
+				if rec.Replica.RunnerUp != nil && rec.Replica.Lost == "" {
+					t.Errorf("turn %d: a runner-up without why it lost: %+v", i, rec.Replica)
+				}
+				// The same request again, answered: Envoy's response names
+				// the host it used, and the record says whether that is
+				// the replica ILB chose.
+				id2 := id + "-answered"
+				h.run(t, "edge-us", chatHeaders(id2), reqBody(conversation(tr.id, tr.n)), respHeaders(":status", "200",
+					header.ServedCluster, rec.Chosen, header.WeightsVersion, h.w.Version(), header.UpstreamHost, first))
+				rec2, _ := h.srv.Decisions().Get(id2)
+				want := "other"
+				if rec2.Replica != nil && rec2.Replica.Chosen == first {
+					want = "chosen"
+				}
+				if rec2.Replica == nil || rec2.Replica.Served != want {
+					t.Errorf("turn %d: answered record's replica %+v: want served %q (upstream host %s)", i, rec2.Replica, want, first)
+				}
+			}
+			text := string(promtest.Exposition(t, h.reg))
+			for _, want := range []string{`ilb_extproc_replica_served_total{cluster=`, `ilb_extproc_replica_picks_total{cluster=`, `ilb_extproc_replica_index_bytes{cluster=`, `ilb_extproc_replica_cached_tokens_total{cluster=`} {
+				if !strings.Contains(text, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+		})
+	}
+}
+
+// TestReplicaPickingWithoutLiveState: with no live replica state ILB
+// leaves the replica to Envoy and says so; clusters without replica
+// picking never get the header.
+func TestReplicaPickingWithoutLiveState(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		enabled bool
+		skipped bool
+	}{
+		{"picking on, no live state: skipped", true, true},
+		{"picking off: no replica decision", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startWith(t, true, func(o *extproc.Options) {
+				for i := range o.Config.Clusters {
+					o.Config.Clusters[i].ReplicaPicking.Enabled = tc.enabled
+				}
+			})
+			resps := h.run(t, "edge-us", chatHeaders("r1"), reqBody(conversation("x", 2)))
+			if hv, mv := endpointOf(resps[1]); hv != "" || mv != "" {
+				t.Errorf("override-host %q / %q without a replica decision", hv, mv)
+			}
+			rec, _ := h.srv.Decisions().Get("r1")
+			switch {
+			case tc.skipped && (rec.Replica == nil || rec.Replica.Skipped == ""):
+				t.Errorf("record replica %+v: want skipped with a reason", rec.Replica)
+			case !tc.skipped && rec.Replica != nil:
+				t.Errorf("record replica %+v: want none", rec.Replica)
+			}
+		})
+	}
+}
