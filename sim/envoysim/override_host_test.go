@@ -429,6 +429,9 @@ func TestLoadBalancingPolicyConfig(t *testing.T) {
 		want string // "" for accepted
 	}{
 		{"GIE override_host", cluster(lbPolicies(gieOverrideHost())), ""},
+		{"ILB's override_host (envoy.OverrideHostPolicy)", cluster(envoy.OverrideHostPolicy(30e9), func(c *clusterv3.Cluster) {
+			c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+		}), ""},
 		{"override_host with slow start", cluster(override(func(o *overridehostv3.OverrideHost) {
 			o.FallbackPolicy = lbPolicies(&leastrequestv3.LeastRequest{SlowStartConfig: &commonv3.SlowStartConfig{SlowStartWindow: durationpb.New(30e9)}})
 		})), ""},
