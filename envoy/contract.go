@@ -55,6 +55,16 @@ func ExtProc(cluster, source string, messageTimeout time.Duration) *extprocfilte
 		},
 		MessageTimeout:    durationpb.New(messageTimeout),
 		AllowModeOverride: true,
+		// Replica picking (GIE's endpoint-picker protocol): Envoy takes
+		// the envoy.lb namespace of the dynamic metadata ILB returns
+		// (the override-host list; without receiving_namespaces Envoy
+		// drops it), and sends that namespace back with each message, so
+		// the response headers carry the host the override_host policy
+		// selected (x-gateway-destination-endpoint-served).
+		MetadataOptions: &extprocfilterv3.MetadataOptions{
+			ReceivingNamespaces:  &extprocfilterv3.MetadataOptions_MetadataNamespaces{Untyped: []string{header.LBNamespace}},
+			ForwardingNamespaces: &extprocfilterv3.MetadataOptions_MetadataNamespaces{Untyped: []string{header.LBNamespace}},
+		},
 	}
 }
 

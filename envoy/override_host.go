@@ -43,6 +43,12 @@ func OverrideHostPolicy(slowStart time.Duration) *clusterv3.LoadBalancingPolicy 
 				{Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: header.DestinationEndpoint}},
 			}}},
 		},
+		// The host chosen, override or fallback, goes to the request's
+		// dynamic metadata, which the ext_proc filter forwards to ILB
+		// with the response headers: GIE's "served" key.
+		SelectedHostKey: &metadatav3.MetadataKey{Key: header.LBNamespace, Path: []*metadatav3.MetadataKey_PathSegment{
+			{Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: header.DestinationEndpointServed}},
+		}},
 		FallbackPolicy: &clusterv3.LoadBalancingPolicy{Policies: []*clusterv3.LoadBalancingPolicy_Policy{{
 			TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: LeastRequestPolicyName, TypedConfig: MustAny(lr)},
 		}}},

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/ilbproject/ilb/config"
@@ -121,6 +122,13 @@ func (s *Server) replicaServed(r *Record) {
 		rd.Served = "chosen"
 	}
 	s.metrics.replicaServed.WithLabelValues(r.Chosen, rd.Served).Inc()
+}
+
+// servedHost is the host Envoy's override_host policy selected, from the
+// metadata the ext_proc filter forwards (envoy.lb namespace); "" when
+// absent.
+func servedHost(md *corev3.Metadata) string {
+	return md.GetFilterMetadata()[header.LBNamespace].GetFields()[header.DestinationEndpointServed].GetStringValue()
 }
 
 // withEndpoint adds the override-host list to a decision's answer as

@@ -125,7 +125,7 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		return s.onRequestBody(ctx, x, r.RequestBody), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		x.stage = awaitResponse
-		return s.onResponseHeaders(x, r.ResponseHeaders), nil
+		return s.onResponseHeaders(x, r.ResponseHeaders, req.GetMetadataContext()), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return continueResponseBody, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
@@ -421,7 +421,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	return resp
 }
 
-func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *corev3.Metadata) *extprocv3.ProcessingResponse {
 	s.answered(x)
 	x.responded = true
 	var hs [len(responseHeaders)]string
@@ -438,6 +438,9 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders) *extpr
 			r.ServedCluster = bound.String(hs[1], bound.Name)
 			r.ServedVersion = bound.String(hs[2], bound.Name)
 			r.UpstreamHost = bound.String(hs[3], bound.Name)
+			if r.UpstreamHost == "" { // the override_host policy's selected_host_key, when forwarded
+				r.UpstreamHost = bound.String(servedHost(md), bound.Name)
+			}
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
 			if r.Replica != nil {
 				rd := *r.Replica // records are copied on write

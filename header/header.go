@@ -33,6 +33,10 @@ const (
 const (
 	DestinationEndpoint = "x-gateway-destination-endpoint"
 	LBNamespace         = "envoy.lb"
+	// DestinationEndpointServed is the key, in LBNamespace, where the
+	// override_host policy writes the host it selected; the ext_proc
+	// filter forwards it to ILB with the response headers.
+	DestinationEndpointServed = "x-gateway-destination-endpoint-served"
 )
 
 // Internal response headers, added by the routes Envoy serves so that

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
 )
 
@@ -51,6 +52,11 @@ const (
 //     mutation filter that removes ILB's internal response headers after
 //     ext_proc has read them (first on the request, last on the
 //     response), also when ext_proc is down;
+//   - for each engine cluster with replica_picking, CLUSTER MERGE of the
+//     override_host load-balancing policy into the service's outbound
+//     cluster (a DestinationRule cannot express it; Envoy >= 1.35 then
+//     ignores the rule's LEAST_REQUEST lb_policy and uses least request
+//     as override_host's fallback);
 //   - when envoy.route_idle_timeout is set, HTTP_ROUTE MERGE of the idle
 //     timeout into each of routes (the VirtualService's routes with
 //     destinations, by name; the VirtualService cannot express it).
@@ -98,6 +104,12 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 				ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.StripInternal())},
 			})
 		}
+		for _, e := range r.c.Clusters {
+			if e.ReplicaPicking.Enabled && e.Service != nil && s.Allows(e.Region) {
+				add(applyCluster, serviceClusterMatch(ctx, e.Service), opMerge,
+					&clusterv3.Cluster{LoadBalancingPolicy: envoy.OverrideHostPolicy(ev.SlowStart.Std())})
+			}
+		}
 		if ev.RouteIdleTimeout > 0 {
 			idle := r.duration("envoy.route_idle_timeout", ev.RouteIdleTimeout)
 			for _, name := range routes {
@@ -139,6 +151,16 @@ func connectionManager(bodyLimit int) *hcmv3.HttpConnectionManager {
 		AlwaysSetRequestIdInResponse:  true,
 		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{envoy.StripRouteHeaders()},
 		LocalReplyConfig:              envoy.LocalReplies(bodyLimit),
+	}
+}
+
+// serviceClusterMatch matches the outbound cluster of a service's port.
+func serviceClusterMatch(ctx networkingv1alpha3.EnvoyFilter_PatchContext, svc *config.Service) *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch {
+	return &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch{
+		Context: ctx,
+		ObjectTypes: &networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch_Cluster{Cluster: &networkingv1alpha3.EnvoyFilter_ClusterMatch{
+			Service: svc.Host, PortNumber: uint32(svc.Port),
+		}},
 	}
 }
 

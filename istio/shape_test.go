@@ -182,6 +182,17 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 			seen[f.GetName()] = true
 		case networkingv1alpha3.EnvoyFilter_CLUSTER:
 			cl := decodeValue(t, name, value, &clusterv3.Cluster{})
+			if svc := p.GetMatch().GetCluster().GetService(); svc != "" { // replica picking on an engine service
+				picking := false
+				for _, e := range c.Clusters {
+					picking = picking || e.ReplicaPicking.Enabled && e.Service != nil && e.Service.Host == svc
+				}
+				want := &clusterv3.Cluster{LoadBalancingPolicy: envoy.OverrideHostPolicy(c.Envoy.SlowStart.Std())}
+				if !picking || p.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_MERGE || !proto.Equal(cl, want) {
+					t.Errorf("%s: CLUSTER patch of %s (replica picking %v): %v, want a MERGE of the override_host policy", name, svc, picking, cl)
+				}
+				continue
+			}
 			validate(t, name, cl)
 			if cl.GetName() != extProcCluster || p.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_ADD {
 				t.Errorf("%s: cluster %q; want ext_proc's %q added", name, cl.GetName(), extProcCluster)

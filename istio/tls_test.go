@@ -90,7 +90,7 @@ func TestTLS(t *testing.T) {
 				checkEnvoyFilter(t, c, w, o.Sources[0], c.Envoy.ExtProcCluster, ef)
 				clusters := 0
 				for _, p := range ef.GetConfigPatches() {
-					if p.GetApplyTo() == networkingv1alpha3.EnvoyFilter_CLUSTER {
+					if p.GetApplyTo() == networkingv1alpha3.EnvoyFilter_CLUSTER && p.GetMatch().GetCluster() == nil {
 						clusters++
 					}
 				}

@@ -62,7 +62,7 @@ func TestVariants(t *testing.T) {
 			for _, p := range ef.GetConfigPatches() {
 				applies = append(applies, p.GetApplyTo().String()+" "+p.GetPatch().GetValue().GetFields()["name"].GetStringValue())
 			}
-			want := []string{"LISTENER ", "NETWORK_FILTER envoy.filters.network.http_connection_manager", "HTTP_FILTER envoy.filters.http.ext_proc", "HTTP_FILTER envoy.filters.http.header_mutation"}
+			want := []string{"LISTENER ", "NETWORK_FILTER envoy.filters.network.http_connection_manager", "HTTP_FILTER envoy.filters.http.ext_proc", "HTTP_FILTER envoy.filters.http.header_mutation", "CLUSTER "}
 			if !slices.Equal(applies, want) {
 				t.Errorf("patches %v\nwant %v", applies, want)
 			}

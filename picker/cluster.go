@@ -2,6 +2,7 @@ package picker
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -22,12 +23,14 @@ type Cluster struct {
 	replicas    map[string]*replicaState
 	stamp       uint64
 	terms       []Term // scratch, under mu
+	queues      []int  // scratch, under mu
 }
 
 type replicaState struct {
 	cache    *cache
 	inFlight int
-	awaiting int64
+	awaiting int64 // prefill tokens of the requests without a first token
+	queued   int   // those requests
 }
 
 // NewCluster returns a picker whose replicas' caches hold cacheTokens
@@ -57,7 +60,7 @@ type Decision struct {
 	// Chosen and RunnerUp are their terms; RunnerUp.Address is "" when
 	// there was one candidate.
 	Chosen, RunnerUp Term
-	// Reason is ReasonPrefix, ReasonLoad, ReasonOnly or ReasonSaturated.
+	// Reason is ReasonPrefix, ReasonLoad or ReasonOnly.
 	Reason string
 }
 
@@ -67,12 +70,10 @@ func (d *Decision) Lost() string {
 	switch {
 	case r.Address == "":
 		return ""
-	case r.Saturated && !c.Saturated:
-		return "saturated"
 	case r.Cost > c.Cost:
 		return fmt.Sprintf("more prefill work ahead: %.0f tokens against %.0f", r.Cost, c.Cost)
 	default:
-		return fmt.Sprintf("tie on %.0f tokens of prefill work; more requests in flight or later in rotation", r.Cost)
+		return fmt.Sprintf("tie on %.0f tokens of prefill work: more requests in flight, saturated, or later in rotation", r.Cost)
 	}
 }
 
@@ -87,17 +88,40 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	prompt := max(req.PromptTokens, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The prefill a replica does for this request delays, besides this
+	// request, the requests that queue behind it there: about as many as
+	// typically wait for a first token on a replica now. So the prompt
+	// tokens a replica does not hold weigh 1 + the median of those queues:
+	// 1 when replicas are idle (the least work ahead wins), much more
+	// under load, when a cache miss spends capacity every queued request
+	// waits for. The median, not the mean: the queue of one replica
+	// holding a hot prefix must not raise the price of leaving it, or
+	// that replica would never shed its load.
+	queues := c.queues[:0]
+	for _, cand := range candidates {
+		queues = append(queues, c.state(cand.Address).queued)
+	}
+	slices.Sort(queues)
+	c.queues = queues
+	missWeight := 1 + float64(queues[len(queues)/2])
+	if len(queues)%2 == 0 {
+		missWeight = 1 + float64(queues[len(queues)/2-1]+queues[len(queues)/2])/2
+	}
+
 	terms := c.terms[:0]
 	for _, cand := range candidates {
-		st := c.state(cand.Address)
-		cached := min(st.cache.match(req.Blocks)*BlockTokens, prompt)
+		st := c.replicas[cand.Address]
+		// A prefill computes at least a block: the prompt's tail past its
+		// last full block is never in the index, and an engine recomputes
+		// the last token of a prompt it holds whole.
+		cached := min(st.cache.match(req.Blocks)*BlockTokens, max(prompt-BlockTokens, 0))
 		ramp := cand.Ramp
 		if !(ramp > 0) || ramp > 1 {
 			ramp = 1
 		}
 		terms = append(terms, Term{
 			Address: cand.Address, Cached: cached, InFlight: st.inFlight, Awaiting: st.awaiting,
-			Cost: (float64(st.awaiting) + float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
+			Cost: (float64(st.awaiting) + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
 		})
 	}
 	c.terms = terms
@@ -116,15 +140,16 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	uncached := int64(prompt - d.Chosen.Cached)
 	st.inFlight++
 	st.awaiting += uncached
+	st.queued++
 	return d, Ticket{c: c, st: st, awaiting: uncached}
 }
 
-// thirdBest is the unsaturated term of least cost other than a and b
-// (-1 when none).
+// thirdBest is the term of least cost other than a and b (-1 when
+// none).
 func thirdBest(terms []Term, a, b int) int {
 	best := -1
 	for i := range terms {
-		if i == a || i == b || terms[i].Saturated {
+		if i == a || i == b {
 			continue
 		}
 		if best < 0 || terms[i].Cost < terms[best].Cost {
@@ -196,6 +221,7 @@ func (t *Ticket) FirstToken() {
 	}
 	t.c.mu.Lock()
 	t.st.awaiting -= t.awaiting
+	t.st.queued--
 	t.c.mu.Unlock()
 	t.first = true
 }
@@ -208,6 +234,7 @@ func (t *Ticket) Done() {
 	t.c.mu.Lock()
 	if !t.first {
 		t.st.awaiting -= t.awaiting
+		t.st.queued--
 	}
 	t.st.inFlight--
 	t.c.mu.Unlock()

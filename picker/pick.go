@@ -11,8 +11,14 @@ type Replica struct {
 	// does not apply to a host chosen for it, so ILB weighs a warming
 	// replica's load by 1/Ramp itself.
 	Ramp float64
-	// Saturated: its engine reports a long queue or a full KV cache.
-	// Affinity never sends a request there while another replica is not.
+	// Saturated: its engine reported a long queue or a full KV cache at
+	// the last scrape. It only breaks ties: the scrape is up to an
+	// interval old and says yes or no, and excluding saturated replicas
+	// herded every request of that interval onto the few that were not
+	// (in the replica benchmark, at 1.3× the fleet's capacity, a fifth
+	// of the goodput was lost that way). ILB's own count of the work it
+	// queued on each replica is live and graded: that is what keeps a
+	// replica holding a popular prefix from being overloaded.
 	Saturated bool
 }
 
@@ -44,37 +50,27 @@ const (
 	ReasonLoad = "load"
 	// ReasonOnly: one replica may serve.
 	ReasonOnly = "only"
-	// ReasonSaturated: every replica is saturated; the least work wins.
-	ReasonSaturated = "all_saturated"
 )
 
-// score chooses among terms (one per candidate, Cost filled): the
-// least cost among the unsaturated replicas (all of them when every one
-// is saturated), ties broken by fewer requests in flight, then by the
-// rotation start (a per-request draw, so equal replicas share requests
-// evenly). It returns the chosen and runner-up indexes (-1 when there is
-// one candidate) and the reason.
+// score chooses among terms (one per candidate, Cost filled): the least
+// cost, ties broken by fewer requests in flight, then by an unsaturated
+// replica, then by the rotation start (a per-request draw, so equal
+// replicas share requests evenly). It returns the chosen and runner-up
+// indexes (-1 when there is one candidate) and the reason.
 func score(terms []Term, start int) (chosen, runnerUp int, reason string) {
 	n := len(terms)
 	if n == 1 {
 		return 0, -1, ReasonOnly
 	}
-	allSat := true
-	for i := range terms {
-		if !terms[i].Saturated {
-			allSat = false
-			break
-		}
-	}
 	better := func(a, b int) bool { // a strictly preferred over b
 		ta, tb := &terms[a], &terms[b]
-		if !allSat && ta.Saturated != tb.Saturated {
-			return !ta.Saturated
-		}
-		if ta.Cost != tb.Cost {
+		switch {
+		case ta.Cost != tb.Cost:
 			return ta.Cost < tb.Cost
+		case ta.InFlight != tb.InFlight:
+			return ta.InFlight < tb.InFlight
 		}
-		return ta.InFlight < tb.InFlight
+		return !ta.Saturated && tb.Saturated
 	}
 	chosen, runnerUp = -1, -1
 	for k := range n {
@@ -86,30 +82,18 @@ func score(terms []Term, start int) (chosen, runnerUp int, reason string) {
 			runnerUp = i
 		}
 	}
-	switch {
-	case allSat:
-		reason = ReasonSaturated
-	case terms[chosen].Cached > minCached(terms):
+	reason = ReasonLoad
+	if terms[chosen].Cached > minCached(terms) {
 		reason = ReasonPrefix
-	default:
-		reason = ReasonLoad
 	}
 	return chosen, runnerUp, reason
 }
 
-// minCached is the fewest cached tokens among the unsaturated terms (all
-// when every one is saturated).
+// minCached is the fewest cached tokens among the terms.
 func minCached(terms []Term) int {
-	m, any := math.MaxInt, false
+	m := math.MaxInt
 	for i := range terms {
-		if !terms[i].Saturated {
-			m, any = min(m, terms[i].Cached), true
-		}
-	}
-	if !any {
-		for i := range terms {
-			m = min(m, terms[i].Cached)
-		}
+		m = min(m, terms[i].Cached)
 	}
 	return m
 }

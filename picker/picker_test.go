@@ -106,14 +106,9 @@ func TestPick(t *testing.T) {
 			{text: convA, done: true, reps: three, reason: ReasonLoad},
 			{text: append(bytes.Clone(convA), prompt("turn 2", 4*BlockBytes)...), done: true, reps: three, want: "=0", reason: ReasonPrefix},
 		}},
-		{"a queue longer than the cached prefix sends it elsewhere", []step{
-			{text: convA, first: false, reps: three, reason: ReasonLoad}, // stays awaiting: 2,560 tokens of prefill queued
-			{text: prompt("big other", 200*BlockBytes), reps: three, reason: ReasonLoad},
-			{text: append(bytes.Clone(convA), prompt("turn 2", 4*BlockBytes)...), done: true, reps: three, reason: ReasonLoad, want: "!0"},
-		}},
-		{"a saturated holder loses to an idle replica", []step{
-			{text: convA, done: true, reps: three, reason: ReasonLoad},
-			{text: convA, done: true, reps: []Replica{{Address: "10.0.0.1:8000", Ramp: 1, Saturated: true}, {Address: "10.0.0.2:8000", Ramp: 1, Saturated: true}, {Address: "10.0.0.3:8000", Ramp: 1, Saturated: true}}, reason: ReasonSaturated},
+		{"saturation breaks a tie only", []step{
+			{text: convA, done: true, reps: []Replica{{Address: "10.0.0.1:8000", Ramp: 1, Saturated: true}, {Address: "10.0.0.2:8000", Ramp: 1}}, want: "10.0.0.2:8000", reason: ReasonLoad},
+			{text: convA, done: true, reps: []Replica{{Address: "10.0.0.1:8000", Ramp: 1}, {Address: "10.0.0.2:8000", Ramp: 1, Saturated: true}}, want: "10.0.0.2:8000", reason: ReasonPrefix},
 		}},
 		{"one replica", []step{
 			{text: convA, done: true, reps: three[:1], want: "10.0.0.1:8000", reason: ReasonOnly},
@@ -150,6 +145,40 @@ func TestPick(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHotPrefixSpreads: requests sharing a prefix stay on its replica
+// while its queue is shorter than the prefill they would repeat
+// elsewhere, weighted by the queues; then they spread, and the second
+// replica learns the prefix too.
+func TestHotPrefixSpreads(t *testing.T) {
+	c := NewCluster(1 << 20)
+	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}, {Address: "c", Ramp: 1}}
+	hot := prompt("hot document", 40*BlockBytes)
+	d, tk := c.Pick(reps, Request{Blocks: blocks("m", hot), PromptTokens: len(hot) / 4})
+	tk.FirstToken() // its prefill is done: the replica holds the prefix
+	got := []string{d.Chosen.Address}
+	for i := range 60 {
+		d, _ := c.Pick(reps, Request{Blocks: blocks("m", hot), PromptTokens: len(hot) / 4, Draw: uint64(i)}) // never settled: a queue builds
+		got = append(got, d.Chosen.Address)
+	}
+	if got[1] != got[0] {
+		t.Errorf("second request went to %s, first to %s: want the holder while its queue is short", got[1], got[0])
+	}
+	per := map[string]int{}
+	for _, a := range got {
+		per[a]++
+	}
+	// Each request adds a block of prefill to the holder's queue (the
+	// prompt is held whole): it takes about 40 (2,560 tokens / 64) before
+	// a second replica is cheaper; from then on the holder keeps only
+	// what its queue can bear against the others'.
+	if len(per) < 2 || per[got[0]] > 52 {
+		t.Errorf("61 requests of one hot prefix, never finished, went %v: want them spread once the holder's queue outweighs the prefix", per)
+	}
+	if per[got[0]] < 30 {
+		t.Errorf("60 requests of one hot prefix went %v: the holder took too few (affinity lost while its queue was short)", per)
 	}
 }
 

@@ -28,7 +28,7 @@ func replicaWorld() Fleet {
 
 // ReplicaScenarioNames lists the replica-picking workloads in report
 // order.
-func ReplicaScenarioNames() []string { return []string{"multi-turn", "agent", "no-reuse"} }
+func ReplicaScenarioNames() []string { return []string{"multi-turn", "agent", "rag", "no-reuse"} }
 
 // LookupReplicaScenario builds the named replica-picking workload over d
 // (0: ten minutes), at a rate to be scaled by AtLoad.
@@ -49,6 +49,12 @@ func LookupReplicaScenario(name string, d time.Duration) (Scenario, error) {
 		s.Summary = "agent loops: every request is a step of a session (20 steps on average, 3 s apart) adding a tool result of ~600 tokens and a short answer (~120) to a context that starts with 3k tokens of instructions and tool definitions"
 		src.Lengths = workload.Lengths{InputMean: 600, InputP99: 3000, OutputMean: 120, OutputP99: 500}
 		src.SessionShare, src.SessionTurns, src.SessionThink, src.SharedPrefixTokens = 1, 20, 3*time.Second, 3072
+	case "rag":
+		s.Summary = "retrieval-augmented questions: each request carries a 1k-token system prompt, then 3 of 500 documents of 1,500 tokens drawn by Zipf popularity (s = 1.1: a few documents are hot), then a question of ~150 tokens; a fifth of requests are follow-ups in short sessions"
+		src.Lengths = workload.Lengths{InputMean: 150, InputP99: 600, OutputMean: 250, OutputP99: 1000}
+		src.SharedPrefixTokens = 1024
+		src.Documents, src.DocumentTokens, src.DocumentsPerRequest, src.DocumentZipf = 500, 1500, 3, 1.1
+		src.SessionShare, src.SessionTurns, src.SessionThink = 0.2, 2, 20*time.Second
 	case "no-reuse":
 		s.Summary = "no reuse: independent requests of Azure-conversation sizes with no shared prefix, where a prefix-aware picker has nothing to gain and must not lose"
 		src.Lengths = conversation
