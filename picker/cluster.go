@@ -2,7 +2,7 @@ package picker
 
 import (
 	"fmt"
-	"slices"
+	"math"
 	"sync"
 )
 
@@ -23,7 +23,6 @@ type Cluster struct {
 	replicas    map[string]*replicaState
 	stamp       uint64
 	terms       []Term // scratch, under mu
-	queues      []int  // scratch, under mu
 }
 
 type replicaState struct {
@@ -88,26 +87,20 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	prompt := max(req.PromptTokens, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// The prefill a replica does for this request delays, besides this
-	// request, the requests that queue behind it there: about as many as
-	// typically wait for a first token on a replica now. So the prompt
-	// tokens a replica does not hold weigh 1 + the median of those queues:
-	// 1 when replicas are idle (the least work ahead wins), much more
-	// under load, when a cache miss spends capacity every queued request
-	// waits for. The median, not the mean: the queue of one replica
+	// A cache miss's prefill delays, besides this request, the requests
+	// that queue behind it, wherever it goes: at least as many as wait
+	// for a first token on the least-queued replica. So the prompt tokens
+	// a replica does not hold weigh 1 + that shortest queue: 1 when some
+	// replica is idle (the least work ahead wins), much more when every
+	// replica has a queue, when a miss spends capacity all of them wait
+	// for. The shortest, not a mean or median: the queue of a replica
 	// holding a hot prefix must not raise the price of leaving it, or
 	// that replica would never shed its load.
-	queues := c.queues[:0]
+	shortest := math.MaxInt
 	for _, cand := range candidates {
-		queues = append(queues, c.state(cand.Address).queued)
+		shortest = min(shortest, c.state(cand.Address).queued)
 	}
-	slices.Sort(queues)
-	c.queues = queues
-	missWeight := 1 + float64(queues[len(queues)/2])
-	if len(queues)%2 == 0 {
-		missWeight = 1 + float64(queues[len(queues)/2-1]+queues[len(queues)/2])/2
-	}
-
+	missWeight := 1 + float64(shortest)
 	terms := c.terms[:0]
 	for _, cand := range candidates {
 		st := c.replicas[cand.Address]
