@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds bench-extproc golden fuzz clean
+.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds bench-extproc bench-replicas golden fuzz clean
 
 all: build
 
@@ -87,6 +87,16 @@ bench-routing:
 EXTPROC_REQUESTS ?= 20000
 bench-extproc:
 	$(GO) test -run '^$$' -bench ServerCPU -benchtime $(EXTPROC_REQUESTS)x -count 1 ./extproc/
+
+## bench-replicas: replica picking side by side — Envoy's least request
+## and round robin, a session hash, a GIE/llm-d-style prefix scorer and
+## ILB — on multi-turn, agent, RAG and no-reuse workloads at loads 0.5 to
+## 1.3, three seeds each (virtual time; about 10 minutes on 2 cores);
+## rewrites the "replicas" section of docs/benchmarks.md; then the
+## request-path cost of one decision (package picker)
+bench-replicas:
+	$(GO) run ./cmd/ilb bench-replicas --report docs/benchmarks.md
+	$(GO) test -run '^$$' -bench Decision -benchtime 20000x ./picker/
 
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

@@ -139,6 +139,7 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 	default:
 		p("decided", "reason %s, never seen by the client", r.Reason)
 	}
+	printReplica(p, r.Replica)
 	switch {
 	case r.Unanswered != "":
 		p("UNANSWERED", "%s", r.Unanswered)
@@ -156,6 +157,36 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 		}
 	}
 	p("timing", "decision %dµs, request to response headers %.1f ms", r.DecisionMicros, r.TotalMillis)
+}
+
+// printReplica writes the replica decision inside the chosen cluster
+// (clusters with replica picking).
+func printReplica(p func(label, format string, args ...any), rd *extproc.ReplicaDecision) {
+	if rd == nil {
+		return
+	}
+	if rd.Chosen == "" {
+		p("replica", "left to Envoy's least request: %s", rd.Skipped)
+		return
+	}
+	why := map[string]string{
+		"prefix": "it holds more of the prompt than the least-loaded replica, and that outweighs its queue",
+		"load":   "the least prefill work ahead, no better cache hit elsewhere",
+		"only":   "the one serving replica",
+	}[rd.Reason]
+	c := rd.Terms
+	p("replica", "%s (reason %s: %s)", rd.Chosen, rd.Reason, why)
+	p("", "~%d prompt tokens cached of %d blocks hashed; %d in flight, %d prefill tokens queued; cost %.0f tokens of prefill ahead", c.Cached, rd.PromptBlocks, c.InFlight, c.Awaiting, c.Cost)
+	if ru := rd.RunnerUp; ru != nil {
+		p("runner-up", "%s: ~%d cached, %d in flight, %d queued, cost %.0f; lost: %s", ru.Address, ru.Cached, ru.InFlight, ru.Awaiting, ru.Cost, rd.Lost)
+	}
+	p("hosts", "%s (Envoy's override_host list: a retry takes the next)", strings.Join(rd.Hosts, ", "))
+	switch rd.Served {
+	case "chosen":
+		p("", "Envoy served the chosen replica")
+	case "other":
+		p("WARNING", "Envoy served another replica than %s: a retry took the next host, or the chosen one had left Envoy's cluster", rd.Chosen)
+	}
 }
 
 // printCandidates writes the candidate table: each cluster's weight,

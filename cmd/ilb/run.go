@@ -99,4 +99,4 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 }
 
 // labCommandNames are the commands only the full build has (lab.go).
-var labCommandNames = []string{"demo", "sim", "engine", "ha-demo", "bench-xds", "envoysim"}
+var labCommandNames = []string{"demo", "sim", "engine", "ha-demo", "bench-xds", "bench-replicas", "envoysim"}

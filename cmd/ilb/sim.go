@@ -366,6 +366,22 @@ const sectionMarker = "<!-- ilb sim section: "
 // writeReport writes the Markdown of this run into its section of path,
 // keeping what the file holds up to reportMarker and its other sections.
 func writeReport(path, section, plots, format string, o simOptions, all [][]*experiment.Result, sweeps []experiment.Sweep) error {
+	var b strings.Builder
+	if len(all) > 0 {
+		if err := writeResults(&b, path, plots, format, o, all); err != nil {
+			return err
+		}
+	}
+	if len(sweeps) > 0 {
+		writeSweeps(&b, o, sweeps)
+	}
+	return writeSection(path, section, b.String())
+}
+
+// writeSection replaces the generated section named section of the
+// report at path with body (appending it when new), keeping the file's
+// hand-written head and its other sections.
+func writeSection(path, section, body string) error {
 	var head, generated string
 	switch old, err := os.ReadFile(path); {
 	case err == nil:
@@ -377,20 +393,11 @@ func writeReport(path, section, plots, format string, o simOptions, all [][]*exp
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	var b strings.Builder
-	if len(all) > 0 {
-		if err := writeResults(&b, path, plots, format, o, all); err != nil {
-			return err
-		}
-	}
-	if len(sweeps) > 0 {
-		writeSweeps(&b, o, sweeps)
-	}
 	names, bodies := splitSections(generated)
 	if !slices.Contains(names, section) {
 		names = append(names, section)
 	}
-	bodies[section] = b.String()
+	bodies[section] = body
 	var out strings.Builder
 	out.WriteString(head)
 	out.WriteString(reportMarker + "\n")

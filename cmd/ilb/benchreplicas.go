@@ -1,0 +1,152 @@
+//go:build !serving
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ilbproject/ilb/sim/experiment"
+)
+
+// runBenchReplicas compares the replica-level policies (Envoy's least
+// request and round robin, a session hash, a GIE-style prefix scorer and
+// ILB's replica picker) on the replica-picking workloads at several
+// loads, averaged over seeds, and prints (or writes into a report
+// section) one table per workload.
+func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-replicas", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scen := fs.String("scenario", "all", "replica workloads, comma-separated, or all: "+strings.Join(experiment.ReplicaScenarioNames(), ", "))
+	loadList := fs.String("loads", "0.5,0.7,0.9,1.1,1.3", "loads: fractions of the fleet's saturation throughput measured without prefix caching")
+	seedList := fs.String("seeds", "1,2,3", "seeds: each load runs once per seed, figures are means")
+	duration := fs.Duration("duration", 10*time.Minute, "simulated time per run")
+	report := fs.String("report", "", "write the tables into this Markdown file's \"replicas\" section (e.g. docs/benchmarks.md) instead of stdout")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	loads, err := parseFloats(*loadList)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--loads: %w", err))
+	}
+	var seeds []uint64
+	for f := range strings.SplitSeq(*seedList, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--seeds: %q is not a seed: want unsigned integers", f))
+			continue
+		}
+		seeds = append(seeds, v)
+	}
+	names := experiment.ReplicaScenarioNames()
+	if *scen != "all" {
+		names = strings.Split(*scen, ",")
+	}
+	if *duration <= 0 {
+		errs = append(errs, fmt.Errorf("--duration %s: want a positive duration", *duration))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Replica picking (%s simulated per run, seeds %s)\n\n", *duration, *seedList)
+	b.WriteString("One region, two clusters of 6 H100 replicas (Llama-3-8B, vLLM-like, prefix caching on); ILB routes the clusters in every run, only the replica choice differs. " +
+		"Load is the mean demand over the fleet's saturation throughput measured without prefix caching. " +
+		"Figures are means over the seeds; goodput counts requests whose time to first token is within the 2 s SLO; hit is the share of prompt tokens the engines' prefix caches held; " +
+		"imbalance is the busiest replica's requests over its cluster's mean. Ratios are to Envoy's least request.\n\n")
+	start := time.Now()
+	for _, name := range names {
+		s, err := experiment.LookupReplicaScenario(strings.TrimSpace(name), *duration)
+		if err != nil {
+			return err
+		}
+		var rows []experiment.HostRow
+		for _, seed := range seeds {
+			rs, err := experiment.CompareHosts(ctx, s, loads, experiment.HostPolicies(), seed)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, rs...)
+		}
+		fmt.Fprintf(&b, "### %s\n\n%s.\n\n", s.Name, s.Summary)
+		writeHostTable(&b, loads, rows)
+	}
+	fmt.Fprintf(&b, "Reproduce: `make bench-replicas` (%s here). The request-path cost of a decision: `go test ./picker -run '^$' -bench Decision`.\n", time.Since(start).Round(time.Second))
+	if *report == "" {
+		_, err := io.WriteString(stdout, b.String())
+		return err
+	}
+	return writeSection(*report, "replicas", b.String())
+}
+
+// hostMean is one policy's figures at one load, summed over seeds.
+type hostMean struct {
+	n                                        int
+	goodput, share, p50, p99, hit, imbalance float64
+}
+
+// writeHostTable writes one row per load and policy: the means over
+// seeds and ILB's ratios to least request.
+func writeHostTable(b *strings.Builder, loads []float64, rows []experiment.HostRow) {
+	type key struct {
+		load float64
+		hp   experiment.HostPolicy
+	}
+	sum := map[key]*hostMean{}
+	for _, r := range rows {
+		k := key{r.Load, r.Hosts}
+		m := sum[k]
+		if m == nil {
+			m = &hostMean{}
+			sum[k] = m
+		}
+		f := r.Result.Totals
+		m.n++
+		m.goodput += f.Goodput
+		m.share += f.GoodShare
+		m.p50 += f.TTFTp50
+		m.p99 += f.TTFTp99
+		m.hit += r.Result.Replicas.PrefixHit
+		m.imbalance += r.Result.Replicas.Imbalance
+	}
+	b.WriteString("| load | policy | goodput/s | within SLO | TTFT p50 | TTFT p99 | prefix hit | imbalance | goodput ÷ LR | p50 ÷ LR |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, l := range loads {
+		lr := sum[key{l, experiment.HostLeastRequest}]
+		for _, hp := range experiment.HostPolicies() {
+			m := sum[key{l, hp}]
+			if m == nil || lr == nil {
+				continue
+			}
+			n := float64(m.n)
+			name := string(hp)
+			if hp == experiment.HostILB {
+				name = "**ilb**"
+			}
+			fmt.Fprintf(b, "| %.1f | %s | %.2f | %.1f%% | %.3f s | %.3f s | %.1f%% | %.2f | %.2f | %.2f |\n", l, name,
+				m.goodput/n, 100*m.share/n, m.p50/n, m.p99/n, 100*m.hit/n, m.imbalance/n, m.goodput/lr.goodput, (m.p50/n)/(lr.p50/float64(lr.n)))
+		}
+	}
+	b.WriteString("\n")
+}
+
+// parseFloats parses a comma-separated list of positive numbers, sorted.
+func parseFloats(list string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(list, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || v > 100 {
+			return nil, fmt.Errorf("%q is not a load: want fractions in (0, 100]", f)
+		}
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
