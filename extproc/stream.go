@@ -18,8 +18,8 @@ import (
 
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
-	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/internal/bound"
+	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/weights"
 )
 

@@ -148,4 +148,3 @@ func TestHotPrefixSpreadsUnderLoad(t *testing.T) {
 		t.Errorf("%d concurrent requests of one prefix went %v: want most on the holder %s and the rest spread once its queue outweighs the prefix", n, per, holder.Chosen)
 	}
 }
-

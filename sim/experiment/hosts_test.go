@@ -19,7 +19,7 @@ func TestReplicaPickingBeatsLeastRequest(t *testing.T) {
 		t.Skip("simulates 2 workloads × 2 policies")
 	}
 	for _, tc := range []struct {
-		scenario      string
+		scenario       string
 		maxP50, minHit float64 // ILB's p50 over least request's; ILB's hit rate minus least request's
 		minGood        float64
 	}{
