@@ -127,8 +127,10 @@ func TestValidate(t *testing.T) {
 				c.Clusters[0].ReplicaPicking = config.ReplicaPicking{Enabled: true, CacheTokens: -1}
 				c.Clusters[1].ReplicaPicking.CacheTokens = config.MaxReplicaCacheTokens + 1
 			},
-			[]string{`clusters[0].replica_picking.cache_tokens: -1 is out of range: want 0 (the default, 131072) to 16777216 tokens`,
-				`clusters[1].replica_picking.cache_tokens: 16777217 is out of range`},
+			[]string{
+				`clusters[0].replica_picking.cache_tokens: -1 is out of range: want 0 (the default, 131072) to 16777216 tokens`,
+				`clusters[1].replica_picking.cache_tokens: 16777217 is out of range`,
+			},
 		},
 		{
 			"unknown engine", func(c *config.Config) { c.Clusters[0].Engine = "llamacpp" },
