@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
@@ -54,35 +55,51 @@ func BenchmarkParseBody(b *testing.B) {
 // BenchmarkDecide measures the request-path work of one chat request:
 // parse the body and decide, for prompts of several sizes.
 func BenchmarkDecide(b *testing.B) {
-	c, err := config.Load("../examples/demo/ilb.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := New(Options{Config: c})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, _ := weights.Proportional{}.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c)})
-	if err := s.Publish(context.Background(), w); err != nil {
-		b.Fatal(err)
-	}
-	st := s.state.Load()
-	src := st.sources["edge-us"]
-	for _, n := range benchSizes {
-		body := benchChat(n)
-		b.Run(fmt.Sprintf("prompt=%dKiB", n>>10), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				pb, err := parseBody(EndpointChat, body)
-				if err != nil {
-					b.Fatal(err)
-				}
-				x := &exchange{st: st, src: src, rec: &Record{}, prio: weights.Standard}
-				if _, err := s.decide(x, &pb); err != nil {
-					b.Fatal(err)
-				}
+	for _, picking := range []bool{false, true} {
+		c, err := config.Load("../examples/demo/ilb.yaml")
+		if err != nil {
+			b.Fatal(err)
+		}
+		live := &Live{At: time.Now(), Clusters: map[string]ClusterLive{}}
+		for i, e := range c.Clusters {
+			c.Clusters[i].ReplicaPicking.Enabled = picking
+			// 8 serving replicas a cluster, as a replica-picking cluster
+			// would have.
+			var reps []ReplicaLive
+			for j := range 8 {
+				reps = append(reps, ReplicaLive{Address: fmt.Sprintf("10.0.%d.%d:8000", i, j), Ramp: 1})
 			}
-		})
+			live.Clusters[e.Name] = ClusterLive{Replicas: reps}
+		}
+		s, err := New(Options{Config: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, _ := weights.Proportional{}.Compute(weights.Input{Config: c, Clusters: weights.StaticState(c)})
+		if err := s.Publish(context.Background(), w); err != nil {
+			b.Fatal(err)
+		}
+		s.SetLive(live)
+		st := s.state.Load()
+		src := st.sources["edge-us"]
+		for _, n := range benchSizes {
+			body := benchChat(n)
+			b.Run(fmt.Sprintf("picking=%v/prompt=%dKiB", picking, n>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					pb, err := parseBody(EndpointChat, body)
+					if err != nil {
+						b.Fatal(err)
+					}
+					x := &exchange{st: st, src: src, rec: &Record{}, prio: weights.Standard, start: time.Now()}
+					if _, err := s.decide(x, &pb); err != nil {
+						b.Fatal(err)
+					}
+					x.ticket.FirstToken()
+					x.ticket.Done()
+				}
+			})
+		}
 	}
 }

@@ -30,7 +30,9 @@ type ReplicaDecision struct {
 	PromptBlocks int `json:"prompt_blocks"`
 	// Terms are the chosen replica's: cached prefix, load, cost.
 	Terms picker.Term `json:"terms"`
-	// RunnerUp is the second best, and Lost why it was not chosen.
+	// RunnerUp is the second best, and Lost why it was not chosen:
+	// more_work (more prefill work ahead there) or tie (equal work; more
+	// in flight, saturated, or later in rotation).
 	RunnerUp *picker.Term `json:"runner_up,omitempty"`
 	Lost     string       `json:"runner_up_lost,omitempty"`
 	// Skipped says why ILB chose no replica: Envoy's least request did.
@@ -53,15 +55,37 @@ func (d *ReplicaDecision) size() int {
 	return n
 }
 
+// replicaPicker is a cluster's replica picker and its metrics' counters,
+// resolved once.
+type replicaPicker struct {
+	*picker.Cluster
+	picks                 map[string]prometheus.Counter // by reason
+	prompt, cached        prometheus.Counter
+	servedChosen, servedX prometheus.Counter
+}
+
+// reasonSkipped: no live replica state, Envoy's least request chose.
+const reasonSkipped = "skipped"
+
 // newPickers makes one replica picker per cluster with replica picking
 // on. They live as long as the server: what they learned survives
 // weights versions.
-func newPickers(c *config.Config) map[string]*picker.Cluster {
-	out := map[string]*picker.Cluster{}
+func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
+	out := map[string]*replicaPicker{}
 	for _, e := range c.Clusters {
-		if e.ReplicaPicking.Enabled {
-			out[e.Name] = picker.NewCluster(e.ReplicaPicking.CacheTokensOrDefault())
+		if !e.ReplicaPicking.Enabled {
+			continue
 		}
+		p := &replicaPicker{
+			Cluster: picker.NewCluster(e.ReplicaPicking.CacheTokensOrDefault()),
+			picks:   map[string]prometheus.Counter{},
+			prompt:  m.replicaPrompt.WithLabelValues(e.Name), cached: m.replicaCached.WithLabelValues(e.Name),
+			servedChosen: m.replicaServed.WithLabelValues(e.Name, "chosen"), servedX: m.replicaServed.WithLabelValues(e.Name, "other"),
+		}
+		for _, r := range []string{picker.ReasonPrefix, picker.ReasonLoad, picker.ReasonOnly, reasonSkipped} {
+			p.picks[r] = m.replicaPicks.WithLabelValues(e.Name, r)
+		}
+		out[e.Name] = p
 	}
 	return out
 }
@@ -84,7 +108,7 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) 
 	}
 	if len(reps) == 0 {
 		rd.Skipped = "no live replica state for the cluster: Envoy's least request chooses"
-		s.metrics.replicaPicks.WithLabelValues(cluster, "skipped").Inc()
+		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
 	cands := make([]picker.Replica, len(reps))
@@ -105,9 +129,9 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) 
 		ru := d.RunnerUp
 		rd.RunnerUp, rd.Lost = &ru, d.Lost()
 	}
-	s.metrics.replicaPicks.WithLabelValues(cluster, d.Reason).Inc()
-	s.metrics.replicaPrompt.WithLabelValues(cluster).Add(float64(req.PromptTokens))
-	s.metrics.replicaCached.WithLabelValues(cluster).Add(float64(d.Chosen.Cached))
+	pk.picks[d.Reason].Inc()
+	pk.prompt.Add(float64(req.PromptTokens))
+	pk.cached.Add(float64(d.Chosen.Cached))
 	return strings.Join(d.Hosts, ",")
 }
 
@@ -117,11 +141,16 @@ func (s *Server) replicaServed(r *Record) {
 	if rd == nil || rd.Chosen == "" || r.UpstreamHost == "" {
 		return
 	}
-	rd.Served = "other"
-	if r.UpstreamHost == rd.Chosen {
-		rd.Served = "chosen"
+	pk := s.pickers[r.Chosen]
+	if pk == nil {
+		return
 	}
-	s.metrics.replicaServed.WithLabelValues(r.Chosen, rd.Served).Inc()
+	rd.Served = "other"
+	c := pk.servedX
+	if r.UpstreamHost == rd.Chosen {
+		rd.Served, c = "chosen", pk.servedChosen
+	}
+	c.Inc()
 }
 
 // servedHost is the host Envoy's override_host policy selected, from the
@@ -149,14 +178,14 @@ func withEndpoint(resp *extprocv3.ProcessingResponse, endpoint string) *extprocv
 
 // pickerCollector exports the pickers' index sizes.
 type pickerCollector struct {
-	pickers map[string]*picker.Cluster
+	pickers map[string]*replicaPicker
 	bytes   *prometheus.Desc
 	blocks  *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*pickerCollector)(nil)
 
-func newPickerCollector(p map[string]*picker.Cluster) *pickerCollector {
+func newPickerCollector(p map[string]*replicaPicker) *pickerCollector {
 	return &pickerCollector{
 		pickers: p,
 		bytes:   prometheus.NewDesc("ilb_extproc_replica_index_bytes", "Estimated memory of ILB's prefix-cache index of a cluster's replicas (replica picking).", []string{"cluster"}, nil),

@@ -23,7 +23,6 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
-	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -89,7 +88,7 @@ type Server struct {
 	unknownSource logLimiter
 	// pickers are the replica pickers of the clusters with replica
 	// picking on (fixed at New; each is safe for concurrent use).
-	pickers map[string]*picker.Cluster
+	pickers map[string]*replicaPicker
 }
 
 var (
@@ -132,7 +131,7 @@ func New(o Options) (*Server, error) {
 	for _, e := range o.Config.Clusters {
 		awaiting[e.Name] = new(atomic.Int64)
 	}
-	pickers := newPickers(o.Config)
+	pickers := newPickers(o.Config, m)
 	if o.Registry != nil && len(pickers) > 0 {
 		if err := o.Registry.Register(newPickerCollector(pickers)); err != nil {
 			return nil, fmt.Errorf("extproc: metrics: %w", err)

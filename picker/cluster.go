@@ -1,7 +1,6 @@
 package picker
 
 import (
-	"fmt"
 	"math"
 	"sync"
 )
@@ -63,17 +62,25 @@ type Decision struct {
 	Reason string
 }
 
-// Lost says why the runner-up was not chosen ("" without one).
+// Why the runner-up lost (Decision.Lost).
+const (
+	// LostMoreWork: more prefill work ahead of the first token there.
+	LostMoreWork = "more_work"
+	// LostTie: equal work; more requests in flight, a saturated engine,
+	// or later in the rotation.
+	LostTie = "tie"
+)
+
+// Lost says why the runner-up was not chosen: LostMoreWork or LostTie
+// ("" without a runner-up).
 func (d *Decision) Lost() string {
-	r, c := &d.RunnerUp, &d.Chosen
 	switch {
-	case r.Address == "":
+	case d.RunnerUp.Address == "":
 		return ""
-	case r.Cost > c.Cost:
-		return fmt.Sprintf("more prefill work ahead: %.0f tokens against %.0f", r.Cost, c.Cost)
-	default:
-		return fmt.Sprintf("tie on %.0f tokens of prefill work: more requests in flight, saturated, or later in rotation", r.Cost)
+	case d.RunnerUp.Cost > d.Chosen.Cost:
+		return LostMoreWork
 	}
+	return LostTie
 }
 
 // Pick chooses one of candidates (at least one) for req and books the

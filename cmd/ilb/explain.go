@@ -178,7 +178,11 @@ func printReplica(p func(label, format string, args ...any), rd *extproc.Replica
 	p("replica", "%s (reason %s: %s)", rd.Chosen, rd.Reason, why)
 	p("", "~%d prompt tokens cached of %d blocks hashed; %d in flight, %d prefill tokens queued; cost %.0f tokens of prefill ahead", c.Cached, rd.PromptBlocks, c.InFlight, c.Awaiting, c.Cost)
 	if ru := rd.RunnerUp; ru != nil {
-		p("runner-up", "%s: ~%d cached, %d in flight, %d queued, cost %.0f; lost: %s", ru.Address, ru.Cached, ru.InFlight, ru.Awaiting, ru.Cost, rd.Lost)
+		lost := "equal work; more requests in flight, a saturated engine, or later in the rotation"
+		if rd.Lost == "more_work" {
+			lost = fmt.Sprintf("%.0f more tokens of prefill work ahead", ru.Cost-c.Cost)
+		}
+		p("runner-up", "%s: ~%d cached, %d in flight, %d queued, cost %.0f; lost: %s", ru.Address, ru.Cached, ru.InFlight, ru.Awaiting, ru.Cost, lost)
 	}
 	p("hosts", "%s (Envoy's override_host list: a retry takes the next)", strings.Join(rd.Hosts, ", "))
 	switch rd.Served {
