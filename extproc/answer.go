@@ -149,30 +149,49 @@ var (
 // routeMutation is the header mutation of a decision: the model, the draw
 // and the cluster, and the override-host list when ILB picked a replica,
 // values as raw_value; model and cluster are shared bytes (never
-// changed). Its messages are allocated together.
+// changed). Its messages are allocated together, as many as it sets.
 func routeMutation(model []byte, draw uint64, cluster []byte, endpoint string) *extprocv3.HeaderMutation {
-	var m struct {
+	kvs := [4]headerKV{{header.RouteModel, model}, {header.RouteDraw, strconv.AppendUint(nil, draw, 10)}, {header.RouteCluster, cluster}}
+	if endpoint == "" {
+		m := new(mutation3)
+		return setHeaders(&m.mut, m.opts[:], m.vals[:], m.ptrs[:], kvs[:3])
+	}
+	kvs[3] = headerKV{header.DestinationEndpoint, []byte(endpoint)}
+	m := new(mutation4)
+	return setHeaders(&m.mut, m.opts[:], m.vals[:], m.ptrs[:], kvs[:])
+}
+
+type headerKV struct {
+	key   string
+	value []byte
+}
+
+// mutation3 and mutation4 are a header mutation with its 3 or 4 options,
+// values and pointers, in one allocation.
+type (
+	mutation3 struct {
+		mut  extprocv3.HeaderMutation
+		opts [3]corev3.HeaderValueOption
+		vals [3]corev3.HeaderValue
+		ptrs [3]*corev3.HeaderValueOption
+	}
+	mutation4 struct {
 		mut  extprocv3.HeaderMutation
 		opts [4]corev3.HeaderValueOption
 		vals [4]corev3.HeaderValue
 		ptrs [4]*corev3.HeaderValueOption
 	}
-	p := &m
-	n := 3
-	if endpoint != "" {
-		n = 4
+)
+
+// setHeaders sets kvs in mut, in opts, vals and ptrs (as long as kvs).
+func setHeaders(mut *extprocv3.HeaderMutation, opts []corev3.HeaderValueOption, vals []corev3.HeaderValue, ptrs []*corev3.HeaderValueOption, kvs []headerKV) *extprocv3.HeaderMutation {
+	for i, kv := range kvs {
+		vals[i].Key, vals[i].RawValue = kv.key, kv.value
+		opts[i].Header, opts[i].AppendAction = &vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		ptrs[i] = &opts[i]
 	}
-	kvs := [4]struct {
-		key   string
-		value []byte
-	}{{header.RouteModel, model}, {header.RouteDraw, strconv.AppendUint(nil, draw, 10)}, {header.RouteCluster, cluster}, {header.DestinationEndpoint, []byte(endpoint)}}
-	for i, kv := range kvs[:n] {
-		p.vals[i].Key, p.vals[i].RawValue = kv.key, kv.value
-		p.opts[i].Header, p.opts[i].AppendAction = &p.vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		p.ptrs[i] = &p.opts[i]
-	}
-	p.mut.SetHeaders = p.ptrs[:n]
-	return &p.mut
+	mut.SetHeaders = ptrs
+	return mut
 }
 
 // skipBody is the mode override of the header-only fast path: Envoy sends

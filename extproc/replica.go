@@ -67,6 +67,11 @@ type replicaPicker struct {
 // reasonSkipped: no live replica state, Envoy's least request chose.
 const reasonSkipped = "skipped"
 
+// skippedNoLive is the replica decision of every request ILB left to
+// Envoy for want of live replica state: one value, shared by the records
+// and never changed (a record's copy-on-write leaves it alone).
+var skippedNoLive = &ReplicaDecision{Skipped: "no live replica state for the cluster: Envoy's least request chooses"}
+
 // newPickers makes one replica picker per cluster with replica picking
 // on. They live as long as the server: what they learned survives
 // weights versions.
@@ -100,20 +105,21 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) 
 	if pk == nil {
 		return ""
 	}
-	rd := &ReplicaDecision{}
-	x.rec.Replica = rd
 	var reps []ReplicaLive
 	if live != nil {
 		reps = live.Clusters[cluster].Replicas
 	}
 	if len(reps) == 0 {
-		rd.Skipped = "no live replica state for the cluster: Envoy's least request chooses"
+		x.rec.Replica = skippedNoLive // shared, never changed
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
-	cands := make([]picker.Replica, len(reps))
-	for i, r := range reps {
-		cands[i] = picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated}
+	rd := &ReplicaDecision{}
+	x.rec.Replica = rd
+	var inline [16]picker.Replica
+	cands := inline[:0]
+	for _, r := range reps {
+		cands = append(cands, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated})
 	}
 	req := picker.Request{Draw: s.opts.Rand()}
 	if body != nil {

@@ -442,7 +442,7 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 				r.UpstreamHost = bound.String(servedHost(md), bound.Name)
 			}
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
-			if r.Replica != nil {
+			if r.Replica != nil && r.Replica.Chosen != "" {
 				rd := *r.Replica // records are copied on write
 				r.Replica = &rd
 				s.replicaServed(r)
