@@ -11,12 +11,14 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/weights"
@@ -38,6 +40,7 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 	streamed := 0
 	cur := d.App.Controller.Current()
 	versions := map[string]bool{}
+	var picks replicaTally
 	for _, r := range results {
 		if r.Err == nil && r.Status == 429 {
 			shed++ // ILB shed it: the fleet was over capacity
@@ -57,6 +60,9 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 		rec, found := d.App.ExtProc.Decisions().Get(r.RequestID)
 		if found && rec.Chosen != "" && rec.Chosen != r.Cluster {
 			mismatched++
+		}
+		if found && rec.Replica != nil {
+			picks.add(rec.Replica)
 		}
 		if r.Session == "" && found && rec.Reason == "weighted" { // random draws; a session's draw is its hash
 			versions[rec.WeightsVersion] = true
@@ -84,6 +90,7 @@ func (d *demo) report(ctx context.Context, w io.Writer, results []loadgen.Result
 		fmt.Fprintf(w, "  FAILED %d × %s (e.g. request %s)\n", failed[f], f, cmp.Or(example[f], "without an x-request-id"))
 	}
 	fmt.Fprintf(w, "Served by the cluster ILB chose: %d of %d answered requests (%d elsewhere)\n", ok-mismatched, ok, mismatched)
+	picks.report(w)
 
 	fmt.Fprintf(w, "\nTraffic split per source and model (policy %s; requests were decided under %d weights versions as the controller followed the load; in force now: %s):\n",
 		cur.Policy(), len(versions), cur.Version())
@@ -241,4 +248,42 @@ func fmtSeconds(s float64) string {
 		return "n/a"
 	}
 	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
+}
+
+// replicaTally counts the replica decisions of the answered requests.
+type replicaTally struct {
+	chosen, skipped, servedChosen, servedOther int
+	reasons                                    map[string]int
+}
+
+func (t *replicaTally) add(rd *extproc.ReplicaDecision) {
+	if rd.Chosen == "" {
+		t.skipped++
+		return
+	}
+	t.chosen++
+	if t.reasons == nil {
+		t.reasons = map[string]int{}
+	}
+	t.reasons[rd.Reason]++
+	switch rd.Served {
+	case "chosen":
+		t.servedChosen++
+	case "other":
+		t.servedOther++
+	}
+}
+
+// report writes one line on replica picking (nothing when no request
+// went to a cluster that picks replicas).
+func (t *replicaTally) report(w io.Writer) {
+	if t.chosen+t.skipped == 0 {
+		return
+	}
+	var rs []string
+	for _, r := range slices.Sorted(maps.Keys(t.reasons)) {
+		rs = append(rs, fmt.Sprintf("%s %d", r, t.reasons[r]))
+	}
+	fmt.Fprintf(w, "Replica picking (clusters with replica_picking): ILB chose the replica of %d requests (%s), left %d to Envoy's least request (no live replica state yet); Envoy served the chosen replica for %d, another for %d\n",
+		t.chosen, strings.Join(rs, ", "), t.skipped, t.servedChosen, t.servedOther)
 }
