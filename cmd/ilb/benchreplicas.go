@@ -23,13 +23,12 @@ import (
 // section) one table per workload.
 func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench-replicas", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	scen := fs.String("scenario", "all", "replica workloads, comma-separated, or all: "+strings.Join(experiment.ReplicaScenarioNames(), ", "))
 	loadList := fs.String("loads", "0.5,0.7,0.9,1.1,1.3", "loads: fractions of the fleet's saturation throughput measured without prefix caching")
 	seedList := fs.String("seeds", "1,2,3", "seeds: each load runs once per seed, figures are means")
 	duration := fs.Duration("duration", 10*time.Minute, "simulated time per run")
 	report := fs.String("report", "", "write the tables into this Markdown file's \"replicas\" section (e.g. docs/benchmarks.md) instead of stdout")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
 	var errs []error
