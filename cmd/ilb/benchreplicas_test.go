@@ -17,8 +17,11 @@ func TestBenchReplicas(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"bad loads, seeds and duration", []string{"--loads", "0.5,x", "--seeds", "1,-2", "--duration", "0s"},
-			[]string{`--loads: "x" is not a load`, `--seeds: "-2" is not a seed`, "--duration 0s: want a positive duration"}},
+		{
+			"bad loads, seeds and duration",
+			[]string{"--loads", "0.5,x", "--seeds", "1,-2", "--duration", "0s"},
+			[]string{`--loads: "x" is not a load`, `--seeds: "-2" is not a seed`, "--duration 0s: want a positive duration"},
+		},
 		{"unknown workload", []string{"--scenario", "chat"}, []string{`unknown replica scenario "chat"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
