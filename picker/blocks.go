@@ -1,6 +1,10 @@
 package picker
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ilbproject/ilb/internal/hashmix"
+)
 
 // Prefix identity. A prompt is cut into blocks of BlockBytes bytes of its
 // raw text (for a chat request, the raw JSON of its messages, which a
@@ -36,20 +40,8 @@ func Seed(model string) uint64 { return xxhash.Sum64String(model) }
 func AppendBlocks(dst []uint64, seed uint64, text []byte) []uint64 {
 	h := seed
 	for i := 0; i+BlockBytes <= len(text) && len(dst) < MaxBlocks; i += BlockBytes {
-		h = chain(h, xxhash.Sum64(text[i:i+BlockBytes]))
+		h = hashmix.Mix(h, xxhash.Sum64(text[i:i+BlockBytes]))
 		dst = append(dst, h)
 	}
 	return dst
-}
-
-// chain combines the previous block's hash with this block's content hash
-// (splitmix64's finaliser over a non-symmetric combine).
-func chain(prev, v uint64) uint64 {
-	x := prev ^ (v + 0x9e3779b97f4a7c15 + prev<<6 + prev>>2)
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }

@@ -1,5 +1,7 @@
 package workload
 
+import "github.com/ilbproject/ilb/internal/hashmix"
+
 // Prefix block hashes. A block's hash is mix(hash of the previous block,
 // content of this block), starting from a root: equal prefixes give equal
 // hashes, and a hash says nothing about the blocks after it.
@@ -13,17 +15,8 @@ const (
 	tagDocument = 0x646f63756d656e74
 )
 
-// mix combines a hash with a value (splitmix64's finaliser over a
-// boost-style combine): well spread, and not symmetric in h and v.
-func mix(h, v uint64) uint64 {
-	x := h ^ (v + 0x9e3779b97f4a7c15 + h<<6 + h>>2)
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+// mix combines a hash with a value (see hashmix.Mix).
+func mix(h, v uint64) uint64 { return hashmix.Mix(h, v) }
 
 // hashString is FNV-1a over s, mixed; it does not allocate.
 func hashString(s string) uint64 {
