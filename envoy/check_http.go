@@ -55,6 +55,7 @@ func (k *checker) checkHCM(where string, h *hcmv3.HttpConnectionManager) {
 			k.errorf(where+" rds", "config_source uses ads but the bootstrap has no dynamic_resources.ads_config")
 		}
 	}
+	k.checkOverrideHeaders(where, h)
 	filters := h.GetHttpFilters()
 	router := -1
 	for i, f := range filters {
@@ -68,6 +69,7 @@ func (k *checker) checkHCM(where string, h *hcmv3.HttpConnectionManager) {
 			router = i
 		case *extprocv3.ExternalProcessor:
 			k.checkExtProc(fw, c, routes)
+			k.checkOverrideMetadata(fw, c)
 		}
 	}
 	switch {

@@ -111,6 +111,14 @@ func TestCheck(t *testing.T) {
 		want    []string // substrings, each in one problem
 		warning bool     // every wanted problem is a warning
 	}{
+		{"override_host header reachable by clients", func(t *testing.T, b *envoy.Bundle) {
+			cluster(b, "eu-west-vllm").LoadBalancingPolicy = envoy.OverrideHostPolicy(0)
+			hcm(t, b, func(h *hcmv3.HttpConnectionManager) { h.EarlyHeaderMutationExtensions = nil })
+		}, []string{`cluster "eu-west-vllm" picks its host from the request header x-gateway-destination-endpoint (override_host), which this listener does not remove`}, false},
+		{"override_host metadata not accepted from ext_proc", func(t *testing.T, b *envoy.Bundle) {
+			cluster(b, "eu-west-vllm").LoadBalancingPolicy = envoy.OverrideHostPolicy(0)
+			extProc(t, b, func(e *extprocv3.ExternalProcessor) { e.MetadataOptions = nil })
+		}, []string{`cluster "eu-west-vllm" reads its host from dynamic metadata namespace envoy.lb (override_host), which this ext_proc filter does not accept`}, true},
 		{"unknown weighted cluster", func(t *testing.T, b *envoy.Bundle) {
 			defaultRoute(b).GetWeightedClusters().GetClusters()[0].Name = "us-east-vllm"
 		}, []string{`weighted_clusters.clusters[0]: cluster "us-east-vllm" is not defined (known: `}, false},
