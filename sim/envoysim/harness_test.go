@@ -405,6 +405,13 @@ func do(t *testing.T, method, url string, header map[string]string, body string)
 		}
 		req.Header.Set(k, v)
 	}
+	return send(t, req)
+}
+
+// send sends req without keep-alive (within 10 s) and reads the whole
+// response.
+func send(t *testing.T, req *http.Request) response {
+	t.Helper()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -390,21 +390,6 @@ func withOverrideHost(c *clusterv3.Cluster, mut func(o *overridehostv3.OverrideH
 	c.LoadBalancingPolicy = lbPolicies(o)
 }
 
-// send sends req without keep-alive and reads the whole response.
-func send(t *testing.T, req *http.Request) response {
-	t.Helper()
-	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
-}
-
 // TestLoadBalancingPolicyConfig: the typed policies envoysim models are
 // accepted; anything else is refused with the field, the value and what is
 // supported.
