@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	start := time.Now()
 	results, err := loadgen.Run(ctx, loadgen.Options{
 		Targets: d.targets(), Models: modelNames(st.Config), Duration: o.duration, Concurrency: o.concurrency,
-		SessionShare: 0.3, StreamShare: 0.3, Sessions: 24, MaxTokens: 8, Seed: o.seed,
+		SessionShare: 0.3, StreamShare: 0.3, Sessions: 24, SessionContext: 4096, MaxTokens: 8, Seed: o.seed,
 	})
 	if err != nil {
 		return errors.Join(err, st.Stop())

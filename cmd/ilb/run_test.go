@@ -172,7 +172,10 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s\n%s", err, out, errOut)
 	}
-	for _, want := range []string{"requests/s", "Traffic split per source and model", "ext_proc decision time (from its histogram): p50", "$ ilb explain", "chosen"} {
+	for _, want := range []string{
+		"requests/s", "Traffic split per source and model", "ext_proc decision time (from its histogram): p50", "$ ilb explain", "chosen",
+		"Replica picking (clusters with replica_picking): ILB chose the replica of", "Envoy served the chosen replica for", "another for 0",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

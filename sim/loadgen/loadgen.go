@@ -41,6 +41,12 @@ type Options struct {
 	// drawn from Sessions keys; StreamShare the fraction with stream: true.
 	SessionShare, StreamShare float64
 	Sessions                  int
+	// SessionContext, when > 0, is the size in bytes of a conversation
+	// history every request of a session resends before its new message
+	// (the same bytes for the whole session, different between sessions),
+	// as a chat client does: what replica picking can find in an engine's
+	// prefix cache. 0: a session's requests share only the key.
+	SessionContext int
 	// MaxTokens per request; default 8.
 	MaxTokens int
 	// Header adds headers to every request (e.g. x-ilb-debug).
@@ -136,9 +142,13 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 	if rng.Float64() < o.SessionShare {
 		r.Session = fmt.Sprintf("session-%d", rng.IntN(o.Sessions))
 	}
+	msgs := []map[string]string{{"role": "user", "content": fmt.Sprintf("Say something about the number %d.", rng.IntN(1000))}}
+	if r.Session != "" && o.SessionContext > 0 {
+		msgs = append([]map[string]string{{"role": "system", "content": sessionHistory(r.Session, o.SessionContext)}}, msgs...)
+	}
 	body, _ := json.Marshal(map[string]any{
 		"model":      r.Model,
-		"messages":   []map[string]string{{"role": "user", "content": fmt.Sprintf("Say something about the number %d.", rng.IntN(1000))}},
+		"messages":   msgs,
 		"stream":     r.Stream,
 		"max_tokens": o.MaxTokens,
 	})
@@ -223,4 +233,14 @@ func fromFingerprint(replica string) (cluster, _ string) {
 		return replica[:i], replica
 	}
 	return "", replica
+}
+
+// sessionHistory is n bytes of text that stand for a session's
+// conversation so far: the same for every request of the session.
+func sessionHistory(session string, n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "Earlier in %s, turn %d: the user asked a question and the assistant answered it at some length. ", session, i)
+	}
+	return b.String()[:n]
 }
