@@ -102,14 +102,16 @@ func liveOf(snap *signals.Snapshot) *extproc.Live {
 		}
 		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
 		for _, r := range snap.Endpoints(name) {
+			rl := extproc.ReplicaLive{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated}
 			switch r.State {
 			case signals.StateReady, signals.StateWarming, signals.StateStale, signals.StateStarting:
-				ramp := r.Ramp
-				if !(ramp > 0) {
-					ramp = 1 // not probed yet: the fleet that was serving
+				if !(rl.Ramp > 0) {
+					rl.Ramp = 1 // not probed yet: the fleet that was serving
 				}
-				cl.Replicas = append(cl.Replicas, extproc.ReplicaLive{Address: r.Address, Ramp: ramp, Saturated: r.Saturated})
+			default:
+				rl.Out = string(r.State)
 			}
+			cl.Replicas = append(cl.Replicas, rl)
 		}
 		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
 			var parts []string

@@ -1,6 +1,9 @@
 package extproc
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Live is the engines' state as the fast loop uses it: which clusters are
 // out and why, which are saturated. It is immutable; the signals monitor
@@ -39,10 +42,11 @@ type ClusterLive struct {
 	// that await their response, Little's law predicts the TTFT of the
 	// next one before the engines' metrics show a burst.
 	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
-	// Replicas are the cluster's serving replicas (ready, warming, stale
-	// or not probed yet), in address order: the candidates of replica
-	// picking. Draining, unhealthy and removed replicas are absent, so
-	// ILB never picks them once its signals saw them go.
+	// Replicas are the cluster's replicas as discovered, in address
+	// order. Those with Out == "" (ready, warming, stale or not probed
+	// yet) are the candidates of replica picking; draining and unhealthy
+	// ones are listed with Out saying so and never picked; a replica no
+	// longer listed has left the cluster, and replica picking forgets it.
 	Replicas []ReplicaLive `json:"replicas,omitempty"`
 }
 
@@ -54,10 +58,29 @@ type ReplicaLive struct {
 	Ramp float64 `json:"ramp"`
 	// Saturated: its engine reports a long queue or a full KV cache.
 	Saturated bool `json:"saturated,omitempty"`
+	// Out says why it may not be picked now (its state: "draining",
+	// "unhealthy"); "" when it serves.
+	Out string `json:"out,omitempty"`
 }
 
 // SetLive swaps in the live state.
-func (s *Server) SetLive(l *Live) { s.liveState.Store(l) }
+// Replica pickers forget the replicas no longer listed for their
+// cluster (a cluster the live state does not mention keeps what it has).
+func (s *Server) SetLive(l *Live) {
+	s.liveState.Store(l)
+	if l == nil {
+		return
+	}
+	for name, pk := range s.pickers {
+		cl, ok := l.Clusters[name]
+		if !ok {
+			continue
+		}
+		pk.Retain(func(addr string) bool {
+			return slices.ContainsFunc(cl.Replicas, func(r ReplicaLive) bool { return r.Address == addr })
+		})
+	}
+}
 
 // live returns the live state, or nil when there is none or it is older
 // than the TTL at now.

@@ -72,6 +72,9 @@ const reasonSkipped = "skipped"
 // and never changed (a record's copy-on-write leaves it alone).
 var skippedNoLive = &ReplicaDecision{Skipped: "no live replica state for the cluster: Envoy's least request chooses"}
 
+// skippedNoneServing: every replica listed is draining or unhealthy.
+var skippedNoneServing = &ReplicaDecision{Skipped: "no serving replica in the live state: Envoy's least request chooses among what it has"}
+
 // newPickers makes one replica picker per cluster with replica picking
 // on. They live as long as the server: what they learned survives
 // weights versions.
@@ -114,12 +117,17 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) 
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
-	rd := &ReplicaDecision{}
-	x.rec.Replica = rd
 	var inline [16]picker.Replica
 	cands := inline[:0]
 	for _, r := range reps {
-		cands = append(cands, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated})
+		if r.Out == "" {
+			cands = append(cands, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated})
+		}
+	}
+	if len(cands) == 0 {
+		x.rec.Replica = skippedNoneServing
+		pk.picks[reasonSkipped].Inc()
+		return ""
 	}
 	req := picker.Request{Draw: s.opts.Rand()}
 	if body != nil {
@@ -128,6 +136,8 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) 
 			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
 		}
 	}
+	rd := &ReplicaDecision{}
+	x.rec.Replica = rd
 	d, t := pk.Pick(cands, req)
 	x.ticket = t
 	rd.Chosen, rd.Hosts, rd.Reason, rd.PromptBlocks, rd.Terms = d.Chosen.Address, d.Hosts, d.Reason, len(req.Blocks), d.Chosen

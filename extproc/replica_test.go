@@ -72,6 +72,7 @@ func TestReplicaPicking(t *testing.T) {
 		n        int    // turns so far
 		served   string // Envoy's upstream host ("=": the chosen one)
 		gone     string // replica absent from the live state
+		draining string // replica listed as draining
 		wantSame int    // index of an earlier turn whose replica it must get (-1: any)
 		wantNot  string // a replica it must not get
 	}
@@ -88,6 +89,10 @@ func TestReplicaPicking(t *testing.T) {
 			{id: "c2", n: 2, served: "=", wantSame: -1},
 			{id: "c2", n: 3, served: "=", gone: "@0", wantSame: -1, wantNot: "@0"},
 		}},
+		{"a draining replica is not picked, even holding the prefix", []turn{
+			{id: "c3", n: 2, served: "=", wantSame: -1},
+			{id: "c3", n: 3, served: "=", draining: "@0", wantSame: -1, wantNot: "@0"},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,13 +103,19 @@ func TestReplicaPicking(t *testing.T) {
 			})
 			var chosen []string
 			for i, tr := range tt.turns {
-				gone := tr.gone
+				gone, draining := tr.gone, tr.draining
 				if strings.HasPrefix(gone, "@") {
 					gone = chosen[0]
 				}
+				if strings.HasPrefix(draining, "@") {
+					draining = chosen[0]
+				}
 				h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
-					if r.Address == gone {
+					switch r.Address {
+					case gone:
 						r.Address = ""
+					case draining:
+						r.Out = "draining"
 					}
 				}))
 				id := fmt.Sprintf("%s-%d", tt.name, i)
@@ -122,8 +133,8 @@ func TestReplicaPicking(t *testing.T) {
 				if tr.wantSame >= 0 && first != chosen[tr.wantSame] {
 					t.Errorf("turn %d went to %s, want %s (the replica holding its prefix)", i, first, chosen[tr.wantSame])
 				}
-				if tr.wantNot != "" && first == gone {
-					t.Errorf("turn %d went to %s, which left the live state", i, first)
+				if tr.wantNot != "" && (first == gone || first == draining) {
+					t.Errorf("turn %d went to %s, which left the live state or drains", i, first)
 				}
 				rec, ok := h.srv.Decisions().Get(id)
 				if !ok || rec.Replica == nil || rec.Replica.Chosen != first || rec.Replica.Reason == "" {
@@ -185,6 +196,53 @@ func TestReplicaPickingWithoutLiveState(t *testing.T) {
 				t.Errorf("record replica %+v: want skipped with a reason", rec.Replica)
 			case !tc.skipped && rec.Replica != nil:
 				t.Errorf("record replica %+v: want none", rec.Replica)
+			}
+		})
+	}
+}
+
+// TestReplicaPickerForgetsRemovedReplicas: a replica no longer listed
+// for its cluster in the live state is forgotten (its index and load),
+// so the index holds only the cluster's current members however many
+// come and go; one listed as draining is kept.
+func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Clusters {
+			o.Config.Clusters[i].ReplicaPicking.Enabled = true
+		}
+	})
+	blocks := func() float64 {
+		v, _ := promtest.Value(t, h.reg, "ilb_extproc_replica_index_blocks", map[string]string{"cluster": "us-east-vllm"})
+		return v
+	}
+	h.srv.SetLive(replicaLive(h, nil))
+	for i := range 6 {
+		h.run(t, "edge-us", chatHeaders(fmt.Sprint("f", i)), reqBody(conversation(fmt.Sprint("conv", i), 3)))
+	}
+	all := blocks()
+	if all == 0 {
+		t.Fatal("no block indexed for us-east-vllm")
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*extproc.ReplicaLive)
+		less bool
+	}{
+		{"a draining replica is kept", func(r *extproc.ReplicaLive) {
+			if r.Address == "127.0.0.1:18101" {
+				r.Out = "draining"
+			}
+		}, false},
+		{"a replica that left is forgotten", func(r *extproc.ReplicaLive) {
+			if r.Address == "127.0.0.1:18101" {
+				r.Address = ""
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h.srv.SetLive(replicaLive(h, tc.mod))
+			if got := blocks(); (got < all) != tc.less {
+				t.Errorf("index blocks %v after the change, %v before: want fewer %v", got, all, tc.less)
 			}
 		})
 	}
