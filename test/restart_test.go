@@ -23,7 +23,15 @@ import (
 // ILB's snapshot, and a version that both ILBs served names the same
 // content (versions are content hashes, never reused).
 func TestControlPlaneRestart(t *testing.T) {
-	s := startWorld(t, nil, func(c *config.Config) { c.Controller.Policy = config.PolicyProportional })
+	s := startWorld(t, nil, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyProportional
+		// Static weights: proportional to the configured capacity. With the
+		// learned one, engines slowed by a loaded machine lowered a
+		// cluster's capacity before the restart and the new ILB started
+		// from the prior again (the route version changed once in make test
+		// with both cores busy).
+		c.Controller.Capacity.Mode = config.CapacityConfigured
+	})
 	us, _ := s.Envoy("edge-us")
 	var before *cache.Snapshot
 	waitUntil(t, "envoysim ACKs the snapshot in force", 5*time.Second, func() bool {
