@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -63,7 +64,7 @@ func (k *checker) checkOverrideHeaders(where string, h *hcmv3.HttpConnectionMana
 			}
 		}
 	}
-	for _, name := range sortedKeys(headers) {
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		if slices.Contains(removed, name) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
@@ -78,18 +79,9 @@ func (k *checker) checkOverrideHeaders(where string, h *hcmv3.HttpConnectionMana
 func (k *checker) checkOverrideMetadata(where string, ep *extprocv3.ExternalProcessor) {
 	_, namespaces := k.overrideSources()
 	accepted := ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped()
-	for _, ns := range sortedKeys(namespaces) {
+	for _, ns := range slices.Sorted(maps.Keys(namespaces)) {
 		if !slices.Contains(accepted, ns) {
 			k.warnf(where+" metadata_options", "cluster %q reads its host from dynamic metadata namespace %s (override_host), which this ext_proc filter does not accept from its server (receiving_namespaces): only the header source can work", namespaces[ns], ns)
 		}
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -23,7 +23,7 @@ type ReplicaDecision struct {
 	// Hosts is the override-host list sent to Envoy: Chosen, then the
 	// replicas a retry takes.
 	Hosts []string `json:"hosts,omitempty"`
-	// Reason: prefix, load, only or all_saturated (package picker).
+	// Reason: prefix, load or only (package picker).
 	Reason string `json:"reason,omitempty"`
 	// PromptBlocks is how many 256-byte blocks of the prompt were hashed
 	// (at most 512).

@@ -5,12 +5,6 @@ import (
 	"sync"
 )
 
-// DefaultCacheTokens is the prompt tokens ILB assumes a replica's prefix
-// cache holds when the cluster's config says nothing: about a third of
-// the KV cache of an 8B model on an 80 GB GPU (420k tokens), the rest
-// being taken by the sequences running.
-const DefaultCacheTokens = 131072
-
 // Cluster is the replica picker of one engine cluster: what ILB believes
 // each replica's prefix cache holds, and the load ILB put on it. It is
 // safe for concurrent use; a decision holds its lock for a few
@@ -20,7 +14,6 @@ type Cluster struct {
 	mu          sync.Mutex
 	cacheBlocks int
 	replicas    map[string]*replicaState
-	stamp       uint64
 	terms       []Term // scratch, under mu
 }
 
@@ -136,7 +129,7 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		}
 	}
 	st := c.replicas[d.Chosen.Address]
-	c.stamp = st.cache.record(req.Blocks, c.stamp)
+	st.cache.record(req.Blocks)
 	uncached := int64(prompt - d.Chosen.Cached)
 	st.inFlight++
 	st.awaiting += uncached
@@ -204,8 +197,10 @@ func (c *Cluster) Stats() Stats {
 
 // Ticket is one request's load on its replica. FirstToken ends its
 // prefill (its tokens no longer count as work ahead of others); Done
-// ends it. Both are idempotent and safe to call from any goroutine; Done
-// without FirstToken does both. The zero Ticket does nothing.
+// ends it. Both are idempotent; Done without FirstToken does both. A
+// Ticket belongs to its request: one goroutine at a time calls its
+// methods (they lock the Cluster, not the Ticket). The zero Ticket does
+// nothing.
 type Ticket struct {
 	c        *Cluster
 	st       *replicaState

@@ -19,6 +19,7 @@ package picker
 // binary-search it.
 type cache struct {
 	blocks map[uint64]uint64 // hash → stamp of its latest use
+	stamp  uint64            // the last stamp taken
 	ring   []use
 	head   int // oldest entry
 	n      int // entries in the ring
@@ -45,15 +46,16 @@ func (c *cache) match(chain []uint64) int {
 	return lo
 }
 
-// record notes that the replica was sent a prompt with these blocks; the
-// stamps taken are stamp+1 .. stamp+len(chain), earlier blocks later.
-// It returns the last stamp taken. A block used within the last
-// capacity/2 stamps is not stamped again: it is far from eviction, and
-// most of a conversation's turn is blocks its previous turn just sent.
-func (c *cache) record(chain []uint64, stamp uint64) uint64 {
+// record notes that the replica was sent a prompt with these blocks,
+// each taking the next stamp, earlier blocks later. A block used within
+// the last capacity/2 stamps is not stamped again: it is far from
+// eviction, and most of a conversation's turn is blocks its previous
+// turn just sent.
+func (c *cache) record(chain []uint64) {
 	fresh := uint64(c.cap / 2)
 	for i := len(chain) - 1; i >= 0; i-- {
-		stamp++
+		c.stamp++
+		stamp := c.stamp
 		h := chain[i]
 		if s, ok := c.blocks[h]; ok && s+fresh >= stamp {
 			continue
@@ -68,7 +70,6 @@ func (c *cache) record(chain []uint64, stamp uint64) uint64 {
 			c.pop()
 		}
 	}
-	return stamp
 }
 
 // pop drops the ring's oldest entry and forgets its block if that was

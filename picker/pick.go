@@ -35,7 +35,8 @@ type Term struct {
 	InFlight int   `json:"in_flight"`
 	Awaiting int64 `json:"awaiting_tokens"`
 	// Cost is the prefill work, in tokens, before this request's first
-	// token there: Awaiting plus the prompt tokens not cached, over Ramp.
+	// token there: Awaiting plus the prompt tokens not cached weighted by
+	// 1 + the shortest queue among the candidates, over Ramp.
 	Cost      float64 `json:"cost"`
 	Saturated bool    `json:"saturated,omitempty"`
 }

@@ -55,9 +55,8 @@ func TestAppendBlocks(t *testing.T) {
 
 func TestCacheBoundedAndPrefixClosed(t *testing.T) {
 	c := newCache(100)
-	var stamp uint64
 	for conv := range 50 {
-		stamp = c.record(blocks("m", prompt(fmt.Sprint("conv", conv), 20*BlockBytes)), stamp)
+		c.record(blocks("m", prompt(fmt.Sprint("conv", conv), 20*BlockBytes)))
 		if c.size() > 100 {
 			t.Fatalf("after conversation %d the cache holds %d blocks, over its capacity 100", conv, c.size())
 		}

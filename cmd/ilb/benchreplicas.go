@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +30,7 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	var errs []error
-	loads, err := parseFloats(*loadList)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("--loads: %w", err))
-	}
+	loads, errs := parseLoads(*loadList)
 	var seeds []uint64
 	for f := range strings.SplitSeq(*seedList, ",") {
 		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
@@ -134,18 +129,4 @@ func writeHostTable(b *strings.Builder, loads []float64, rows []experiment.HostR
 		}
 	}
 	b.WriteString("\n")
-}
-
-// parseFloats parses a comma-separated list of positive numbers, sorted.
-func parseFloats(list string) ([]float64, error) {
-	var out []float64
-	for f := range strings.SplitSeq(list, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(v > 0) || v > 100 {
-			return nil, fmt.Errorf("%q is not a load: want fractions in (0, 100]", f)
-		}
-		out = append(out, v)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
 }

@@ -160,16 +160,9 @@ func (o *simOptions) check(format, loads string) error {
 		errs = append(errs, fmt.Errorf("--plot-format: format %q: want png or svg", format))
 	}
 	if loads != "" {
-		for f := range strings.SplitSeq(loads, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || !(v > 0) || v > 100 {
-				errs = append(errs, fmt.Errorf("--loads: %q is not a load: want fractions of the saturation throughput in (0, 100]", f))
-				continue
-			}
-			o.loads = append(o.loads, v)
-		}
-		slices.Sort(o.loads)
-		o.loads = slices.Compact(o.loads)
+		var bad []error
+		o.loads, bad = parseLoads(loads)
+		errs = append(errs, bad...)
 	}
 	if o.load < 0 || o.load > 100 || math.IsNaN(o.load) {
 		errs = append(errs, fmt.Errorf("--load %v: want a fraction of the saturation throughput in (0, 100], or 0 for the scenario's rates", o.load))
@@ -362,6 +355,24 @@ const reportMarker = "<!-- ilb sim: generated results below; edit above this lin
 // rewrites its own section (--report-section) and keeps the others, so
 // several runs (scenarios, load sweeps, traces) fill one page.
 const sectionMarker = "<!-- ilb sim section: "
+
+// parseLoads parses --loads, a comma-separated list of fractions of the
+// saturation throughput in (0, 100], sorted and without repeats; every
+// entry that is not one is an error.
+func parseLoads(list string) ([]float64, []error) {
+	var out []float64
+	var errs []error
+	for f := range strings.SplitSeq(list, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || v > 100 {
+			errs = append(errs, fmt.Errorf("--loads: %q is not a load: want fractions of the saturation throughput in (0, 100]", f))
+			continue
+		}
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), errs
+}
 
 // writeReport writes the Markdown of this run into its section of path,
 // keeping what the file holds up to reportMarker and its other sections.
