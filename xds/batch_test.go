@@ -107,7 +107,13 @@ func TestEndpointPushesBatched(t *testing.T) {
 			}
 			clock.advance(interval)
 			reads := clock.readCount()
-			waitFor(t, func() bool { return clock.readCount() >= reads+2 }) // a whole tick ran
+			// The rollout loop reads the clock once per tick, and a push
+			// reads it once more (when it hands the snapshots over) before
+			// it has set them: three reads after the advance mean that the
+			// first tick with the new time has finished, pushing or not
+			// (two were not enough: the test could look between a push's
+			// read and its snapshots, which it once did in make test).
+			waitFor(t, func() bool { return clock.readCount() >= reads+3 })
 			if g := got(); g != tc.wantLater {
 				t.Errorf("an interval later: EDS has %v; want %v", g, tc.wantLater)
 			}
