@@ -194,8 +194,9 @@ func TestLookupErrors(t *testing.T) {
 	s := scenario(t, "drain", time.Minute)
 	s.Changes[0].Fraction = 2
 	s.SLO = 0
+	s.Strict = experiment.SLOClass{Name: "interactive", TTFT: 500 * time.Millisecond}
 	err := s.Validate()
-	for _, want := range []string{"changes[0].fraction 2", "SLO 0s"} {
+	for _, want := range []string{"changes[0].fraction 2", "SLO 0s", `strict SLO "interactive": TTFT 500ms, TPOT 0s`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want it to mention %q", err, want)
 		}

@@ -44,6 +44,10 @@ type Figures struct {
 	Good      int     `json:"good"`
 	Goodput   float64 `json:"goodput"`
 	GoodShare float64 `json:"good_share"`
+	// StrictGood and StrictShare are the same under the scenario's
+	// strict SLO class (0 without one).
+	StrictGood  int     `json:"strict_good,omitempty"`
+	StrictShare float64 `json:"strict_share,omitempty"`
 	// TTFT and TPOT (time per output token after the first) percentiles
 	// of served requests, in seconds.
 	TTFTp50 float64 `json:"ttft_p50"`
@@ -93,10 +97,10 @@ type Series struct {
 
 // acc accumulates Figures.
 type acc struct {
-	requests, good, failed, violations, served, cross int
-	byPrio, shedPrio                                  [3]int
-	ttft, tpot                                        []float64
-	egress                                            float64
+	requests, good, strict, failed, violations, served, cross int
+	byPrio, shedPrio                                          [3]int
+	ttft, tpot                                                []float64
+	egress                                                    float64
 }
 
 type recorder struct {
@@ -187,6 +191,9 @@ func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duratio
 			if ttft <= r.opts.Scenario.SLO {
 				a.good++
 			}
+			if c := r.opts.Scenario.Strict; c.TTFT > 0 && c.met(ttft, tpot) {
+				a.strict++
+			}
 			if r.clusters[cluster].region != rec.regionOf(si) {
 				a.cross++
 			}
@@ -270,13 +277,14 @@ func (rec *recorder) result(r *runner) *Result {
 
 func (a *acc) figures(source string, secs float64) Figures {
 	f := Figures{
-		Source: source, Requests: a.requests, Good: a.good, Goodput: float64(a.good) / secs,
+		Source: source, Requests: a.requests, Good: a.good, Goodput: float64(a.good) / secs, StrictGood: a.strict,
 		TTFTp50: percentile(a.ttft, 0.5), TTFTp99: percentile(a.ttft, 0.99),
 		TPOTp50: percentile(a.tpot, 0.5), TPOTp99: percentile(a.tpot, 0.99),
 		Failed: a.failed, EgressUSD: a.egress, ResidencyViolations: a.violations,
 	}
 	if a.requests > 0 {
 		f.GoodShare = float64(a.good) / float64(a.requests)
+		f.StrictShare = float64(a.strict) / float64(a.requests)
 	}
 	for p := range a.byPrio {
 		if a.byPrio[p] > 0 {

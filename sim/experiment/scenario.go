@@ -22,10 +22,25 @@ type Scenario struct {
 	// SLO: a request is good when its time to first token is at most
 	// TTFT. Goodput counts good requests.
 	SLO time.Duration
+	// Strict is an optional second, stricter SLO reported beside SLO
+	// (zero: none): a request is good under it when its time to first
+	// token and its time per output token are both within its bounds
+	// (goodput as DistServe defines it).
+	Strict SLOClass
 	// gen is the synthetic workload's spec when Workload generates one
 	// (nil for a workload given otherwise): what Scaled rescales.
 	gen *workload.Spec
 }
+
+// SLOClass is a latency class a request may meet: time to first token
+// at most TTFT and time per output token (after the first) at most TPOT.
+type SLOClass struct {
+	Name       string
+	TTFT, TPOT time.Duration
+}
+
+// met reports whether a request with these latencies meets the class.
+func (c SLOClass) met(ttft, tpot time.Duration) bool { return ttft <= c.TTFT && tpot <= c.TPOT }
 
 // Scaled returns s with every source's request rate multiplied by f (> 0),
 // bursts included; only scenarios whose workload is synthetic scale.
@@ -158,6 +173,9 @@ func (s Scenario) Validate() error {
 	}
 	if s.SLO <= 0 {
 		errs = append(errs, fmt.Errorf("scenario %s: SLO %s, want > 0", s.Name, s.SLO))
+	}
+	if s.Strict != (SLOClass{}) && (s.Strict.TTFT <= 0 || s.Strict.TPOT <= 0 || s.Strict.Name == "") {
+		errs = append(errs, fmt.Errorf("scenario %s: strict SLO %q: TTFT %s, TPOT %s: want a name and both > 0", s.Name, s.Strict.Name, s.Strict.TTFT, s.Strict.TPOT))
 	}
 	if s.Workload == nil {
 		errs = append(errs, fmt.Errorf("scenario %s: no workload", s.Name))
