@@ -224,6 +224,14 @@ type ReplicaPicking struct {
 	// DefaultReplicaCacheTokens; at most MaxReplicaCacheTokens. ILB's
 	// index costs about 72 bytes per 64 tokens of it per replica.
 	CacheTokens int `yaml:"cache_tokens" json:"cache_tokens"`
+	// MaxQueueSkew, when > 0, is a hard bound over the scoring rule: a
+	// replica whose queue (ILB's requests there still without a first
+	// token) is longer than the shortest candidate's by more than this
+	// is not chosen, whatever prefix it holds (SGLang's router has the
+	// same guard, balance_abs_threshold). 0, the default, leaves the
+	// trade of cache hits against queues to the cost rule. At most
+	// MaxReplicaQueueSkew.
+	MaxQueueSkew int `yaml:"max_queue_skew" json:"max_queue_skew"`
 }
 
 // Replica picking bounds.
@@ -234,6 +242,9 @@ const (
 	// MaxReplicaCacheTokens bounds the index: 16M tokens a replica, about
 	// 18 MiB of index each.
 	MaxReplicaCacheTokens = 1 << 24
+	// MaxReplicaQueueSkew bounds max_queue_skew: past it the guard would
+	// never bind (an engine admits 256 sequences or so at once).
+	MaxReplicaQueueSkew = 4096
 )
 
 // CacheTokensOrDefault is CacheTokens, or the default when 0.

@@ -133,7 +133,11 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	// (1.5% of requests went elsewhere while versions changed every
 	// 50 ms). The model and draw headers stay: they say what the weighted
 	// routes, which serve what ext_proc does not decide, would do.
-	x.endpoint = s.pickReplica(x, body, model, live)
+	var sessionHash uint64
+	if session != "" {
+		sessionHash = draw
+	}
+	x.endpoint = s.pickReplica(x, body, model, live, sessionHash)
 	return routeMutation(c.modelRaw, draw, c.clusterRaw[d.Chosen], x.endpoint), nil
 }
 

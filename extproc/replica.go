@@ -23,7 +23,7 @@ type ReplicaDecision struct {
 	// Hosts is the override-host list sent to Envoy: Chosen, then the
 	// replicas a retry takes.
 	Hosts []string `json:"hosts,omitempty"`
-	// Reason: prefix, load or only (package picker).
+	// Reason: prefix, session, load or only (package picker).
 	Reason string `json:"reason,omitempty"`
 	// PromptBlocks is how many 256-byte blocks of the prompt were hashed
 	// (at most 512).
@@ -64,6 +64,11 @@ type replicaPicker struct {
 	servedChosen, servedX prometheus.Counter
 }
 
+// maxHeaderPromptTokens bounds the prompt length estimated from a
+// request's Content-Length when ILB does not read the body (a client
+// states that header): 1M tokens, past any model's context.
+const maxHeaderPromptTokens = 1 << 20
+
 // reasonSkipped: no live replica state, Envoy's least request chose.
 const reasonSkipped = "skipped"
 
@@ -85,12 +90,12 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 			continue
 		}
 		p := &replicaPicker{
-			Cluster: picker.NewCluster(e.ReplicaPicking.CacheTokensOrDefault()),
+			Cluster: picker.NewCluster(picker.Options{CacheTokens: e.ReplicaPicking.CacheTokensOrDefault(), MaxQueueSkew: e.ReplicaPicking.MaxQueueSkew}),
 			picks:   map[string]prometheus.Counter{},
 			prompt:  m.replicaPrompt.WithLabelValues(e.Name), cached: m.replicaCached.WithLabelValues(e.Name),
 			servedChosen: m.replicaServed.WithLabelValues(e.Name, "chosen"), servedX: m.replicaServed.WithLabelValues(e.Name, "other"),
 		}
-		for _, r := range []string{picker.ReasonPrefix, picker.ReasonLoad, picker.ReasonOnly, reasonSkipped} {
+		for _, r := range []string{picker.ReasonPrefix, picker.ReasonSession, picker.ReasonLoad, picker.ReasonOnly, reasonSkipped} {
 			p.picks[r] = m.replicaPicks.WithLabelValues(e.Name, r)
 		}
 		out[e.Name] = p
@@ -101,8 +106,11 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 // pickReplica chooses the replica of the chosen cluster when it picks
 // replicas, books the request there (x.ticket) and returns the
 // override-host list ("" when Envoy chooses). body is nil when ILB
-// decided on headers alone: then only load counts.
-func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) string {
+// decided on headers alone: then the prompt's length is estimated from
+// the request's Content-Length (x.cost's estimate) and the session key,
+// if any, stands for its prefix. session is the session key's hash (0:
+// none); it also orders ties, so a session's requests agree on them.
+func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, session uint64) string {
 	cluster := x.rec.Chosen
 	pk := s.pickers[cluster]
 	if pk == nil {
@@ -129,12 +137,18 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live) 
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
-	req := picker.Request{Draw: s.opts.Rand()}
-	if body != nil {
+	req := picker.Request{Draw: session, Session: session}
+	if session == 0 {
+		req.Draw = s.opts.Rand()
+	}
+	switch {
+	case body != nil:
 		req.PromptTokens = body.PromptTokens
 		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
 			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
 		}
+	case x.h.contentLength > 0:
+		req.PromptTokens = int(min(x.h.contentLength/4, maxHeaderPromptTokens))
 	}
 	rd := &ReplicaDecision{}
 	x.rec.Replica = rd

@@ -247,3 +247,73 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaPickingBySession: a request ILB decides on headers alone
+// (an endpoint whose body it does not parse, the model named in
+// x-ilb-model) has no prompt blocks; its session key stands for its
+// prefix: the session's next request goes back to the replica that served
+// it, credited with the last request's length (Content-Length ÷ 4), and
+// the record says the credit came from the session.
+func TestReplicaPickingBySession(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Clusters {
+			o.Config.Clusters[i].ReplicaPicking.Enabled = true
+		}
+	})
+	h.srv.SetLive(replicaLive(h, nil))
+	send := func(id, session string, length int) extproc.Record {
+		t.Helper()
+		kv := []string{":method", "POST", ":path", "/v1/messages", ":authority", "ilb", header.RequestID, id,
+			header.Model, "qwen-7b", "content-length", fmt.Sprint(length)}
+		if session != "" {
+			kv = append(kv, header.Session, session)
+		}
+		// The response's headers end the request's prefill (its first
+		// token): its prompt no longer counts as work queued there.
+		resps := h.run(t, "edge-us", reqHeaders(false, kv...), respHeaders(":status", "200"))
+		var hv string
+		for _, o := range resps[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			if o.GetHeader().GetKey() == header.DestinationEndpoint {
+				hv = string(o.GetHeader().GetRawValue())
+			}
+		}
+		rec, ok := h.srv.Decisions().Get(id)
+		if !ok || rec.Replica == nil || rec.Replica.Chosen == "" || !strings.HasPrefix(hv, rec.Replica.Chosen+",") {
+			t.Fatalf("%s: override-host %q, record %+v: want a replica decision, chosen first", id, hv, rec.Replica)
+		}
+		return rec
+	}
+	for _, tc := range []struct {
+		name    string
+		session string
+		lengths []int
+		// per request after the first: the credited tokens (0: none,
+		// reason load)
+		credited []int
+	}{
+		{"a session returns to its replica, credited with its last request", "agent-1", []int{8000, 12000, 16000}, []int{2000, 3000}},
+		{"the credit is at most the request's own length less a block", "agent-2", []int{40000, 4000}, []int{1000 - 64}},
+		{"no session: load alone", "", []int{8000, 12000}, []int{0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := send(tc.name+"-0", tc.session, tc.lengths[0])
+			for i, n := range tc.lengths[1:] {
+				rec := send(fmt.Sprintf("%s-%d", tc.name, i+1), tc.session, n)
+				rd, want := rec.Replica, tc.credited[i]
+				if rd.Terms.Cached != want || rd.Terms.Session != (want > 0) {
+					t.Errorf("request %d: terms %+v, want %d tokens credited by the session", i+1, rd.Terms, want)
+				}
+				if want > 0 && (rd.Chosen != first.Replica.Chosen || rd.Reason != "session") {
+					t.Errorf("request %d: chose %s (%s), want the session's replica %s, reason session", i+1, rd.Chosen, rd.Reason, first.Replica.Chosen)
+				}
+				if want == 0 && rd.Reason == "session" {
+					t.Errorf("request %d: reason session without a session key", i+1)
+				}
+			}
+		})
+	}
+	text := string(promtest.Exposition(t, h.reg))
+	if !strings.Contains(text, `reason="session"} `) {
+		t.Error(`metrics lack ilb_extproc_replica_picks_total{...,reason="session"}`)
+	}
+}

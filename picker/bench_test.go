@@ -12,7 +12,7 @@ import (
 func BenchmarkDecision(b *testing.B) {
 	for _, size := range []int{1 << 10, 32 << 10, 256 << 10} {
 		b.Run(fmt.Sprintf("prompt=%dKiB/replicas=8", size>>10), func(b *testing.B) {
-			c := NewCluster(1 << 20)
+			c := NewCluster(Options{CacheTokens: 1 << 20})
 			reps := make([]Replica, 8)
 			for i := range reps {
 				reps[i] = Replica{Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Ramp: 1}

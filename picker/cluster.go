@@ -13,7 +13,9 @@ import (
 type Cluster struct {
 	mu          sync.Mutex
 	cacheBlocks int
+	maxSkew     int
 	replicas    map[string]*replicaState
+	sessions    sessions
 	terms       []Term // scratch, under mu
 }
 
@@ -24,10 +26,26 @@ type replicaState struct {
 	queued   int   // those requests
 }
 
-// NewCluster returns a picker whose replicas' caches hold cacheTokens
-// prompt tokens each (rounded up to whole blocks; at least one block).
-func NewCluster(cacheTokens int) *Cluster {
-	return &Cluster{cacheBlocks: max(1, (cacheTokens+BlockTokens-1)/BlockTokens), replicas: map[string]*replicaState{}}
+// Options configure a cluster's picker.
+type Options struct {
+	// CacheTokens is the prompt tokens each replica's prefix cache is
+	// believed to hold (rounded up to whole blocks; at least one block).
+	CacheTokens int
+	// MaxQueueSkew, when > 0, bounds how much longer than the shortest
+	// a replica's queue (ILB's requests there without a first token) may
+	// be for it to be chosen at all, whatever it holds: SGLang's router's
+	// balance threshold, as a hard guard over the cost rule. 0: the cost
+	// rule alone.
+	MaxQueueSkew int
+}
+
+// NewCluster returns the picker of one engine cluster.
+func NewCluster(o Options) *Cluster {
+	blocks := max(1, (o.CacheTokens+BlockTokens-1)/BlockTokens)
+	return &Cluster{
+		cacheBlocks: blocks, maxSkew: max(o.MaxQueueSkew, 0), replicas: map[string]*replicaState{},
+		sessions: newSessions(2 * blocks),
+	}
 }
 
 // Request is what a decision needs of a request.
@@ -40,6 +58,15 @@ type Request struct {
 	// Draw rotates the order replicas are considered in, so that ties
 	// are broken evenly (a random or session-derived value).
 	Draw uint64
+	// Session is a hash of the client's session key (0: none). It counts
+	// only when Blocks is empty, ILB having decided without reading the
+	// prompt: then the replica that served the session's last request,
+	// while ILB believes it still holds it, is credited with that
+	// request's prompt tokens, at most this prompt's less a block. A
+	// conversation resends its history, so its last prompt is this one's
+	// prefix; a client claiming another's session earns at most what its
+	// own prompt's length would.
+	Session uint64
 }
 
 // Decision is the replica chosen and why.
@@ -101,19 +128,33 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		shortest = min(shortest, c.state(cand.Address).queued)
 	}
 	missWeight := 1 + float64(shortest)
+	// A session's credit, when the prompt was not read (Request.Session).
+	var sess sessionEntry
+	var sessBlock uint64
+	if req.Session != 0 && len(req.Blocks) == 0 {
+		sessBlock = sessionBlock(req.Session)
+		sess = c.sessions.get(req.Session)
+	}
 	terms := c.terms[:0]
 	for _, cand := range candidates {
 		st := c.replicas[cand.Address]
+		if c.maxSkew > 0 && st.queued > shortest+c.maxSkew {
+			continue // the shortest queue's replica always stays
+		}
 		// A prefill computes at least a block: the prompt's tail past its
 		// last full block is never in the index, and an engine recomputes
 		// the last token of a prompt it holds whole.
-		cached := min(st.cache.match(req.Blocks)*BlockTokens, max(prompt-BlockTokens, 0))
+		held, bySession := st.cache.match(req.Blocks)*BlockTokens, false
+		if sess.tokens > 0 && sess.address == cand.Address && st.cache.match([]uint64{sessBlock}) == 1 {
+			held, bySession = sess.tokens, true
+		}
+		cached := min(held, max(prompt-BlockTokens, 0))
 		ramp := cand.Ramp
 		if !(ramp > 0) || ramp > 1 {
 			ramp = 1
 		}
 		terms = append(terms, Term{
-			Address: cand.Address, Cached: cached, InFlight: st.inFlight, Awaiting: st.awaiting,
+			Address: cand.Address, Cached: cached, Session: bySession && cached > 0, InFlight: st.inFlight, Awaiting: st.awaiting,
 			Cost: (float64(st.awaiting) + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
 		})
 	}
@@ -130,6 +171,10 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	}
 	st := c.replicas[d.Chosen.Address]
 	st.cache.record(req.Blocks)
+	if sessBlock != 0 {
+		st.cache.record([]uint64{sessBlock})
+		c.sessions.put(req.Session, sessionEntry{address: d.Chosen.Address, tokens: prompt})
+	}
 	uncached := int64(prompt - d.Chosen.Cached)
 	st.inFlight++
 	st.awaiting += uncached
@@ -172,14 +217,19 @@ func (c *Cluster) Retain(keep func(address string) bool) {
 			delete(c.replicas, addr)
 		}
 	}
+	// A session whose replica left is credited nowhere: its entry no
+	// longer matches a candidate, and ages out of the ring.
 }
 
 // Stats are a cluster picker's sizes.
 type Stats struct {
 	Replicas int // replicas known
 	Blocks   int // blocks held, all replicas
+	// Sessions are the session keys remembered (header-only requests).
+	Sessions int
 	// Bytes estimates the memory of the caches: each block costs a map
-	// entry (~40 bytes) and two ring slots (16 bytes each).
+	// entry (~40 bytes) and two ring slots (16 bytes each); each session
+	// a map entry (~48 bytes) and a ring slot (8 bytes).
 	Bytes int64
 }
 
@@ -187,7 +237,8 @@ type Stats struct {
 func (c *Cluster) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Replicas: len(c.replicas)}
+	s := Stats{Replicas: len(c.replicas), Sessions: len(c.sessions.m)}
+	s.Bytes = int64(len(c.sessions.m))*48 + int64(len(c.sessions.ring))*8
 	for _, st := range c.replicas {
 		s.Blocks += st.cache.size()
 		s.Bytes += int64(st.cache.size())*40 + int64(len(st.cache.ring))*16

@@ -29,6 +29,9 @@ type Term struct {
 	// Cached is the prompt tokens ILB believes the replica holds in its
 	// prefix cache (matched blocks × BlockTokens, at most the prompt).
 	Cached int `json:"cached_tokens"`
+	// Session: Cached is credited through the client's session key (the
+	// prompt was not read), not through the prompt's blocks.
+	Session bool `json:"session,omitempty"`
 	// InFlight is ILB's requests on the replica without a response end;
 	// Awaiting the prefill tokens of those still without a first token
 	// (response headers).
@@ -49,6 +52,9 @@ const (
 	// ReasonLoad: the least prefill work ahead, with no better cache hit
 	// elsewhere (including ties on the cached prefix).
 	ReasonLoad = "load"
+	// ReasonSession: as ReasonPrefix, for a request whose prompt ILB did
+	// not read: the chosen replica served the client's session last.
+	ReasonSession = "session"
 	// ReasonOnly: one replica may serve.
 	ReasonOnly = "only"
 )
@@ -86,6 +92,9 @@ func score(terms []Term, start int) (chosen, runnerUp int, reason string) {
 	reason = ReasonLoad
 	if terms[chosen].Cached > minCached(terms) {
 		reason = ReasonPrefix
+		if terms[chosen].Session {
+			reason = ReasonSession
+		}
 	}
 	return chosen, runnerUp, reason
 }

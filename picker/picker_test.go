@@ -117,7 +117,7 @@ func TestPick(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewCluster(1 << 20)
+			c := NewCluster(Options{CacheTokens: 1 << 20})
 			var chosen []string
 			for i, s := range tc.steps {
 				d, tk := c.Pick(s.reps, Request{Blocks: blocks("m", s.text), PromptTokens: tokens(s.text), Draw: uint64(i)})
@@ -152,7 +152,7 @@ func TestPick(t *testing.T) {
 // elsewhere, weighted by the queues; then they spread, and the second
 // replica learns the prefix too.
 func TestHotPrefixSpreads(t *testing.T) {
-	c := NewCluster(1 << 20)
+	c := NewCluster(Options{CacheTokens: 1 << 20})
 	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}, {Address: "c", Ramp: 1}}
 	hot := prompt("hot document", 40*BlockBytes)
 	d, tk := c.Pick(reps, Request{Blocks: blocks("m", hot), PromptTokens: len(hot) / 4})
@@ -182,7 +182,7 @@ func TestHotPrefixSpreads(t *testing.T) {
 }
 
 func TestTicketsSettleLoad(t *testing.T) {
-	c := NewCluster(1 << 16)
+	c := NewCluster(Options{CacheTokens: 1 << 16})
 	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}}
 	var ts []Ticket
 	for i := range 10 {
