@@ -170,13 +170,18 @@ func printReplica(p func(label, format string, args ...any), rd *extproc.Replica
 		return
 	}
 	why := map[string]string{
-		"prefix": "it holds more of the prompt than the least-loaded replica, and that outweighs its queue",
-		"load":   "the least prefill work ahead, no better cache hit elsewhere",
-		"only":   "the one serving replica",
+		"prefix":  "it holds more of the prompt than the least-loaded replica, and that outweighs its queue",
+		"session": "it served the session's last request (the prompt was not read) and holds it, which outweighs its queue",
+		"load":    "the least prefill work ahead, no better cache hit elsewhere",
+		"only":    "the one serving replica",
 	}[rd.Reason]
 	c := rd.Terms
 	p("replica", "%s (reason %s: %s)", rd.Chosen, rd.Reason, why)
-	p("", "~%d prompt tokens cached of %d blocks hashed; %d in flight, %d prefill tokens queued; cost %.0f tokens of prefill ahead", c.Cached, rd.PromptBlocks, c.InFlight, c.Awaiting, c.Cost)
+	from := fmt.Sprintf("of %d blocks hashed", rd.PromptBlocks)
+	if c.Session {
+		from = "by the session key (headers only)"
+	}
+	p("", "~%d prompt tokens cached %s; %d in flight, %d prefill tokens queued; cost %.0f tokens of prefill ahead", c.Cached, from, c.InFlight, c.Awaiting, c.Cost)
 	if ru := rd.RunnerUp; ru != nil {
 		lost := "equal work; more requests in flight, a saturated engine, or later in the rotation"
 		if rd.Lost == "more_work" {
