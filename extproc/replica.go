@@ -148,7 +148,7 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
 		}
 	case x.h.contentLength > 0:
-		req.PromptTokens = int(min(x.h.contentLength/4, maxHeaderPromptTokens))
+		req.PromptTokens = min(x.h.contentLength/4, maxHeaderPromptTokens)
 	}
 	rd := &ReplicaDecision{}
 	x.rec.Replica = rd

@@ -263,8 +263,10 @@ func TestReplicaPickingBySession(t *testing.T) {
 	h.srv.SetLive(replicaLive(h, nil))
 	send := func(id, session string, length int) extproc.Record {
 		t.Helper()
-		kv := []string{":method", "POST", ":path", "/v1/messages", ":authority", "ilb", header.RequestID, id,
-			header.Model, "qwen-7b", "content-length", fmt.Sprint(length)}
+		kv := []string{
+			":method", "POST", ":path", "/v1/messages", ":authority", "ilb", header.RequestID, id,
+			header.Model, "qwen-7b", "content-length", fmt.Sprint(length),
+		}
 		if session != "" {
 			kv = append(kv, header.Session, session)
 		}
