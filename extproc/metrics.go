@@ -58,7 +58,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 		}, []string{"source"}),
 		replicaPicks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_replica_picks_total",
-			Help: "Replica choices of ILB's replica picking, by cluster and reason (prefix: a cached prefix outweighed load; load: least prefill work ahead; only: one serving replica; skipped: no live replica state, Envoy's least request chose).",
+			Help: "Replica choices of ILB's replica picking, by cluster and reason (prefix: a cached prefix outweighed load; session: the same, credited through the session key of a request decided on headers alone; load: least work; only: one serving replica; skipped: no live replica state, Envoy's least request chose).",
 		}, []string{"cluster", "reason"}),
 		replicaPrompt: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_replica_prompt_tokens_total",

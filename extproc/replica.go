@@ -31,7 +31,7 @@ type ReplicaDecision struct {
 	// Terms are the chosen replica's: cached prefix, load, cost.
 	Terms picker.Term `json:"terms"`
 	// RunnerUp is the second best, and Lost why it was not chosen:
-	// more_work (more prefill work ahead there) or tie (equal work; more
+	// more_work (more work there) or tie (equal work; more
 	// in flight, saturated, or later in rotation).
 	RunnerUp *picker.Term `json:"runner_up,omitempty"`
 	Lost     string       `json:"runner_up_lost,omitempty"`
@@ -141,15 +141,18 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 	if session == 0 {
 		req.Draw = s.opts.Rand()
 	}
+	maxTokens := 0
 	switch {
 	case body != nil:
-		req.PromptTokens = body.PromptTokens
+		req.PromptTokens, maxTokens = body.PromptTokens, body.MaxTokens
 		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
 			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
 		}
 	case x.h.contentLength > 0:
 		req.PromptTokens = min(x.h.contentLength/4, maxHeaderPromptTokens)
 	}
+	lim := x.st.limits[model]
+	req.DecodeWork = picker.DecodeWork(maxTokens, s.opts.Config.ExtProc.DefaultOutputTokens, lim.promptCost, lim.outputCost)
 	rd := &ReplicaDecision{}
 	x.rec.Replica = rd
 	d, t := pk.Pick(cands, req)

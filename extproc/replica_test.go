@@ -121,6 +121,7 @@ func TestReplicaPicking(t *testing.T) {
 				id := fmt.Sprintf("%s-%d", tt.name, i)
 				hdr := chatHeaders(id, header.DestinationEndpoint, "10.9.9.9:1")
 				resps := h.run(t, "edge-us", hdr, reqBody(conversation(tr.id, tr.n)))
+				waitStreamsClosed(t, h) // its load on the replica is settled
 				hv, mv := endpointOf(resps[1])
 				if hv == "" || hv != mv {
 					t.Fatalf("turn %d: override-host header %q and metadata %q: want the same non-empty list", i, hv, mv)
@@ -149,6 +150,7 @@ func TestReplicaPicking(t *testing.T) {
 				id2 := id + "-answered"
 				h.run(t, "edge-us", chatHeaders(id2), reqBody(conversation(tr.id, tr.n)), respHeaders(":status", "200",
 					header.ServedCluster, rec.Chosen, header.WeightsVersion, h.w.Version(), header.UpstreamHost, first))
+				waitStreamsClosed(t, h)
 				rec2, _ := h.srv.Decisions().Get(id2)
 				want := "other"
 				if rec2.Replica != nil && rec2.Replica.Chosen == first {
@@ -255,13 +257,7 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 // it, credited with the last request's length (Content-Length ÷ 4), and
 // the record says the credit came from the session.
 func TestReplicaPickingBySession(t *testing.T) {
-	h := startWith(t, true, func(o *extproc.Options) {
-		for i := range o.Config.Clusters {
-			o.Config.Clusters[i].ReplicaPicking.Enabled = true
-		}
-	})
-	h.srv.SetLive(replicaLive(h, nil))
-	send := func(id, session string, length int) extproc.Record {
+	send := func(h *harness, id, session string, length int) extproc.Record {
 		t.Helper()
 		kv := []string{
 			":method", "POST", ":path", "/v1/messages", ":authority", "ilb", header.RequestID, id,
@@ -273,6 +269,7 @@ func TestReplicaPickingBySession(t *testing.T) {
 		// The response's headers end the request's prefill (its first
 		// token): its prompt no longer counts as work queued there.
 		resps := h.run(t, "edge-us", reqHeaders(false, kv...), respHeaders(":status", "200"))
+		waitStreamsClosed(t, h) // its decode work on the replica is settled
 		var hv string
 		for _, o := range resps[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
 			if o.GetHeader().GetKey() == header.DestinationEndpoint {
@@ -294,13 +291,20 @@ func TestReplicaPickingBySession(t *testing.T) {
 		credited []int
 	}{
 		{"a session returns to its replica, credited with its last request", "agent-1", []int{8000, 12000, 16000}, []int{2000, 3000}},
-		{"the credit is at most the request's own length less a block", "agent-2", []int{40000, 4000}, []int{1000 - 64}},
+		{"the credit is at most the request's own length less a block", "agent-2", []int{40000, 8000}, []int{2000 - 64}},
 		{"no session: load alone", "", []int{8000, 12000}, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			first := send(tc.name+"-0", tc.session, tc.lengths[0])
+			// A server per case: no other case's load.
+			h := startWith(t, true, func(o *extproc.Options) {
+				for i := range o.Config.Clusters {
+					o.Config.Clusters[i].ReplicaPicking.Enabled = true
+				}
+			})
+			h.srv.SetLive(replicaLive(h, nil))
+			first := send(h, tc.name+"-0", tc.session, tc.lengths[0])
 			for i, n := range tc.lengths[1:] {
-				rec := send(fmt.Sprintf("%s-%d", tc.name, i+1), tc.session, n)
+				rec := send(h, fmt.Sprintf("%s-%d", tc.name, i+1), tc.session, n)
 				rd, want := rec.Replica, tc.credited[i]
 				if rd.Terms.Cached != want || rd.Terms.Session != (want > 0) {
 					t.Errorf("request %d: terms %+v, want %d tokens credited by the session", i+1, rd.Terms, want)
@@ -312,10 +316,15 @@ func TestReplicaPickingBySession(t *testing.T) {
 					t.Errorf("request %d: reason session without a session key", i+1)
 				}
 			}
+			want := 0
+			for _, c := range tc.credited {
+				if c > 0 {
+					want++
+				}
+			}
+			if v, _ := promtest.Value(t, h.reg, "ilb_extproc_replica_picks_total", map[string]string{"cluster": first.Chosen, "reason": "session"}); v != float64(want) {
+				t.Errorf("ilb_extproc_replica_picks_total{cluster=%q,reason=\"session\"} = %v, want %d", first.Chosen, v, want)
+			}
 		})
-	}
-	text := string(promtest.Exposition(t, h.reg))
-	if !strings.Contains(text, `reason="session"} `) {
-		t.Error(`metrics lack ilb_extproc_replica_picks_total{...,reason="session"}`)
 	}
 }

@@ -22,8 +22,9 @@ type Cluster struct {
 type replicaState struct {
 	cache    *cache
 	inFlight int
-	awaiting int64 // prefill tokens of the requests without a first token
-	queued   int   // those requests
+	awaiting int64   // prefill tokens of the requests without a first token
+	queued   int     // those requests
+	decode   float64 // decode work of the requests in flight (Request.DecodeWork)
 }
 
 // Options configure a cluster's picker.
@@ -67,6 +68,11 @@ type Request struct {
 	// prefix; a client claiming another's session earns at most what its
 	// own prompt's length would.
 	Session uint64
+	// DecodeWork is the request's expected decode work in prompt-token
+	// equivalents (its expected output tokens × the model's output token
+	// cost over its prompt token cost), >= 0: counted on its replica
+	// until the request ends, as the work that replica has in service.
+	DecodeWork float64
 }
 
 // Decision is the replica chosen and why.
@@ -84,7 +90,8 @@ type Decision struct {
 
 // Why the runner-up lost (Decision.Lost).
 const (
-	// LostMoreWork: more prefill work ahead of the first token there.
+	// LostMoreWork: more work there (queued prefill, decode in flight, or
+	// prompt tokens not cached).
 	LostMoreWork = "more_work"
 	// LostTie: equal work; more requests in flight, a saturated engine,
 	// or later in the rotation.
@@ -114,6 +121,15 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	prompt := max(req.PromptTokens, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The work a replica has before and beside this request: the prefill
+	// of ILB's requests there still without a first token, and the decode
+	// work of all its requests in flight (Dynamo's KV router weighs its
+	// workers' active decode blocks the same way). Without the decode
+	// term, a replica holding a prefix every new session shares (an
+	// agent's instructions) took every new session while replicas that
+	// did not hold it stayed idle: their prefill queues were empty, so
+	// the shared prefix always outweighed them.
+	//
 	// A cache miss's prefill delays, besides this request, the requests
 	// that queue behind it, wherever it goes: at least as many as wait
 	// for a first token on the least-queued replica. So the prompt tokens
@@ -155,7 +171,7 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		}
 		terms = append(terms, Term{
 			Address: cand.Address, Cached: cached, Session: bySession && cached > 0, InFlight: st.inFlight, Awaiting: st.awaiting,
-			Cost: (float64(st.awaiting) + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
+			Decode: st.decode, Cost: (float64(st.awaiting) + st.decode + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
 		})
 	}
 	c.terms = terms
@@ -176,10 +192,15 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		c.sessions.put(req.Session, sessionEntry{address: d.Chosen.Address, tokens: prompt})
 	}
 	uncached := int64(prompt - d.Chosen.Cached)
+	decode := req.DecodeWork
+	if !(decode > 0) || math.IsInf(decode, 1) {
+		decode = 0 // NaN, negative or infinite: no decode work known
+	}
 	st.inFlight++
 	st.awaiting += uncached
 	st.queued++
-	return d, Ticket{c: c, st: st, awaiting: uncached}
+	st.decode += decode
+	return d, Ticket{c: c, st: st, awaiting: uncached, decode: decode}
 }
 
 // thirdBest is the term of least cost other than a and b (-1 when
@@ -256,6 +277,7 @@ type Ticket struct {
 	c        *Cluster
 	st       *replicaState
 	awaiting int64
+	decode   float64
 	first    bool
 	done     bool
 }
@@ -283,6 +305,10 @@ func (t *Ticket) Done() {
 		t.st.queued--
 	}
 	t.st.inFlight--
+	t.st.decode -= t.decode
+	if t.st.inFlight == 0 {
+		t.st.decode = 0 // no float drift once the replica is idle
+	}
 	t.c.mu.Unlock()
 	t.done = true
 }

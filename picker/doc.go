@@ -1,24 +1,28 @@
 // Package picker chooses the replica of an engine cluster a request goes
-// to, after the cluster draw: the one with the least prefill work ahead
-// of the request's first token, counting what its prefix cache already
-// holds of the prompt.
+// to, after the cluster draw: the one with the least work the request
+// finds and adds there, counting what its prefix cache already holds of
+// the prompt.
 //
 // ILB cannot see inside the engines' KV caches, so each [Cluster] keeps
 // an approximate index learned from its own routing: a replica ILB sent
 // a prompt to holds that prompt's blocks (see [AppendBlocks]) until as
 // many other blocks have been sent there as its cache holds. Load is
-// ILB's own requests on each replica: those in flight, and the prefill
-// tokens of those still without a first token.
+// ILB's own requests on each replica: those in flight with their
+// expected decode work, and the prefill tokens of those still without a
+// first token.
 //
 // The rule: a request's cost on a replica is the prefill tokens queued
-// there (Awaiting) plus its own prompt tokens the replica does not hold,
-// divided by the replica's warm-up ramp; the least cost wins among the
-// replicas whose engines do not report saturation. A long cached prefix
-// wins only while the queue in front of it is shorter than the prefill it
-// saves; a hot prefix therefore spreads to a second replica as soon as
-// the first one's queue exceeds the prompt's length. Ties (no cache hit,
-// equal queues) go to fewer requests in flight, then rotate with the
-// request's draw.
+// there (Awaiting), plus the decode work of the requests in flight there
+// (Decode), plus its own prompt tokens the replica does not hold weighted
+// by 1 + the shortest queue among the candidates, all over the replica's
+// warm-up ramp; the least cost wins. A long cached prefix wins only while
+// the work in front of it is less than the prefill it saves; a hot prefix
+// therefore spreads to a second replica once the first one's load
+// outweighs it, and a prefix every request shares does not keep the
+// replicas that lack it idle. Ties go to fewer requests in flight, then to
+// a replica whose engine does not report saturation, then rotate with the
+// request's draw. A request ILB decided without reading its prompt is
+// credited through its session key instead (Request.Session).
 //
 // The decision reaches Envoy as an ordered host list (override-host
 // load balancing): a retry takes the next host, and Envoy's own

@@ -37,9 +37,13 @@ type Term struct {
 	// (response headers).
 	InFlight int   `json:"in_flight"`
 	Awaiting int64 `json:"awaiting_tokens"`
-	// Cost is the prefill work, in tokens, before this request's first
-	// token there: Awaiting plus the prompt tokens not cached weighted by
-	// 1 + the shortest queue among the candidates, over Ramp.
+	// Decode is the decode work of ILB's requests in flight there, in
+	// prompt-token equivalents (Request.DecodeWork).
+	Decode float64 `json:"decode_work"`
+	// Cost is the work, in prompt-token equivalents, the request adds to
+	// and finds on the replica: Awaiting plus Decode plus the prompt
+	// tokens not cached weighted by 1 + the shortest queue among the
+	// candidates, over Ramp.
 	Cost      float64 `json:"cost"`
 	Saturated bool    `json:"saturated,omitempty"`
 }
@@ -49,7 +53,7 @@ const (
 	// ReasonPrefix: the chosen replica holds more of the prompt than the
 	// least-loaded one, and that cache hit outweighs its extra load.
 	ReasonPrefix = "prefix"
-	// ReasonLoad: the least prefill work ahead, with no better cache hit
+	// ReasonLoad: the least work, with no better cache hit
 	// elsewhere (including ties on the cached prefix).
 	ReasonLoad = "load"
 	// ReasonSession: as ReasonPrefix, for a request whose prompt ILB did
@@ -106,4 +110,20 @@ func minCached(terms []Term) int {
 		m = min(m, terms[i].Cached)
 	}
 	return m
+}
+
+// DecodeWork estimates a request's decode work for Request.DecodeWork:
+// its expected output tokens — defaultOutput, or maxTokens when the
+// client caps its answer lower (a cap is a bound, not an expectation) —
+// times outputCost over promptCost (the model's token costs; the
+// controller's units). It is 0 when the costs are not positive.
+func DecodeWork(maxTokens, defaultOutput int, promptCost, outputCost float64) float64 {
+	if !(promptCost > 0) || !(outputCost > 0) {
+		return 0
+	}
+	out := max(defaultOutput, 0)
+	if maxTokens > 0 {
+		out = min(out, maxTokens)
+	}
+	return float64(out) * outputCost / promptCost
 }

@@ -186,7 +186,7 @@ func TestTicketsSettleLoad(t *testing.T) {
 	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}}
 	var ts []Ticket
 	for i := range 10 {
-		_, tk := c.Pick(reps, Request{Blocks: blocks("m", prompt(fmt.Sprint(i), 4*BlockBytes)), PromptTokens: 256})
+		_, tk := c.Pick(reps, Request{Blocks: blocks("m", prompt(fmt.Sprint(i), 4*BlockBytes)), PromptTokens: 256, DecodeWork: 0.1 * float64(i+1)})
 		ts = append(ts, tk)
 	}
 	for i := range ts {
@@ -196,8 +196,8 @@ func TestTicketsSettleLoad(t *testing.T) {
 		ts[i].Done()
 	}
 	for _, addr := range []string{"a", "b"} {
-		if st := c.replicas[addr]; st.inFlight != 0 || st.awaiting != 0 {
-			t.Errorf("replica %s: in flight %d, awaiting %d after every ticket settled", addr, st.inFlight, st.awaiting)
+		if st := c.replicas[addr]; st.inFlight != 0 || st.awaiting != 0 || st.decode != 0 {
+			t.Errorf("replica %s: in flight %d, awaiting %d, decode work %v after every ticket settled", addr, st.inFlight, st.awaiting, st.decode)
 		}
 	}
 	c.Retain(func(a string) bool { return a == "a" })
@@ -207,4 +207,51 @@ func TestTicketsSettleLoad(t *testing.T) {
 	var zero Ticket
 	zero.FirstToken()
 	zero.Done()
+}
+
+// TestDecodeWorkSpreadsSharedPrefix: new sessions sharing a long prefix
+// (an agent's instructions) that only one replica holds. Counting only
+// queued prefill, every one goes to the holder (its queue empties at each
+// first token) and the other replica stays idle; counting the decode work
+// of the requests in flight, they spread once the holder's decode work
+// outweighs the shared prefix's prefill.
+func TestDecodeWorkSpreadsSharedPrefix(t *testing.T) {
+	preamble := prompt("instructions and tools", 48*BlockBytes)
+	session := func(i int) []byte {
+		return append(bytes.Clone(preamble), prompt(fmt.Sprint("task", i), 10*BlockBytes)...)
+	}
+	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}}
+	for _, tc := range []struct {
+		name           string
+		decode         float64
+		minB, maxB     int // requests of 20 the replica without the prefix gets
+		holderFirstTen int // requests of the first 10 the holder gets, at least
+	}{
+		{"prefill only: the holder takes all", 0, 0, 0, 10},
+		{"with decode work: they spread", 1000, 7, 12, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCluster(Options{CacheTokens: 1 << 20})
+			first := session(-1)
+			_, tk := c.Pick(reps[:1], Request{Blocks: blocks("m", first), PromptTokens: len(first) / 4, DecodeWork: tc.decode})
+			tk.FirstToken() // decoding on "a", never done
+			toB, holderFirst := 0, 0
+			for i := range 20 {
+				text := session(i)
+				d, tk := c.Pick(reps, Request{Blocks: blocks("m", text), PromptTokens: len(text) / 4, Draw: uint64(i), DecodeWork: tc.decode})
+				tk.FirstToken() // prefilled; it decodes from now on
+				if d.Chosen.Address == "b" {
+					toB++
+				} else if i < 10 {
+					holderFirst++
+				}
+				if d.Chosen.Decode < 0 || (tc.decode == 0 && d.Chosen.Decode != 0) {
+					t.Errorf("request %d: decode work %v, want %v a request", i, d.Chosen.Decode, tc.decode)
+				}
+			}
+			if toB < tc.minB || toB > tc.maxB || holderFirst < tc.holderFirstTen {
+				t.Errorf("b got %d of 20 (want %d–%d), the holder %d of the first 10 (want >= %d)", toB, tc.minB, tc.maxB, holderFirst, tc.holderFirstTen)
+			}
+		})
+	}
 }

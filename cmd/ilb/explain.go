@@ -172,7 +172,7 @@ func printReplica(p func(label, format string, args ...any), rd *extproc.Replica
 	why := map[string]string{
 		"prefix":  "it holds more of the prompt than the least-loaded replica, and that outweighs its queue",
 		"session": "it served the session's last request (the prompt was not read) and holds it, which outweighs its queue",
-		"load":    "the least prefill work ahead, no better cache hit elsewhere",
+		"load":    "the least work (queued prefill, decode in flight, prompt not cached), no better cache hit elsewhere",
 		"only":    "the one serving replica",
 	}[rd.Reason]
 	c := rd.Terms
@@ -181,13 +181,13 @@ func printReplica(p func(label, format string, args ...any), rd *extproc.Replica
 	if c.Session {
 		from = "by the session key (headers only)"
 	}
-	p("", "~%d prompt tokens cached %s; %d in flight, %d prefill tokens queued; cost %.0f tokens of prefill ahead", c.Cached, from, c.InFlight, c.Awaiting, c.Cost)
+	p("", "~%d prompt tokens cached %s; %d in flight, %d prefill tokens queued, %.0f of decode work; cost %.0f tokens of work", c.Cached, from, c.InFlight, c.Awaiting, c.Decode, c.Cost)
 	if ru := rd.RunnerUp; ru != nil {
 		lost := "equal work; more requests in flight, a saturated engine, or later in the rotation"
 		if rd.Lost == "more_work" {
-			lost = fmt.Sprintf("%.0f more tokens of prefill work ahead", ru.Cost-c.Cost)
+			lost = fmt.Sprintf("%.0f more tokens of work", ru.Cost-c.Cost)
 		}
-		p("runner-up", "%s: ~%d cached, %d in flight, %d queued, cost %.0f; lost: %s", ru.Address, ru.Cached, ru.InFlight, ru.Awaiting, ru.Cost, lost)
+		p("runner-up", "%s: ~%d cached, %d in flight, %d queued, %.0f decode, cost %.0f; lost: %s", ru.Address, ru.Cached, ru.InFlight, ru.Awaiting, ru.Decode, ru.Cost, lost)
 	}
 	p("hosts", "%s (Envoy's override_host list: a retry takes the next)", strings.Join(rd.Hosts, ", "))
 	switch rd.Served {

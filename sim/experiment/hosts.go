@@ -206,7 +206,11 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 	if len(cands) == 0 { // no host listed: Envoy's fallback least request
 		return hostPick{replica: r.pickHost(cluster, -1), alt: -1}
 	}
-	d, t := c.picker.Pick(cands, picker.Request{Blocks: r.pickerBlocks(q.Prefix), PromptTokens: q.Prompt, Draw: r.rng.Uint64()})
+	// ext_proc's estimate of the decode work: the workload sends no
+	// max_tokens, so the configured default output.
+	m := r.cfg.Models[r.models[q.Model]]
+	decode := picker.DecodeWork(0, r.cfg.ExtProc.DefaultOutputTokens, m.PromptTokenCost, m.OutputTokenCost)
+	d, t := c.picker.Pick(cands, picker.Request{Blocks: r.pickerBlocks(q.Prefix), PromptTokens: q.Prompt, Draw: r.rng.Uint64(), DecodeWork: decode})
 	hp := hostPick{replica: -1, alt: -1, ticket: t}
 	for k, cand := range cands {
 		switch cand.Address {
