@@ -108,6 +108,8 @@ func liveOf(snap *signals.Snapshot) *extproc.Live {
 				if !(rl.Ramp > 0) {
 					rl.Ramp = 1 // not probed yet: the fleet that was serving
 				}
+			case signals.StateUnhealthy:
+				rl.Out = extproc.OutUnhealthy // its picker forgets what it held
 			default:
 				rl.Out = string(r.State)
 			}

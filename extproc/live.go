@@ -59,13 +59,18 @@ type ReplicaLive struct {
 	// Saturated: its engine reports a long queue or a full KV cache.
 	Saturated bool `json:"saturated,omitempty"`
 	// Out says why it may not be picked now (its state: "draining",
-	// "unhealthy"); "" when it serves.
+	// OutUnhealthy); "" when it serves.
 	Out string `json:"out,omitempty"`
 }
 
+// OutUnhealthy is ReplicaLive.Out for a replica failing its probes (the
+// signals monitor's state name): its replica picker forgets it.
+const OutUnhealthy = "unhealthy"
+
 // SetLive swaps in the live state.
 // Replica pickers forget the replicas no longer listed for their
-// cluster (a cluster the live state does not mention keeps what it has).
+// cluster, and those listed unhealthy (a cluster the live state does not
+// mention keeps what it has).
 func (s *Server) SetLive(l *Live) {
 	s.liveState.Store(l)
 	if l == nil {
@@ -76,8 +81,12 @@ func (s *Server) SetLive(l *Live) {
 		if !ok {
 			continue
 		}
+		// A replica no longer listed left the cluster; one listed
+		// unhealthy may come back restarted at the same address, its
+		// engine's prefix cache empty: both are forgotten, index and
+		// load. A draining replica keeps its cache and is kept.
 		pk.Retain(func(addr string) bool {
-			return slices.ContainsFunc(cl.Replicas, func(r ReplicaLive) bool { return r.Address == addr })
+			return slices.ContainsFunc(cl.Replicas, func(r ReplicaLive) bool { return r.Address == addr && r.Out != OutUnhealthy })
 		})
 	}
 }

@@ -248,6 +248,31 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 			}
 		})
 	}
+	// A replica listed unhealthy is forgotten too: it may come back
+	// restarted at the same address, its engine's cache empty.
+	t.Run("an unhealthy replica is forgotten", func(t *testing.T) {
+		h.srv.SetLive(replicaLive(h, nil))
+		victim := ""
+		for i := 0; victim == "" && i < 50; i++ {
+			id := fmt.Sprint("u", i)
+			h.run(t, "edge-us", chatHeaders(id), reqBody(conversation(id, 3)))
+			if rec, ok := h.srv.Decisions().Get(id); ok && rec.Chosen == "us-east-vllm" && rec.Replica != nil {
+				victim = rec.Replica.Chosen
+			}
+		}
+		if victim == "" {
+			t.Fatal("no request of 50 went to us-east-vllm")
+		}
+		before := blocks()
+		h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
+			if r.Address == victim {
+				r.Out = extproc.OutUnhealthy
+			}
+		}))
+		if got := blocks(); got >= before {
+			t.Errorf("index blocks %v after %s turned unhealthy, %v before: want it forgotten", got, victim, before)
+		}
+	})
 }
 
 // TestReplicaPickingBySession: a request ILB decides on headers alone
