@@ -78,14 +78,20 @@ func (m *Monitor) ramp(r *replica, now time.Time) float64 {
 	case StateReady, StateStale:
 		return 1
 	case StateWarming:
-		w := m.sig.Warmup.Std()
-		if w <= 0 {
-			return 1
-		}
-		f := float64(now.Sub(r.warmStart)) / float64(w)
-		return 0.1 + 0.9*min(max(f, 0), 1)
+		return WarmupRamp(now.Sub(r.warmStart), m.sig.Warmup.Std())
 	}
 	return 0
+}
+
+// WarmupRamp is the share of a ready replica's capacity a replica that
+// began warming up elapsed ago counts for: 10% at once, rising linearly
+// to 100% after warmup (1 when warmup is not positive).
+func WarmupRamp(elapsed, warmup time.Duration) float64 {
+	if warmup <= 0 {
+		return 1
+	}
+	f := float64(elapsed) / float64(warmup)
+	return 0.1 + 0.9*min(max(f, 0), 1)
 }
 
 // summarize aggregates a cluster's replicas (see [Cluster]).

@@ -7,6 +7,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/workload"
 )
 
@@ -197,7 +198,7 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 		}
 		ramp := 1.0
 		if rep.seen == lcWarming {
-			ramp = min(1, 0.1+0.9*float64(r.clock.now-rep.since)/float64(warmupTime))
+			ramp = signals.WarmupRamp(r.clock.now-rep.since, warmupTime)
 		}
 		cands = append(cands, picker.Replica{Address: rep.addr, Ramp: ramp, Saturated: rep.saturated})
 		idx = append(idx, ri)

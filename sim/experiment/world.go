@@ -209,7 +209,7 @@ func (r *runner) clusterStates() map[string]weights.ClusterState {
 			case lcReady:
 				ready++
 			case lcWarming:
-				warming = append(warming, math.Min(1, float64(now-rep.since)/float64(warmupTime)))
+				warming = append(warming, signals.WarmupRamp(now-rep.since, warmupTime)) // as ILB's signals monitor counts it
 			case lcDraining:
 				draining++
 			default:
