@@ -108,6 +108,9 @@ func liveOf(snap *signals.Snapshot) *extproc.Live {
 				if !(rl.Ramp > 0) {
 					rl.Ramp = 1 // not probed yet: the fleet that was serving
 				}
+				if (r.State == signals.StateReady || r.State == signals.StateWarming) && !r.LastScrape.IsZero() && r.LastError == "" {
+					rl.Running, rl.ScrapedAt = r.Metrics.Running, r.LastScrape // fresh: the engine's decode load
+				}
 			case signals.StateUnhealthy:
 				rl.Out = extproc.OutUnhealthy // its picker forgets what it held
 			default:

@@ -61,16 +61,22 @@ type ReplicaLive struct {
 	// Out says why it may not be picked now (its state: "draining",
 	// OutUnhealthy); "" when it serves.
 	Out string `json:"out,omitempty"`
+	// Running is the requests its engine reported running at its last
+	// good scrape, at ScrapedAt (zero: unknown, e.g. its metrics are
+	// stale): its decode load for the replica picker.
+	Running   float64   `json:"running,omitempty"`
+	ScrapedAt time.Time `json:"scraped_at,omitzero"`
 }
 
 // OutUnhealthy is ReplicaLive.Out for a replica failing its probes (the
-// signals monitor's state name): its replica picker forgets it.
+// signals monitor's state name): its replica picker forgets what it
+// believed the replica's prefix cache held.
 const OutUnhealthy = "unhealthy"
 
 // SetLive swaps in the live state.
 // Replica pickers forget the replicas no longer listed for their
-// cluster, and those listed unhealthy (a cluster the live state does not
-// mention keeps what it has).
+// cluster, and the index of those listed unhealthy (a cluster the live
+// state does not mention keeps what it has).
 func (s *Server) SetLive(l *Live) {
 	s.liveState.Store(l)
 	if l == nil {
@@ -81,13 +87,19 @@ func (s *Server) SetLive(l *Live) {
 		if !ok {
 			continue
 		}
-		// A replica no longer listed left the cluster; one listed
-		// unhealthy may come back restarted at the same address, its
-		// engine's prefix cache empty: both are forgotten, index and
-		// load. A draining replica keeps its cache and is kept.
+		// A replica no longer listed left the cluster: forgotten, index
+		// and load. One listed unhealthy may come back restarted at the
+		// same address, its engine's prefix cache empty: its index is
+		// forgotten, its load kept (its requests may still run there). A
+		// draining replica keeps its cache and is kept.
 		pk.Retain(func(addr string) bool {
-			return slices.ContainsFunc(cl.Replicas, func(r ReplicaLive) bool { return r.Address == addr && r.Out != OutUnhealthy })
+			return slices.ContainsFunc(cl.Replicas, func(r ReplicaLive) bool { return r.Address == addr })
 		})
+		for _, r := range cl.Replicas {
+			if r.Out == OutUnhealthy {
+				pk.ForgetCache(r.Address)
+			}
+		}
 	}
 }
 

@@ -107,8 +107,8 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 // replicas, books the request there (x.ticket) and returns the
 // override-host list ("" when Envoy chooses). body is nil when ILB
 // decided on headers alone: then the prompt's length is estimated from
-// the request's Content-Length (x.cost's estimate) and the session key,
-// if any, stands for its prefix. session is the session key's hash (0:
+// the request's Content-Length (as x.cost's is) and the session key, if
+// any, stands for its prefix. session is the session key's hash (0:
 // none); it also orders ties, so a session's requests agree on them.
 func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, session uint64) string {
 	cluster := x.rec.Chosen
@@ -129,7 +129,7 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 	cands := inline[:0]
 	for _, r := range reps {
 		if r.Out == "" {
-			cands = append(cands, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated})
+			cands = append(cands, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt})
 		}
 	}
 	if len(cands) == 0 {
@@ -137,10 +137,11 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
-	req := picker.Request{Draw: session, Session: session}
+	req := picker.Request{Draw: session}
 	if session == 0 {
 		req.Draw = s.opts.Rand()
 	}
+	lim := x.st.limits[model]
 	maxTokens := 0
 	switch {
 	case body != nil:
@@ -148,11 +149,18 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
 			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
 		}
-	case x.h.contentLength > 0:
-		req.PromptTokens = min(x.h.contentLength/4, maxHeaderPromptTokens)
+	default:
+		// The prompt was not read: its length is estimated from the
+		// Content-Length as x.cost's is (bounded by the model's
+		// context), and the session key stands for its prefix.
+		req.Session = session
+		if x.h.contentLength > 0 {
+			req.PromptTokens = int(min(max(1, float64(x.h.contentLength)/4), lim.context, maxHeaderPromptTokens))
+		}
 	}
-	lim := x.st.limits[model]
-	req.DecodeWork = picker.DecodeWork(maxTokens, s.opts.Config.ExtProc.DefaultOutputTokens, lim.promptCost, lim.outputCost)
+	ep := s.opts.Config.ExtProc
+	req.DecodeWork = picker.DecodeWork(maxTokens, ep.DefaultOutputTokens, lim.promptCost, lim.outputCost)
+	req.DecodeUnit = picker.DecodeWork(0, ep.DefaultOutputTokens, lim.promptCost, lim.outputCost)
 	rd := &ReplicaDecision{}
 	x.rec.Replica = rd
 	d, t := pk.Pick(cands, req)

@@ -279,7 +279,8 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 // (an endpoint whose body it does not parse, the model named in
 // x-ilb-model) has no prompt blocks; its session key stands for its
 // prefix: the session's next request goes back to the replica that served
-// it, credited with the last request's length (Content-Length ÷ 4), and
+// it, credited with the whole blocks of the last request's length
+// (Content-Length ÷ 4), and
 // the record says the credit came from the session.
 func TestReplicaPickingBySession(t *testing.T) {
 	send := func(h *harness, id, session string, length int) extproc.Record {
@@ -315,7 +316,7 @@ func TestReplicaPickingBySession(t *testing.T) {
 		// reason load)
 		credited []int
 	}{
-		{"a session returns to its replica, credited with its last request", "agent-1", []int{8000, 12000, 16000}, []int{2000, 3000}},
+		{"a session returns to its replica, credited with its last request", "agent-1", []int{8000, 12000, 16000}, []int{31 * 64, 46 * 64}}, // whole blocks of 2,000 and 3,000 tokens
 		{"the credit is at most the request's own length less a block", "agent-2", []int{40000, 8000}, []int{2000 - 64}},
 		{"no session: load alone", "", []int{8000, 12000}, []int{0}},
 	} {
@@ -352,4 +353,43 @@ func TestReplicaPickingBySession(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplicaPickingCountsEngineLoad: the engines' running requests at
+// their last scrape are the replicas' decode load (Envoy closes ext_proc's
+// stream at the response headers, so ILB's own count ends at the first
+// token): a request with no cache hit goes to the replica whose engine
+// runs fewer, and the record shows both replicas' decode work.
+func TestReplicaPickingCountsEngineLoad(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Clusters {
+			o.Config.Clusters[i].ReplicaPicking.Enabled = true
+		}
+	})
+	busy := "127.0.0.1:18101"
+	for i := range 4 {
+		h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
+			r.ScrapedAt = now
+			if r.Address == busy {
+				r.Running = 40
+			}
+		}))
+		id := fmt.Sprint("load", i)
+		h.run(t, "edge-us", chatHeaders(id), reqBody(conversation(id, 2)))
+		waitStreamsClosed(t, h)
+		rec, _ := h.srv.Decisions().Get(id)
+		if rec.Chosen != "us-east-vllm" {
+			continue // another cluster
+		}
+		rd := rec.Replica
+		if rd == nil || rd.Chosen == busy || rd.RunnerUp == nil || rd.RunnerUp.Address != busy {
+			t.Fatalf("request %d: replica decision %+v: want the idle replica, %s the runner-up", i, rd, busy)
+		}
+		// 40 running × the default 250 output tokens × output cost 4 over prompt cost 1.
+		if want := 40 * 250 * 4.0; rd.RunnerUp.Decode < want {
+			t.Errorf("request %d: runner-up decode work %v, want at least %v", i, rd.RunnerUp.Decode, want)
+		}
+		return
+	}
+	t.Fatal("no request of 4 went to us-east-vllm")
 }

@@ -3,6 +3,7 @@ package picker
 import (
 	"math"
 	"sync"
+	"time"
 )
 
 // Cluster is the replica picker of one engine cluster: what ILB believes
@@ -15,8 +16,8 @@ type Cluster struct {
 	cacheBlocks int
 	maxSkew     int
 	replicas    map[string]*replicaState
-	sessions    sessions
-	terms       []Term // scratch, under mu
+	terms       []Term   // scratch, under mu
+	sessChain   []uint64 // scratch, under mu
 }
 
 type replicaState struct {
@@ -24,7 +25,11 @@ type replicaState struct {
 	inFlight int
 	awaiting int64   // prefill tokens of the requests without a first token
 	queued   int     // those requests
-	decode   float64 // decode work of the requests in flight (Request.DecodeWork)
+	decode   float64 // decode work of ILB's requests in flight (until Done)
+	// recent is the decode work of the requests ILB sent since scraped,
+	// its engine's last scrape (which could not count them yet).
+	recent  float64
+	scraped time.Time
 }
 
 // Options configure a cluster's picker.
@@ -43,10 +48,7 @@ type Options struct {
 // NewCluster returns the picker of one engine cluster.
 func NewCluster(o Options) *Cluster {
 	blocks := max(1, (o.CacheTokens+BlockTokens-1)/BlockTokens)
-	return &Cluster{
-		cacheBlocks: blocks, maxSkew: max(o.MaxQueueSkew, 0), replicas: map[string]*replicaState{},
-		sessions: newSessions(2 * blocks),
-	}
+	return &Cluster{cacheBlocks: blocks, maxSkew: max(o.MaxQueueSkew, 0), replicas: map[string]*replicaState{}}
 }
 
 // Request is what a decision needs of a request.
@@ -59,20 +61,23 @@ type Request struct {
 	// Draw rotates the order replicas are considered in, so that ties
 	// are broken evenly (a random or session-derived value).
 	Draw uint64
-	// Session is a hash of the client's session key (0: none). It counts
-	// only when Blocks is empty, ILB having decided without reading the
-	// prompt: then the replica that served the session's last request,
-	// while ILB believes it still holds it, is credited with that
-	// request's prompt tokens, at most this prompt's less a block. A
+	// Session is a hash of the client's session key (0: none), for a
+	// request whose prompt ILB did not read (Blocks is then empty; the
+	// caller passes it for no other). The session stands for the prompt's
+	// prefix: a replica ILB sent the session's earlier requests to holds
+	// a chain of session blocks as long as the longest of them (in
+	// BlockTokens), ageing in its index like prompt blocks, and is
+	// credited with what it still holds of this request's chain. A
 	// conversation resends its history, so its last prompt is this one's
 	// prefix; a client claiming another's session earns at most what its
 	// own prompt's length would.
 	Session uint64
 	// DecodeWork is the request's expected decode work in prompt-token
 	// equivalents (its expected output tokens × the model's output token
-	// cost over its prompt token cost), >= 0: counted on its replica
-	// until the request ends, as the work that replica has in service.
-	DecodeWork float64
+	// cost over its prompt token cost), >= 0; DecodeUnit a typical
+	// request's (what each request an engine reports running counts
+	// for). See Replica.Running.
+	DecodeWork, DecodeUnit float64
 }
 
 // Decision is the replica chosen and why.
@@ -84,7 +89,7 @@ type Decision struct {
 	// Chosen and RunnerUp are their terms; RunnerUp.Address is "" when
 	// there was one candidate.
 	Chosen, RunnerUp Term
-	// Reason is ReasonPrefix, ReasonLoad or ReasonOnly.
+	// Reason is ReasonPrefix, ReasonSession, ReasonLoad or ReasonOnly.
 	Reason string
 }
 
@@ -144,34 +149,31 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		shortest = min(shortest, c.state(cand.Address).queued)
 	}
 	missWeight := 1 + float64(shortest)
-	// A session's credit, when the prompt was not read (Request.Session).
-	var sess sessionEntry
-	var sessBlock uint64
-	if req.Session != 0 && len(req.Blocks) == 0 {
-		sessBlock = sessionBlock(req.Session)
-		sess = c.sessions.get(req.Session)
+	// A session stands for the prefix of a prompt not read.
+	blocks, bySession := req.Blocks, false
+	if req.Session != 0 && len(blocks) == 0 {
+		c.sessChain = sessionChain(c.sessChain[:0], req.Session, prompt/BlockTokens)
+		blocks, bySession = c.sessChain, true
 	}
+	unit := finite(req.DecodeUnit)
 	terms := c.terms[:0]
 	for _, cand := range candidates {
 		st := c.replicas[cand.Address]
-		if c.maxSkew > 0 && st.queued > shortest+c.maxSkew {
+		if c.maxSkew > 0 && st.queued-shortest > c.maxSkew {
 			continue // the shortest queue's replica always stays
 		}
 		// A prefill computes at least a block: the prompt's tail past its
 		// last full block is never in the index, and an engine recomputes
 		// the last token of a prompt it holds whole.
-		held, bySession := st.cache.match(req.Blocks)*BlockTokens, false
-		if sess.tokens > 0 && sess.address == cand.Address && st.cache.match([]uint64{sessBlock}) == 1 {
-			held, bySession = sess.tokens, true
-		}
-		cached := min(held, max(prompt-BlockTokens, 0))
+		cached := min(st.cache.match(blocks)*BlockTokens, max(prompt-BlockTokens, 0))
 		ramp := cand.Ramp
 		if !(ramp > 0) || ramp > 1 {
 			ramp = 1
 		}
+		decode := st.decodeLoad(cand, unit)
 		terms = append(terms, Term{
 			Address: cand.Address, Cached: cached, Session: bySession && cached > 0, InFlight: st.inFlight, Awaiting: st.awaiting,
-			Decode: st.decode, Cost: (float64(st.awaiting) + st.decode + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
+			Decode: decode, Cost: (float64(st.awaiting) + decode + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
 		})
 	}
 	c.terms = terms
@@ -186,21 +188,41 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		}
 	}
 	st := c.replicas[d.Chosen.Address]
-	st.cache.record(req.Blocks)
-	if sessBlock != 0 {
-		st.cache.record([]uint64{sessBlock})
-		c.sessions.put(req.Session, sessionEntry{address: d.Chosen.Address, tokens: prompt})
-	}
+	st.cache.record(blocks)
 	uncached := int64(prompt - d.Chosen.Cached)
-	decode := req.DecodeWork
-	if !(decode > 0) || math.IsInf(decode, 1) {
-		decode = 0 // NaN, negative or infinite: no decode work known
-	}
+	decode := finite(req.DecodeWork)
 	st.inFlight++
 	st.awaiting += uncached
 	st.queued++
 	st.decode += decode
+	st.recent += decode
 	return d, Ticket{c: c, st: st, awaiting: uncached, decode: decode}
+}
+
+// finite is v when it is a finite number >= 0, else 0.
+func finite(v float64) float64 {
+	if !(v > 0) || math.IsInf(v, 1) {
+		return 0
+	}
+	return v
+}
+
+// decodeLoad is the decode work the replica has in service, as far as
+// ILB can tell: its engine's requests running at its last scrape, at
+// unit each, plus those ILB sent it since; or, when that is less (or the
+// engine's count is unknown), the decode work of ILB's own requests
+// whose ext_proc streams are still open. Envoy closes a stream once the
+// response headers are through when ILB asks for nothing more of the
+// response, so ILB's own count ends at the first token: the engine's
+// count is what sees a request decode. Under mu.
+func (st *replicaState) decodeLoad(cand Replica, unit float64) float64 {
+	if cand.ScrapedAt.IsZero() || !(cand.Running >= 0) || math.IsInf(cand.Running, 1) {
+		return max(st.decode, 0)
+	}
+	if cand.ScrapedAt.After(st.scraped) {
+		st.scraped, st.recent = cand.ScrapedAt, 0 // a new scrape counts what came before it
+	}
+	return max(st.decode, cand.Running*unit+st.recent)
 }
 
 // thirdBest is the term of least cost other than a and b (-1 when
@@ -238,19 +260,25 @@ func (c *Cluster) Retain(keep func(address string) bool) {
 			delete(c.replicas, addr)
 		}
 	}
-	// A session whose replica left is credited nowhere: its entry no
-	// longer matches a candidate, and ages out of the ring.
+}
+
+// ForgetCache empties what ILB believes the replica's prefix cache holds
+// (its engine may have restarted at the same address), keeping its load:
+// its requests in flight still run there, or fail and settle.
+func (c *Cluster) ForgetCache(address string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.replicas[address]; st != nil && st.cache.size() > 0 {
+		st.cache = newCache(c.cacheBlocks)
+	}
 }
 
 // Stats are a cluster picker's sizes.
 type Stats struct {
 	Replicas int // replicas known
 	Blocks   int // blocks held, all replicas
-	// Sessions are the session keys remembered (header-only requests).
-	Sessions int
 	// Bytes estimates the memory of the caches: each block costs a map
-	// entry (~40 bytes) and two ring slots (16 bytes each); each session
-	// a map entry (~48 bytes) and a ring slot (8 bytes).
+	// entry (~40 bytes) and two ring slots (16 bytes each).
 	Bytes int64
 }
 
@@ -258,8 +286,7 @@ type Stats struct {
 func (c *Cluster) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Replicas: len(c.replicas), Sessions: len(c.sessions.m)}
-	s.Bytes = int64(len(c.sessions.m))*48 + int64(len(c.sessions.ring))*8
+	s := Stats{Replicas: len(c.replicas)}
 	for _, st := range c.replicas {
 		s.Blocks += st.cache.size()
 		s.Bytes += int64(st.cache.size())*40 + int64(len(st.cache.ring))*16
@@ -305,7 +332,7 @@ func (t *Ticket) Done() {
 		t.st.queued--
 	}
 	t.st.inFlight--
-	t.st.decode -= t.decode
+	t.st.decode = max(t.st.decode-t.decode, 0)
 	if t.st.inFlight == 0 {
 		t.st.decode = 0 // no float drift once the replica is idle
 	}

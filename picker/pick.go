@@ -1,6 +1,9 @@
 package picker
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Replica is a replica the request may go to, as ILB's signals see it.
 type Replica struct {
@@ -20,6 +23,13 @@ type Replica struct {
 	// queued on each replica is live and graded: that is what keeps a
 	// replica holding a popular prefix from being overloaded.
 	Saturated bool
+	// Running is the requests its engine reported running (in its batch)
+	// at its last scrape, taken at ScrapedAt; the zero ScrapedAt means
+	// unknown (never scraped, or its metrics are stale). Each counts
+	// Request.DecodeUnit of decode work, plus the decode work of the
+	// requests ILB sent it since.
+	Running   float64
+	ScrapedAt time.Time
 }
 
 // Term is one replica's side of a decision: what it holds of the prompt
@@ -37,8 +47,10 @@ type Term struct {
 	// (response headers).
 	InFlight int   `json:"in_flight"`
 	Awaiting int64 `json:"awaiting_tokens"`
-	// Decode is the decode work of ILB's requests in flight there, in
-	// prompt-token equivalents (Request.DecodeWork).
+	// Decode is the decode work the replica has in service, in
+	// prompt-token equivalents: its engine's running requests at the last
+	// scrape and ILB's requests since (Replica.Running), or ILB's own
+	// requests in flight when that is more or the engine's count unknown.
 	Decode float64 `json:"decode_work"`
 	// Cost is the work, in prompt-token equivalents, the request adds to
 	// and finds on the replica: Awaiting plus Decode plus the prompt

@@ -3,8 +3,10 @@ package picker
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // prompt returns n bytes of deterministic text seeded by s.
@@ -253,5 +255,77 @@ func TestDecodeWorkSpreadsSharedPrefix(t *testing.T) {
 				t.Errorf("b got %d of 20 (want %d–%d), the holder %d of the first 10 (want >= %d)", toB, tc.minB, tc.maxB, holderFirst, tc.holderFirstTen)
 			}
 		})
+	}
+}
+
+// TestDecodeLoad: a replica's decode load is its engine's running
+// requests at the last scrape (DecodeUnit each) plus the decode work ILB
+// sent it since; a newer scrape replaces both; without a scrape, or when
+// more, ILB's own requests whose streams are open count.
+func TestDecodeLoad(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		running   float64
+		scrapedAt time.Time
+		done      bool    // settle the request picked (its stream ends)
+		want      float64 // the replica's Decode term before this pick
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"the engine's count, then ILB's picks since", []step{
+			{running: 10, scrapedAt: t0, done: true, want: 10 * 1000},
+			{running: 10, scrapedAt: t0, done: true, want: 10*1000 + 500},
+			{running: 10, scrapedAt: t0, done: true, want: 10*1000 + 2*500},
+		}},
+		{"a newer scrape replaces both", []step{
+			{running: 10, scrapedAt: t0, done: true, want: 10 * 1000},
+			{running: 4, scrapedAt: t0.Add(time.Second), done: true, want: 4 * 1000},
+		}},
+		{"no scrape: ILB's open streams", []step{
+			{want: 0},
+			{want: 500},
+			{done: true, want: 1000},
+			{want: 1000}, // the third settled: two open
+		}},
+		{"ILB's open streams when they are more", []step{
+			{running: 0, scrapedAt: t0, want: 0},
+			{running: 0, scrapedAt: t0.Add(time.Second), want: 500},
+		}},
+		{"hostile counts are unknown", []step{
+			{running: math.NaN(), scrapedAt: t0, done: true, want: 0},
+			{running: math.Inf(1), scrapedAt: t0, done: true, want: 0},
+			{running: -3, scrapedAt: t0, want: 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCluster(Options{CacheTokens: 1 << 16})
+			for i, s := range tc.steps {
+				reps := []Replica{{Address: "a", Ramp: 1, Running: s.running, ScrapedAt: s.scrapedAt}}
+				d, tk := c.Pick(reps, Request{PromptTokens: 100, DecodeWork: 500, DecodeUnit: 1000})
+				if d.Chosen.Decode != s.want {
+					t.Errorf("step %d: decode %v, want %v", i, d.Chosen.Decode, s.want)
+				}
+				if s.done {
+					tk.FirstToken()
+					tk.Done()
+				}
+			}
+		})
+	}
+}
+
+// TestForgetCache: a replica's index is emptied, its load kept.
+func TestForgetCache(t *testing.T) {
+	c := NewCluster(Options{CacheTokens: 1 << 16})
+	text := prompt("conversation", 20*BlockBytes)
+	reps := []Replica{{Address: "a", Ramp: 1}}
+	c.Pick(reps, Request{Blocks: blocks("m", text), PromptTokens: len(text) / 4, DecodeWork: 100})
+	c.ForgetCache("a")
+	c.ForgetCache("unknown") // nothing to forget
+	d, _ := c.Pick(reps, Request{Blocks: blocks("m", text), PromptTokens: len(text) / 4})
+	if d.Chosen.Cached != 0 || d.Chosen.InFlight != 1 || d.Chosen.Decode != 100 {
+		t.Errorf("after ForgetCache: %+v, want nothing cached and the request in flight still counted", d.Chosen)
 	}
 }

@@ -6,9 +6,10 @@ import (
 )
 
 // TestSessionCredit: a request whose prompt ILB did not read (no blocks)
-// goes back to the replica that served its session last, credited with
-// that request's prompt; the credit ages with the replica's cache, stays
-// within the request's own length, and counts only without blocks.
+// goes back to the replica that served its session, credited with the
+// whole blocks of the session's longest request there; the credit ages
+// with the replica's cache, stays within the request's own length, and
+// counts only without blocks.
 func TestSessionCredit(t *testing.T) {
 	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}, {Address: "c", Ramp: 1}}
 	type step struct {
@@ -26,8 +27,8 @@ func TestSessionCredit(t *testing.T) {
 	}{
 		{"a session returns to its replica", []step{
 			{session: 7, prompt: 2000, reason: ReasonLoad},
-			{session: 7, prompt: 3000, want: "=0", reason: ReasonSession, credited: 2000},
-			{session: 7, prompt: 4000, want: "=0", reason: ReasonSession, credited: 3000},
+			{session: 7, prompt: 3000, want: "=0", reason: ReasonSession, credited: 31 * BlockTokens}, // 2000 tokens: 31 whole blocks
+			{session: 7, prompt: 4000, want: "=0", reason: ReasonSession, credited: 46 * BlockTokens},
 		}},
 		{"the credit is at most the prompt less a block", []step{
 			{session: 7, prompt: 8000, reason: ReasonLoad},
@@ -79,23 +80,32 @@ func TestSessionCredit(t *testing.T) {
 	}
 }
 
-// TestSessionsBounded: the sessions remembered are bounded by twice the
-// cache's blocks; the oldest are forgotten first.
-func TestSessionsBounded(t *testing.T) {
-	c := NewCluster(Options{CacheTokens: 8 * BlockTokens}) // 8 blocks: 16 sessions
-	reps := []Replica{{Address: "a", Ramp: 1}}
-	for s := uint64(1); s <= 100; s++ {
-		_, tk := c.Pick(reps, Request{Session: s, PromptTokens: 500})
+// TestSessionsAge: sessions age a replica's index by their length, as
+// prompts do: after 60 sessions of 2,000 tokens through a replica whose
+// cache holds 4,096, the first is no longer credited there, the last is.
+func TestSessionsAge(t *testing.T) {
+	c := NewCluster(Options{CacheTokens: 4096})
+	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}}
+	for s := uint64(1); s <= 60; s++ {
+		_, tk := c.Pick(reps[:1], Request{Session: s, PromptTokens: 2000})
 		tk.Done()
 	}
-	if st := c.Stats(); st.Sessions != 16 || st.Blocks > 8 {
-		t.Errorf("after 100 sessions: %+v, want 16 sessions and at most 8 blocks", st)
+	if st := c.Stats(); st.Blocks > 4096/BlockTokens {
+		t.Errorf("the index holds %d blocks, over its %d", st.Blocks, 4096/BlockTokens)
 	}
-	if _, ok := c.sessions.m[100]; !ok {
-		t.Error("the newest session was forgotten")
-	}
-	if _, ok := c.sessions.m[1]; ok {
-		t.Error("the oldest session is still remembered")
+	for _, tc := range []struct {
+		session uint64
+		want    string
+		credit  bool
+	}{{60, "a", true}, {1, "", false}} {
+		d, tk := c.Pick(reps, Request{Session: tc.session, PromptTokens: 2500})
+		tk.Done()
+		if tc.credit && (d.Chosen.Address != tc.want || d.Reason != ReasonSession || d.Chosen.Cached != 31*BlockTokens) {
+			t.Errorf("session %d: %+v (%s), want a credited with 31 blocks", tc.session, d.Chosen, d.Reason)
+		}
+		if !tc.credit && (d.Chosen.Cached != 0 || d.Reason == ReasonSession) {
+			t.Errorf("session %d: %+v (%s), want no credit left", tc.session, d.Chosen, d.Reason)
+		}
 	}
 }
 

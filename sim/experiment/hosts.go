@@ -200,7 +200,11 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 		if rep.seen == lcWarming {
 			ramp = signals.WarmupRamp(r.clock.now-rep.since, warmupTime)
 		}
-		cands = append(cands, picker.Replica{Address: rep.addr, Ramp: ramp, Saturated: rep.saturated})
+		cand := picker.Replica{Address: rep.addr, Ramp: ramp, Saturated: rep.saturated}
+		if rep.scraped {
+			cand.Running, cand.ScrapedAt = rep.running, epoch.Add(rep.scrapedAt)
+		}
+		cands = append(cands, cand)
 		idx = append(idx, ri)
 	}
 	r.candBuf, r.idxBuf = cands, idx
@@ -211,7 +215,7 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 	// max_tokens, so the configured default output.
 	m := r.cfg.Models[r.models[q.Model]]
 	decode := picker.DecodeWork(0, r.cfg.ExtProc.DefaultOutputTokens, m.PromptTokenCost, m.OutputTokenCost)
-	d, t := c.picker.Pick(cands, picker.Request{Blocks: r.pickerBlocks(q.Prefix), PromptTokens: q.Prompt, Draw: r.rng.Uint64(), DecodeWork: decode})
+	d, t := c.picker.Pick(cands, picker.Request{Blocks: r.pickerBlocks(q.Prefix), PromptTokens: q.Prompt, Draw: r.rng.Uint64(), DecodeWork: decode, DecodeUnit: decode})
 	hp := hostPick{replica: -1, alt: -1, ticket: t}
 	for k, cand := range cands {
 		switch cand.Address {

@@ -127,7 +127,11 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	rep.first++
 	rep.ttftSum += at - r.inflight[pi].reached
 	r.inflight[pi].first = true
+	// Envoy closes the ext_proc stream once the response headers are
+	// through (ILB asks for nothing more of the response): ILB's picker
+	// hears of the request's end then.
 	r.inflight[pi].ticket.FirstToken()
+	r.inflight[pi].ticket.Done()
 	r.clusters[rep.cluster].awaiting--
 	if at-r.inflight[pi].reached > r.ttftTarget {
 		rep.slow++

@@ -87,6 +87,12 @@ type simReplica struct {
 	// saturated: its engine was saturated at the last signals round
 	// (what ILB's replica picker reads).
 	saturated bool
+	// running is its engine's running requests at the last signals round,
+	// at scrapedAt (scraped: it was serving then): the decode load ILB's
+	// replica picker reads.
+	running   float64
+	scrapedAt time.Duration
+	scraped   bool
 	addr      string   // its name, as the picker's address
 	gie       gieIndex // the prefix scorer's index of it
 	// served counts the requests it completed, with their prompt tokens

@@ -113,10 +113,11 @@ func (r *runner) refreshSignals() {
 			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && l.Running+l.Waiting > 0) {
 				busy++ // capacity that served in this interval, for the plots
 			}
-			rep.saturated = false
+			rep.saturated, rep.scraped = false, false
 			if rep.seen != lcReady && rep.seen != lcWarming {
 				continue
 			}
+			rep.running, rep.scrapedAt, rep.scraped = float64(l.Running), now, true
 			serving++
 			waiting += float64(l.Waiting)
 			running += float64(l.Running)
