@@ -149,20 +149,30 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 // prompt.
 func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float64 {
 	ep := s.opts.Config.ExtProc
-	prompt, output := float64(ep.DefaultPromptTokens), float64(ep.DefaultOutputTokens)
-	switch {
-	case body != nil:
-		prompt = float64(body.PromptTokens)
-	case h.contentLength > 0:
-		prompt = math.Max(1, float64(h.contentLength)/4)
+	lim := st.limits[model]
+	prompt, ok := lim.promptTokens(h, body)
+	if !ok {
+		prompt = min(float64(ep.DefaultPromptTokens), lim.context)
 	}
+	output := float64(ep.DefaultOutputTokens)
 	if body != nil && body.MaxTokens > 0 {
 		output = float64(body.MaxTokens)
 	}
-	lim := st.limits[model]
-	prompt = min(prompt, lim.context)
 	output = min(output, lim.maxOutput, math.Max(1, lim.context-prompt))
 	return prompt*lim.promptCost + output*lim.outputCost
+}
+
+// promptTokens is a request's prompt length as the client's evidence
+// gives it: the body's count, else Content-Length / 4 (at least 1),
+// capped by the model's context; ok is false when there is neither.
+func (l modelLimits) promptTokens(h *hints, body *Body) (tokens float64, ok bool) {
+	switch {
+	case body != nil:
+		return min(float64(body.PromptTokens), l.context), true
+	case h.contentLength > 0:
+		return min(math.Max(1, float64(h.contentLength)/4), l.context), true
+	}
+	return 0, false
 }
 
 // uniform is a random number in [0, 1).

@@ -64,11 +64,6 @@ type replicaPicker struct {
 	servedChosen, servedX prometheus.Counter
 }
 
-// maxHeaderPromptTokens bounds the prompt length estimated from a
-// request's Content-Length when ILB does not read the body (a client
-// states that header): 1M tokens, past any model's context.
-const maxHeaderPromptTokens = 1 << 20
-
 // reasonSkipped: no live replica state, Envoy's least request chose.
 const reasonSkipped = "skipped"
 
@@ -151,12 +146,11 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 		}
 	default:
 		// The prompt was not read: its length is estimated from the
-		// Content-Length as x.cost's is (bounded by the model's
-		// context), and the session key stands for its prefix.
+		// Content-Length as x.cost's is (0 without one), and the session
+		// key stands for its prefix.
 		req.Session = session
-		if x.h.contentLength > 0 {
-			req.PromptTokens = int(min(max(1, float64(x.h.contentLength)/4), lim.context, maxHeaderPromptTokens))
-		}
+		p, _ := lim.promptTokens(&x.h, nil)
+		req.PromptTokens = int(p)
 	}
 	ep := s.opts.Config.ExtProc
 	req.DecodeWork = picker.DecodeWork(maxTokens, ep.DefaultOutputTokens, lim.promptCost, lim.outputCost)

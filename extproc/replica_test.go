@@ -367,7 +367,7 @@ func TestReplicaPickingCountsEngineLoad(t *testing.T) {
 		}
 	})
 	busy := "127.0.0.1:18101"
-	for i := range 4 {
+	for i := range 50 {
 		h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
 			r.ScrapedAt = now
 			if r.Address == busy {
@@ -391,5 +391,5 @@ func TestReplicaPickingCountsEngineLoad(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("no request of 4 went to us-east-vllm")
+	t.Fatal("no request of 50 went to us-east-vllm")
 }

@@ -214,7 +214,9 @@ func finite(v float64) float64 {
 // whose ext_proc streams are still open. Envoy closes a stream once the
 // response headers are through when ILB asks for nothing more of the
 // response, so ILB's own count ends at the first token: the engine's
-// count is what sees a request decode. Under mu.
+// count is what sees a request decode. A scrape newer than the last one
+// seen replaces the picks counted since (it counts them itself). Under
+// mu.
 func (st *replicaState) decodeLoad(cand Replica, unit float64) float64 {
 	if cand.ScrapedAt.IsZero() || !(cand.Running >= 0) || math.IsInf(cand.Running, 1) {
 		return max(st.decode, 0)
