@@ -32,6 +32,9 @@ type Config struct {
 	// for which sources (see docs/security.md).
 	Security Security `yaml:"security,omitempty" json:"security"`
 	HA       *HA      `yaml:"ha,omitempty" json:"ha,omitempty"` // nil: one process, no etcd (config/ha.go)
+	// Kubernetes names the API servers of kubernetes discovery
+	// (config/kubernetes.go).
+	Kubernetes Kubernetes `yaml:"kubernetes,omitempty" json:"kubernetes"`
 }
 
 // Region is a place: a cloud region or a data centre.

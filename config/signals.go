@@ -81,7 +81,8 @@ type MetricMapping struct {
 
 // Discovery says where a cluster's replicas come from.
 type Discovery struct {
-	// Type is "static" (the endpoints list; default), "dns" or "file".
+	// Type is "static" (the endpoints list; default), "dns", "file" or
+	// "kubernetes".
 	Type DiscoveryType `yaml:"type" json:"type"`
 	// Name is the DNS name (dns): A/AAAA records with Port, or SRV
 	// records when SRV is set (e.g. _http._tcp.vllm.svc.cluster.local).
@@ -97,8 +98,13 @@ type Discovery struct {
 	// explicit empty list and drains every replica. Replace the file by
 	// rename.
 	File string `yaml:"file,omitempty" json:"file,omitempty"`
-	// Refresh is how often DNS is re-resolved or the file checked;
-	// default 10s.
+	// Kubernetes takes the replicas from a Service's EndpointSlices or an
+	// InferencePool's Pods, watched (kubernetes).
+	Kubernetes *KubeDiscovery `yaml:"kubernetes,omitempty" json:"kubernetes,omitempty"`
+	// Refresh is how often DNS is re-resolved or the file checked
+	// (kubernetes discovery is told of every change by its watch, and
+	// re-reads its cache this often too); also how long a replica that
+	// left discovery stays draining before it is forgotten. Default 10s.
 	Refresh Duration `yaml:"refresh,omitempty" json:"refresh,omitempty"`
 }
 
@@ -110,6 +116,7 @@ const (
 	DiscoveryStatic DiscoveryType = "static"
 	DiscoveryDNS    DiscoveryType = "dns"
 	DiscoveryFile   DiscoveryType = "file"
+	DiscoveryKube   DiscoveryType = "kubernetes"
 )
 
 // Metrics says how to read a cluster's replicas.
@@ -207,8 +214,13 @@ func (c *Config) validateClusterSignals(p *problems, path string, e EngineCluste
 		if d.File == "" {
 			p.addf(path+".discovery.file", "a file discovery needs a file path")
 		}
+	case DiscoveryKube:
+		c.validateKubeDiscovery(p, path, d.Kubernetes)
 	default:
-		p.addf(path+".discovery.type", "unknown discovery %q: want static, dns or file", d.Type)
+		p.addf(path+".discovery.type", "unknown discovery %q: want static, dns, file or kubernetes", d.Type)
+	}
+	if d.Kubernetes != nil && d.Type != DiscoveryKube {
+		p.addf(path+".discovery.kubernetes", "set, but discovery.type is %s: want type kubernetes, or remove the section", d.Type)
 	}
 	if d.Type != DiscoveryStatic && len(e.Endpoints) > 0 {
 		p.addf(path+".endpoints", "cluster %q lists endpoints and uses %s discovery: keep one", e.Name, d.Type)

@@ -45,6 +45,7 @@ func (c *Config) Validate() error {
 	c.validateServed(&p)
 	c.validateSettings(&p)
 	c.validateHA(&p)
+	c.validateKubernetes(&p)
 	return errors.Join(p...)
 }
 

@@ -24,6 +24,13 @@ type Target struct {
 	// Draining asks for the replica to be drained: it stays known but
 	// takes no new traffic.
 	Draining bool
+	// Why says why it drains (e.g. "terminating", "not ready"), at most a
+	// few dozen bytes; "" for a plain drain. The replica's reason is then
+	// "discovery: " + Why.
+	Why string
+	// Zone is the replica's zone when discovery knows it (a Kubernetes
+	// EndpointSlice's zone); "" otherwise. Shown, not yet acted on.
+	Zone string
 }
 
 // Discoverer finds the replicas of one engine cluster. Discover returns
@@ -32,6 +39,15 @@ type Target struct {
 // itself on one Discoverer.
 type Discoverer interface {
 	Discover(ctx context.Context) ([]Target, error)
+}
+
+// Watcher is a Discoverer that knows when its targets change (a
+// Kubernetes watch): the monitor runs Discover again as soon as Changed
+// delivers, rather than at the next refresh. Changed returns the same
+// channel every time; a send on it may stand for many changes.
+type Watcher interface {
+	Discoverer
+	Changed() <-chan struct{}
 }
 
 // Resolver is the part of *net.Resolver that DNS discovery uses.
@@ -47,10 +63,17 @@ var (
 	_ Resolver   = (*net.Resolver)(nil)
 )
 
-// newDiscoverer builds the discoverer a cluster's config asks for.
-func newDiscoverer(e config.EngineCluster, r Resolver) (Discoverer, error) {
+// newDiscoverer builds the discoverer a cluster's config asks for;
+// given (Options.Discoverers) is used for the types the monitor cannot
+// build itself (kubernetes).
+func newDiscoverer(e config.EngineCluster, r Resolver, given map[string]Discoverer) (Discoverer, error) {
+	if g, ok := given[e.Name]; ok && g != nil {
+		return g, nil
+	}
 	d := e.Discovery
 	switch d.Type {
+	case config.DiscoveryKube:
+		return nil, fmt.Errorf("cluster %s: kubernetes discovery needs a discoverer from package kube (Options.Discoverers)", e.Name)
 	case config.DiscoveryStatic, "":
 		return &staticDiscoverer{endpoints: slices.Clone(e.Endpoints)}, nil
 	case config.DiscoveryDNS:

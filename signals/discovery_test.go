@@ -87,7 +87,7 @@ func TestFileDiscovery(t *testing.T) {
 
 func TestParseTargets(t *testing.T) {
 	got, err := parseTargets([]byte("a:1\n  b:2 draining # old\n#c:3\na:1 draining\n"))
-	want := []Target{{"a:1", true}, {"b:2", true}}
+	want := []Target{{Address: "a:1", Draining: true}, {Address: "b:2", Draining: true}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, %v; want %+v", got, err, want)
 	}

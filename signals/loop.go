@@ -19,6 +19,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		return nil
 	}
 	defer m.wg.Wait()
+	kick := m.forwardWatchers(ctx)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	gap := m.publishGap()
@@ -51,6 +52,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 					more = false
 				}
 			}
+		case cl := <-kick:
+			m.rediscoverNow(cl)
 		case <-timer.C:
 		}
 		// A loop that wakes much later than it asked to is starved (CPU,
@@ -59,6 +62,48 @@ func (m *Monitor) Run(ctx context.Context) error {
 			m.noteLag(m.now(), fmt.Sprintf("the signals loop woke %s late (interval %s)", late.Round(time.Millisecond), m.sig.Interval))
 		}
 	}
+}
+
+// forwardWatchers starts, for each cluster whose discoverer is a
+// Watcher, a goroutine (stopped by ctx) that passes its changes to the
+// returned channel.
+func (m *Monitor) forwardWatchers(ctx context.Context) <-chan *cluster {
+	kick := make(chan *cluster, len(m.clusters))
+	for _, cl := range m.clusters {
+		if cl.watcher == nil {
+			continue
+		}
+		changed := cl.watcher.Changed()
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-changed:
+				}
+				select {
+				case kick <- cl:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	return kick
+}
+
+// rediscoverNow makes cl's discovery due at once, or as soon as the one
+// in flight is applied.
+func (m *Monitor) rediscoverNow(cl *cluster) {
+	if cl.discovering {
+		cl.rediscover = true
+		return
+	}
+	now := m.now()
+	cl.nextDiscovery = now
+	m.wake = now
 }
 
 // step runs one deterministic round at m.now() for tests: discover what is

@@ -35,6 +35,12 @@ type Options struct {
 	Now func() time.Time
 	// Resolver resolves DNS discovery names; nil is net.DefaultResolver.
 	Resolver Resolver
+	// Discoverers gives, by cluster name, the discoverer of clusters whose
+	// discovery the monitor cannot build itself (type kubernetes: package
+	// kube's); it may also replace any cluster's. A Discoverer that is
+	// also a [Watcher] is run again as soon as it reports a change. The
+	// caller runs them (their watches) for as long as the monitor runs.
+	Discoverers map[string]Discoverer
 	// Registry receives the monitor's metrics; nil: no metrics.
 	Registry *prometheus.Registry
 	// OnChange is called from the monitor's goroutine after every change
@@ -98,7 +104,12 @@ type cluster struct {
 	discovering    bool
 	discoveredOnce bool
 	discErr        string
-	replicas       map[string]*replica
+	discErrSince   time.Time
+	// watcher is disc as a Watcher (nil when it is not one); rediscover
+	// asks for a discovery as soon as the one in flight is applied.
+	watcher    Watcher
+	rediscover bool
+	replicas   map[string]*replica
 }
 
 // New validates the options, compiles each cluster's metric mapping and
@@ -144,16 +155,18 @@ func New(o Options) (*Monitor, error) {
 			errs = append(errs, err)
 			continue
 		}
-		d, err := newDiscoverer(e, resolver)
+		d, err := newDiscoverer(e, resolver, o.Discoverers)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		_, given := o.Discoverers[e.Name]
 		cl := &cluster{
 			cfg: e, mapping: mp, disc: d, replicas: map[string]*replica{},
-			static:  e.Discovery.Type == config.DiscoveryStatic || e.Discovery.Type == "",
+			static:  !given && (e.Discovery.Type == config.DiscoveryStatic || e.Discovery.Type == ""),
 			refresh: e.Discovery.Refresh.Std(),
 		}
+		cl.watcher, _ = d.(Watcher)
 		if cl.refresh <= 0 {
 			cl.refresh = 10 * time.Second
 		}

@@ -26,6 +26,7 @@ type promMetrics struct {
 	running   *prometheus.GaugeVec
 	kv        *prometheus.GaugeVec
 	age       *prometheus.GaugeVec
+	discStale *prometheus.GaugeVec
 	blind     prometheus.Gauge
 }
 
@@ -70,6 +71,10 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 			Name: "ilb_signals_cluster_age_seconds",
 			Help: "Age of the oldest good scrape among the cluster's serving replicas when the snapshot was built (freshness of the cluster's signals); absent when one has never been scraped successfully.",
 		}, []string{"cluster"}),
+		discStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ilb_signals_discovery_stale_seconds",
+			Help: "How long the cluster's replica discovery has been failing (a DNS error, an unreadable file, a Kubernetes API server out of reach): ILB keeps the replicas it last knew and never drains them for the silence. 0 while discovery works.",
+		}, []string{"cluster"}),
 		blind: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ilb_signals_blind",
 			Help: "1 while ILB takes itself for blind: health probes of more than signals.blind_fraction of the serving replicas, in two clusters or more, fail silently (time out) at once, or its scrape loop falls behind. Replicas failing silently keep their last known state and the controller fails static (blind).",
@@ -83,11 +88,12 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 			p.replicas.WithLabelValues(c, string(s))
 		}
 		p.saturated.WithLabelValues(c)
+		p.discStale.WithLabelValues(c)
 	}
 	if reg == nil {
 		return p, nil
 	}
-	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age, p.blind} {
+	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age, p.discStale, p.blind} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("signals metrics: %w", err)
 		}
@@ -125,6 +131,11 @@ func (p *promMetrics) observe(s *Snapshot, capacity map[string]float64) {
 		} else {
 			p.kv.DeleteLabelValues(name)
 		}
+		stale := 0.0
+		if c.DiscoveryError != "" {
+			stale = max(s.At.Sub(c.DiscoveryErrorSince).Seconds(), 0)
+		}
+		p.discStale.WithLabelValues(name).Set(stale)
 		if c.OldestScrape.IsZero() {
 			p.age.DeleteLabelValues(name)
 		} else {

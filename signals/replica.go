@@ -14,6 +14,7 @@ const maxTransitions = 8
 type replica struct {
 	cl     *cluster
 	addr   string
+	zone   string
 	state  State
 	reason string
 	since  time.Time

@@ -64,7 +64,7 @@ func (m *Monitor) build(now time.Time) *Snapshot {
 // view is r as published at now.
 func (m *Monitor) view(r *replica, now time.Time) Replica {
 	return Replica{
-		Cluster: r.cl.cfg.Name, Address: r.addr,
+		Cluster: r.cl.cfg.Name, Address: r.addr, Zone: r.zone,
 		State: r.state, Reason: r.reason, Since: r.since,
 		Ramp: m.ramp(r, now), Saturated: r.saturated,
 		LastScrape: r.lastGood, LastError: r.lastErr,
@@ -96,7 +96,7 @@ func WarmupRamp(elapsed, warmup time.Duration) float64 {
 
 // summarize aggregates a cluster's replicas (see [Cluster]).
 func summarize(cl *cluster, reps []Replica) Cluster {
-	c := Cluster{Name: cl.cfg.Name, DiscoveryError: cl.discErr}
+	c := Cluster{Name: cl.cfg.Name, DiscoveryError: cl.discErr, DiscoveryErrorSince: cl.discErrSince}
 	serving, kvN := 0, 0
 	for _, r := range reps {
 		switch r.State {

@@ -103,6 +103,9 @@ type Replica struct {
 	// Cluster is the engine cluster name; Address is host:port (IP:port
 	// after DNS resolution).
 	Cluster, Address string
+	// Zone is the replica's zone as discovery gives it (Kubernetes
+	// EndpointSlices), "" when unknown.
+	Zone string `json:",omitempty"`
 	// State, the Reason of the last transition and Since when.
 	State  State
 	Reason string
@@ -160,9 +163,12 @@ type Cluster struct {
 	// OldestScrape is the oldest LastScrape among serving replicas (zero
 	// when one never had good metrics): the freshness of the sums.
 	OldestScrape time.Time
-	// DiscoveryError is the last discovery error (e.g. a DNS failure; the
-	// last known replicas are kept), "" when the last discovery worked.
-	DiscoveryError string
+	// DiscoveryError is the last discovery error (e.g. a DNS failure, an
+	// API server out of reach; the last known replicas are kept), "" when
+	// the last discovery worked. DiscoveryErrorSince is when discovery
+	// began to fail (zero when it works): how stale the replica set may be.
+	DiscoveryError      string
+	DiscoveryErrorSince time.Time
 }
 
 // Blind says that the monitor takes itself for blind (see "Blindness" in
