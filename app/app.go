@@ -34,6 +34,7 @@ import (
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/kube"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
@@ -79,6 +80,9 @@ type App struct {
 	Capacity *capacity.Estimator
 	// HA is this replica of an HA group (app/ha.go); nil without ha:.
 	HA *ha.Replica
+	// Kube watches the API servers of clusters with kubernetes discovery;
+	// nil when none has it.
+	Kube *kube.Discovery
 
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
@@ -151,8 +155,18 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		Demand: func() (weights.Demand, time.Time) { return agg.Rates(now()) },
 	}
 	if !c.Signals.Disabled {
+		kd, err := kube.New(c, kube.Options{Now: now})
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		a.Kube = kd
+		var discoverers map[string]signals.Discoverer
+		if kd != nil {
+			discoverers = kd.Discoverers()
+			useKlogSlog(o.Logger.With("component", "client-go"))
+		}
 		mon, err := signals.New(signals.Options{
-			Config: c, Logger: o.Logger.With("component", "signals"), Registry: reg,
+			Config: c, Logger: o.Logger.With("component", "signals"), Registry: reg, Discoverers: discoverers,
 			OnChange: func(snap *signals.Snapshot, healthChanged []string) {
 				a.onSignals(ctx, snap, healthChanged)
 			},
@@ -244,6 +258,9 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	}
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return a.Dashboard.Run(gctx) })
+	if a.Kube != nil {
+		g.Go(func() error { return a.Kube.Run(gctx) })
+	}
 	if a.Signals != nil {
 		g.Go(func() error { return a.Signals.Run(gctx) })
 		g.Go(func() error { return a.followRamps(gctx) })

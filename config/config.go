@@ -315,7 +315,8 @@ type Envoy struct {
 	// joins or recovers): such changes are batched, so that replicas
 	// restarting do not send a new EDS version to every Envoy at every
 	// signals interval. A change that takes traffic away (a replica
-	// unhealthy, draining or gone) is pushed at once. Default 5s; 0 pushes
+	// unhealthy, draining or gone), or gives a cluster its first healthy
+	// replica, is pushed at once. Default 5s; 0 pushes
 	// every change at once.
 	EDSMinInterval Duration `yaml:"eds_min_interval" json:"eds_min_interval"`
 	// XDSAPIType is the ADS protocol the generated bootstraps ask for:

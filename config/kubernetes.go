@@ -135,6 +135,9 @@ func (c *Config) validateKubernetes(p *problems) {
 // validateKubeDiscovery checks a cluster's kubernetes discovery.
 func (c *Config) validateKubeDiscovery(p *problems, path string, k *KubeDiscovery) {
 	path += ".discovery.kubernetes"
+	if c.Signals.Disabled {
+		p.addf(path, "kubernetes discovery needs the signals monitor: signals.disabled is set")
+	}
 	if k == nil {
 		p.addf(path, "a kubernetes discovery needs this section: namespace and service (or inference_pool)")
 		return

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/ilbproject/ilb/config"
@@ -75,13 +73,6 @@ func is(want ...string) func([]signals.Target, error) bool {
 	return func(ts []signals.Target, err error) bool { return err == nil && slices.Equal(states(ts), want) }
 }
 
-func namespace(t *testing.T, cs kubernetes.Interface, name string) {
-	t.Helper()
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // endpointSlice is a slice of Service svc with ports http=8000 and
 // metrics=9000 and one endpoint per address, all ready, in zone z-<i>.
 func endpointSlice(name, svc string, addrs ...string) *discoveryv1.EndpointSlice {
@@ -111,7 +102,7 @@ func TestServiceEndpointSlices(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
 	ctx := context.Background()
-	namespace(t, cs, "inference")
+	api.Namespace(t, "inference")
 	slicesAPI := cs.DiscoveryV1().EndpointSlices("inference")
 	es, err := slicesAPI.Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2", "10.0.0.3"), metav1.CreateOptions{})
 	if err != nil {
@@ -179,7 +170,7 @@ func TestServicePortChoice(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
 	ctx := context.Background()
-	namespace(t, cs, "ns")
+	api.Namespace(t, "ns")
 	if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, endpointSlice("two-ports", "svc", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,12 @@ package kube_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/ilbproject/ilb/config"
@@ -19,69 +16,6 @@ import (
 	"github.com/ilbproject/ilb/kube"
 	"github.com/ilbproject/ilb/signals"
 )
-
-// installPoolCRD applies the InferencePool CRD and waits until it is
-// served.
-func installPoolCRD(t *testing.T, api *kubetest.Server) {
-	t.Helper()
-	crd, err := os.ReadFile("testdata/inferencepool-crd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.Apply(context.Background(), crd); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// applyPool writes InferencePool ns/name selecting app=<app> on ports.
-func applyPool(t *testing.T, api *kubetest.Server, ns, name, app string, ports ...int) {
-	t.Helper()
-	var ps []string
-	for _, p := range ports {
-		ps = append(ps, fmt.Sprintf("{number: %d}", p))
-	}
-	doc := fmt.Sprintf(`apiVersion: inference.networking.k8s.io/v1
-kind: InferencePool
-metadata: {name: %s, namespace: %s}
-spec:
-  selector: {matchLabels: {app: %s}}
-  targetPorts: [%s]
-  endpointPickerRef: {name: ilb, port: {number: 18001}}
-`, name, ns, app, strings.Join(ps, ", "))
-	if _, err := api.Apply(context.Background(), []byte(doc)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// runningPod creates Pod ns/name labelled app=<app>, bound to a node (so
-// that deleting it is graceful: it terminates until force-deleted), and
-// sets its status to Running with ip and the Ready condition.
-func runningPod(t *testing.T, cs kubernetes.Interface, ns, name, app, ip string, ready bool) {
-	t.Helper()
-	ctx := context.Background()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": app}},
-		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai"}}},
-	}
-	p, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	setPod(t, cs, p, ip, ready)
-}
-
-func setPod(t *testing.T, cs kubernetes.Interface, p *corev1.Pod, ip string, ready bool) {
-	t.Helper()
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}
-	if _, err := cs.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestInferencePoolPods follows an InferencePool over 4 Pods: 4
 // replicas, one not Ready drains, one deleted drains while it
@@ -92,13 +26,13 @@ func TestInferencePoolPods(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
 	ctx := context.Background()
-	installPoolCRD(t, api)
-	namespace(t, cs, "inference")
+	api.InstallInferencePool(t)
+	api.Namespace(t, "inference")
 	for i := range 4 {
-		runningPod(t, cs, "inference", fmt.Sprintf("llama-%d", i), "llama", fmt.Sprintf("10.1.0.%d", i+1), true)
+		kubetest.RunningPod(t, cs, "inference", fmt.Sprintf("llama-%d", i), "llama", fmt.Sprintf("10.1.0.%d", i+1), true)
 	}
-	runningPod(t, cs, "inference", "qwen-0", "qwen", "10.2.0.1", true)
-	applyPool(t, api, "inference", "llama-pool", "llama", 8000)
+	kubetest.RunningPod(t, cs, "inference", "qwen-0", "qwen", "10.2.0.1", true)
+	api.ApplyPool(t, "inference", "llama-pool", "llama", 8000)
 
 	dyn, err := dynamic.NewForConfig(api.Config())
 	if err != nil {
@@ -112,7 +46,7 @@ func TestInferencePoolPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setPod(t, cs, p1, "10.1.0.2", false)
+	kubetest.SetPod(t, cs, p1, "10.1.0.2", false)
 	_, took := waitTargets(t, d, "not ready", is("10.1.0.1:8000 serving", "10.1.0.2:8000 draining(pod not ready)", "10.1.0.3:8000 serving", "10.1.0.4:8000 serving"))
 	t.Logf("pod not ready: seen %s after the status update", took)
 
@@ -126,11 +60,11 @@ func TestInferencePoolPods(t *testing.T) {
 	_, took = waitTargets(t, d, "deleted", is("10.1.0.1:8000 serving", "10.1.0.2:8000 draining(pod not ready)", "10.1.0.3:8000 serving"))
 	t.Logf("pod deleted: seen %s after the delete", took)
 
-	applyPool(t, api, "inference", "llama-pool", "llama", 8000, 8001)
+	api.ApplyPool(t, "inference", "llama-pool", "llama", 8000, 8001)
 	waitTargets(t, d, "two ports", is("10.1.0.1:8000 serving", "10.1.0.1:8001 serving", "10.1.0.2:8000 draining(pod not ready)",
 		"10.1.0.2:8001 draining(pod not ready)", "10.1.0.3:8000 serving", "10.1.0.3:8001 serving"))
 
-	applyPool(t, api, "inference", "llama-pool", "qwen", 8000)
+	api.ApplyPool(t, "inference", "llama-pool", "qwen", 8000)
 	waitTargets(t, d, "new selector", is("10.2.0.1:8000 serving"))
 }
 
@@ -140,8 +74,8 @@ func TestInferencePoolPods(t *testing.T) {
 func TestInferencePoolProblems(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
-	installPoolCRD(t, api)
-	namespace(t, cs, "inference")
+	api.InstallInferencePool(t)
+	api.Namespace(t, "inference")
 	dyn, err := dynamic.NewForConfig(api.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +112,7 @@ func TestTwoAPIServers(t *testing.T) {
 		addr string
 	}{{us, "10.10.0.1"}, {eu, "10.20.0.1"}} {
 		cs := a.api.Client()
-		namespace(t, cs, "inference")
+		a.api.Namespace(t, "inference")
 		if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", a.addr), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +156,7 @@ func TestAPIServerOutage(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
 	ctx := context.Background()
-	namespace(t, cs, "inference")
+	api.Namespace(t, "inference")
 	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

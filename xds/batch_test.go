@@ -15,7 +15,8 @@ import (
 // TestEndpointPushesBatched: an endpoint change that only adds traffic
 // within envoy.eds_min_interval of the last push is held and pushed by
 // the rollout loop when the interval is over (with what came after it);
-// a change that takes traffic away is pushed at once. The clock is
+// a change that takes traffic away, or gives a cluster its first healthy
+// replica, is pushed at once. The clock is
 // injected; the loop's reads of it show that it ran with the time set.
 func TestEndpointPushesBatched(t *testing.T) {
 	const interval = 5 * time.Second
@@ -59,6 +60,13 @@ func TestEndpointPushesBatched(t *testing.T) {
 			step{corev3.HealthStatus_DRAINING, 70},
 			step{corev3.HealthStatus_DRAINING, 70},
 			2, 0,
+		},
+		{
+			"a cluster's first healthy replica: at once", interval,
+			[]step{{corev3.HealthStatus_UNHEALTHY, 40}, {corev3.HealthStatus_HEALTHY, 40}},
+			step{corev3.HealthStatus_HEALTHY, 40},
+			step{corev3.HealthStatus_HEALTHY, 40},
+			3, 0,
 		},
 		{
 			"back to what Envoys have: nothing to push", interval,

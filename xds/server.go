@@ -240,7 +240,7 @@ func (s *Server) SetEndpoints(ctx context.Context, eps Endpoints) error {
 		return nil
 	}
 	now := s.now()
-	if s.weights != nil && now.Sub(s.edsAt) < s.cfg.Envoy.EDSMinInterval.Std() && !takesAway(s.endpoints, eps) {
+	if s.weights != nil && now.Sub(s.edsAt) < s.cfg.Envoy.EDSMinInterval.Std() && !takesAway(s.endpoints, eps) && !givesFirst(s.endpoints, eps) {
 		s.pendingEps = eps
 		return nil
 	}
@@ -277,6 +277,30 @@ func (s *Server) flushEndpoints(ctx context.Context, now time.Time) {
 	if err := s.applyEndpoints(ctx, s.pendingEps, now, "batched"); err != nil {
 		s.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
 	}
+}
+
+// givesFirst reports whether going from old to eps gives a cluster its
+// first HEALTHY endpoint: held back, the cluster's routes would find no
+// host (503 "no healthy upstream") for as long as the batching lasts,
+// since its first replicas are what lets the controller give it weight
+// (a discovery's first answer, a fleet back from zero).
+func givesFirst(old, eps Endpoints) bool {
+	for name, list := range eps {
+		if healthy(list) && !healthy(old[name]) {
+			return true
+		}
+	}
+	return false
+}
+
+// healthy reports whether one endpoint of list is HEALTHY.
+func healthy(list []Endpoint) bool {
+	for _, ep := range list {
+		if ep.Health == corev3.HealthStatus_HEALTHY {
+			return true
+		}
+	}
+	return false
 }
 
 // takesAway reports whether going from old to eps takes traffic away from

@@ -46,6 +46,11 @@ type Options struct {
 	// them all. Nil: one ILB, no etcd.
 	HA       *config.HA
 	Replicas int
+	// Prepare, when set, may change the configuration ILB runs with once
+	// the engines are bound (their addresses are in its clusters'
+	// endpoints), e.g. to find a cluster's replicas through Kubernetes
+	// discovery instead; the result is validated.
+	Prepare func(c *config.Config) error
 }
 
 // Envoy is the Envoy of one source.
@@ -99,12 +104,18 @@ func (s *Stack) start(ctx context.Context, c *config.Config) error {
 	cfg := *f.Config
 	cfg.Listen = config.Listen{XDS: "127.0.0.1:0", ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
 	cfg.Sources = slices.Clone(cfg.Sources)
+	cfg.Clusters = slices.Clone(cfg.Clusters)
 	for i := range cfg.Sources {
 		cfg.Sources[i].Listener = "127.0.0.1:0"
 		if s.opts.EnvoyBin != "" { // a real Envoy reports no ephemeral port back: pick one
 			if cfg.Sources[i].Listener, err = freePort(ctx); err != nil {
 				return err
 			}
+		}
+	}
+	if s.opts.Prepare != nil {
+		if err := s.opts.Prepare(&cfg); err != nil {
+			return fmt.Errorf("stack: prepare: %w", err)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
