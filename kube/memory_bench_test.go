@@ -1,0 +1,123 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/internal/kubetest"
+	"github.com/ilbproject/ilb/kube"
+)
+
+// BenchmarkUnrelatedObjects measures what 10,000 Pods and 10,000
+// EndpointSlices that ILB does not route to, in the namespace it watches,
+// cost it: the heap in use once a Service discoverer and an
+// InferencePool discoverer (over 3 Pods and 1 slice of their own) have
+// listed, minus the heap before they started (heap-bytes/op, after a
+// GC). The API server filters by selector, so none of the 20,000 objects
+// reaches ILB; the goal is at most 10 MiB.
+//
+//	ILB_REQUIRE_KUBE=1 go test ./kube -run '^$' -bench UnrelatedObjects -benchtime 3x
+func BenchmarkUnrelatedObjects(b *testing.B) {
+	api := kubetest.Start(b)
+	cs := api.Client()
+	ctx := context.Background()
+	api.InstallInferencePool(b)
+	api.Namespace(b, "inference")
+	const unrelated = 10000
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	work := make(chan int)
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("other-%d", i), Labels: map[string]string{"app": "other"}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}}},
+				}
+				if _, err := cs.CoreV1().Pods("inference").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice(fmt.Sprintf("other-%d", i), fmt.Sprintf("other-%d", i%100), "10.200.0.1"), metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	start := time.Now()
+	for i := range unrelated {
+		select {
+		case work <- i:
+		case err := <-errs:
+			b.Fatal(err)
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.Logf("%d Pods and %d EndpointSlices written in %s", unrelated, unrelated, time.Since(start).Round(time.Second))
+	for i := range 3 {
+		kubetest.RunningPod(b, cs, "inference", fmt.Sprintf("llama-%d", i), "llama", fmt.Sprintf("10.1.0.%d", i+1), true)
+	}
+	api.ApplyPool(b, "inference", "llama-pool", "llama", 8000)
+	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(api.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	var delta float64
+	for range b.N {
+		before := heapInUse()
+		svc := kube.NewService(cs, "test", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
+		pool := kube.NewPool(cs, dyn, "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "llama-pool"}, time.Now)
+		rctx, cancel := context.WithCancel(ctx)
+		var runs sync.WaitGroup
+		runs.Go(func() { svc.Run(rctx) })
+		runs.Go(func() { pool.Run(rctx) })
+		for _, d := range []discoverer{svc, pool} {
+			for {
+				ts, err := d.Discover(ctx)
+				if err == nil && len(ts) > 0 {
+					break
+				}
+				select {
+				case <-d.Changed():
+				case <-time.After(waitTimeout):
+					b.Fatalf("not listed: %v", err)
+				}
+			}
+		}
+		delta += float64(heapInUse()) - float64(before)
+		runtime.KeepAlive(svc)
+		runtime.KeepAlive(pool)
+		cancel()
+		runs.Wait()
+	}
+	b.ReportMetric(delta/float64(b.N), "heap-bytes/op")
+}
+
+// heapInUse is the heap in use after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
