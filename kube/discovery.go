@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -57,11 +55,7 @@ func New(c *config.Config, o Options) (*Discovery, error) {
 	if o.RESTConfig == nil {
 		o.RESTConfig = RESTConfig
 	}
-	type clients struct {
-		cs  kubernetes.Interface
-		dyn dynamic.Interface
-	}
-	byAPI := map[string]clients{}
+	byAPI := map[string]*Clients{}
 	d := &Discovery{byCluster: map[string]runner{}}
 	var errs []error
 	for _, e := range c.Clusters {
@@ -83,24 +77,17 @@ func New(c *config.Config, o Options) (*Discovery, error) {
 			}
 			rc = rest.CopyConfig(rc)
 			rc.UserAgent = "ilb"
-			cs, err := kubernetes.NewForConfig(rc)
-			if err != nil {
+			if cl, err = NewClients(rc); err != nil {
 				errs = append(errs, fmt.Errorf("API server %s: %w", api.Name, err))
 				continue
 			}
-			dyn, err := dynamic.NewForConfig(rc)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("API server %s: %w", api.Name, err))
-				continue
-			}
-			cl = clients{cs: cs, dyn: dyn}
 			byAPI[api.Name] = cl
 			d.apis = append(d.apis, api.Name)
 		}
 		if k.Service != "" {
-			d.byCluster[e.Name] = NewService(cl.cs, api.Name, *k, o.Now)
+			d.byCluster[e.Name] = NewService(cl, api.Name, *k, o.Now)
 		} else {
-			d.byCluster[e.Name] = NewPool(cl.cs, cl.dyn, api.Name, *k, o.Now)
+			d.byCluster[e.Name] = NewPool(cl, api.Name, *k, o.Now)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

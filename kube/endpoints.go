@@ -13,7 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ilbproject/ilb/config"
@@ -57,10 +56,10 @@ type slice struct {
 // NewService builds the discoverer of Service ns/name's EndpointSlices on
 // the API server api (its name, for messages), reading port (a port name;
 // "" for the slices' only port).
-func NewService(cs kubernetes.Interface, api string, d config.KubeDiscovery, now func() time.Time) *Service {
+func NewService(c *Clients, api string, d config.KubeDiscovery, now func() time.Time) *Service {
 	s := &Service{api: api, ns: d.Namespace, name: d.Service, port: d.Port, changed: make(chan struct{}, 1)}
 	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: d.Service}).String()
-	lw := cache.NewFilteredListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", d.Namespace,
+	lw := cache.NewFilteredListWatchFromClient(c.Discovery, "endpointslices", d.Namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = sel })
 	what := fmt.Sprintf("API server %s: EndpointSlices of Service %s/%s", api, d.Namespace, d.Service)
 	s.w = newObjectWatch(what, lw, &discoveryv1.EndpointSlice{}, s.convert, s.notify, now)

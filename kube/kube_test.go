@@ -56,6 +56,16 @@ func waitTargets(t *testing.T, d discoverer, what string, ok func([]signals.Targ
 	}
 }
 
+// clientsOf are ILB's clients of api, as the admin.
+func clientsOf(t testing.TB, api *kubetest.Server) *kube.Clients {
+	t.Helper()
+	c, err := kube.NewClients(api.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // states is targets as "address state" strings.
 func states(ts []signals.Target) []string {
 	out := make([]string, len(ts))
@@ -112,7 +122,7 @@ func TestServiceEndpointSlices(t *testing.T) {
 	if _, err := slicesAPI.Create(ctx, endpointSlice("other-a", "other", "10.9.9.9"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := kube.NewService(cs, "test", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
+	d := kube.NewService(clientsOf(t, api), "test", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
 	run(t, d)
 	got, _ := waitTargets(t, d, "3 replicas", is("10.0.0.1:8000 serving", "10.0.0.2:8000 serving", "10.0.0.3:8000 serving"))
 	if got[2].Zone != "z-2" {
@@ -191,7 +201,7 @@ func TestServicePortChoice(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := kube.NewService(cs, "test", config.KubeDiscovery{Namespace: "ns", Service: tt.svc, Port: tt.port}, time.Now)
+			d := kube.NewService(clientsOf(t, api), "test", config.KubeDiscovery{Namespace: "ns", Service: tt.svc, Port: tt.port}, time.Now)
 			run(t, d)
 			waitTargets(t, d, tt.name, func(ts []signals.Target, err error) bool {
 				if tt.err != "" {

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/internal/kubetest"
@@ -77,16 +76,12 @@ func BenchmarkUnrelatedObjects(b *testing.B) {
 	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(api.Config())
-	if err != nil {
-		b.Fatal(err)
-	}
 	b.ResetTimer()
 	var delta float64
 	for range b.N {
 		before := heapInUse()
-		svc := kube.NewService(cs, "test", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
-		pool := kube.NewPool(cs, dyn, "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "llama-pool"}, time.Now)
+		svc := kube.NewService(clientsOf(b, api), "test", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
+		pool := kube.NewPool(clientsOf(b, api), "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "llama-pool"}, time.Now)
 		rctx, cancel := context.WithCancel(ctx)
 		var runs sync.WaitGroup
 		runs.Go(func() { svc.Run(rctx) })

@@ -20,8 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ilbproject/ilb/config"
@@ -50,7 +49,7 @@ const (
 // [signals.Watcher]; Run runs its watches.
 type Pool struct {
 	api, ns, name string
-	cs            kubernetes.Interface
+	core          rest.Interface
 	now           func() time.Time
 	changed       chan struct{}
 	specChanged   chan struct{}
@@ -78,11 +77,11 @@ type pod struct {
 
 // NewPool builds the discoverer of InferencePool ns/name on the API
 // server api (its name, for messages).
-func NewPool(cs kubernetes.Interface, dyn dynamic.Interface, api string, d config.KubeDiscovery, now func() time.Time) *Pool {
-	p := &Pool{api: api, ns: d.Namespace, name: d.InferencePool, cs: cs, now: now,
+func NewPool(c *Clients, api string, d config.KubeDiscovery, now func() time.Time) *Pool {
+	p := &Pool{api: api, ns: d.Namespace, name: d.InferencePool, core: c.Core, now: now,
 		changed: make(chan struct{}, 1), specChanged: make(chan struct{}, 1)}
 	byName := fields.OneTermEqualSelector("metadata.name", d.InferencePool).String()
-	res := dyn.Resource(InferencePoolGVR).Namespace(d.Namespace)
+	res := c.Dynamic.Resource(InferencePoolGVR).Namespace(d.Namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = byName
@@ -130,7 +129,7 @@ func (p *Pool) Run(ctx context.Context) {
 			pctx, cancel := context.WithCancel(ctx)
 			stopPods = cancel
 			what := fmt.Sprintf("API server %s: Pods of InferencePool %s/%s (%s)", p.api, p.ns, p.name, bound.String(sel, bound.Name))
-			lw := cache.NewFilteredListWatchFromClient(p.cs.CoreV1().RESTClient(), "pods", p.ns,
+			lw := cache.NewFilteredListWatchFromClient(p.core, "pods", p.ns,
 				func(o *metav1.ListOptions) { o.LabelSelector = sel })
 			w := newObjectWatch(what, lw, &corev1.Pod{}, convertPod, func() { signal(p.changed) }, p.now)
 			p.pods, p.sel = w, sel

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
 	"github.com/ilbproject/ilb/config"
@@ -34,11 +33,7 @@ func TestInferencePoolPods(t *testing.T) {
 	kubetest.RunningPod(t, cs, "inference", "qwen-0", "qwen", "10.2.0.1", true)
 	api.ApplyPool(t, "inference", "llama-pool", "llama", 8000)
 
-	dyn, err := dynamic.NewForConfig(api.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := kube.NewPool(cs, dyn, "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "llama-pool"}, time.Now)
+	d := kube.NewPool(clientsOf(t, api), "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "llama-pool"}, time.Now)
 	run(t, d)
 	waitTargets(t, d, "4 pods", is("10.1.0.1:8000 serving", "10.1.0.2:8000 serving", "10.1.0.3:8000 serving", "10.1.0.4:8000 serving"))
 
@@ -73,14 +68,9 @@ func TestInferencePoolPods(t *testing.T) {
 // replicas), never an empty fleet.
 func TestInferencePoolProblems(t *testing.T) {
 	api := kubetest.Start(t)
-	cs := api.Client()
 	api.InstallInferencePool(t)
 	api.Namespace(t, "inference")
-	dyn, err := dynamic.NewForConfig(api.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := kube.NewPool(cs, dyn, "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "missing"}, time.Now)
+	d := kube.NewPool(clientsOf(t, api), "test", config.KubeDiscovery{Namespace: "inference", InferencePool: "missing"}, time.Now)
 	run(t, d)
 	waitTargets(t, d, "missing pool", errorHas("API server test: InferencePool inference/missing does not exist"))
 
@@ -160,7 +150,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := kube.NewService(cs, "us", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
+	d := kube.NewService(clientsOf(t, api), "us", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
 	run(t, d)
 	waitTargets(t, d, "before", is("10.0.0.1:8000 serving", "10.0.0.2:8000 serving"))
 
