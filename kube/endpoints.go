@@ -85,6 +85,9 @@ func (s *Service) convert(obj any) (slice, bool) {
 	if !ok {
 		return slice{}, false
 	}
+	if es.AddressType == discoveryv1.AddressTypeFQDN {
+		return slice{problem: fmt.Sprintf("EndpointSlice %s lists host names (addressType FQDN): ILB gives Envoy its replicas over EDS, which takes IP addresses", bound.String(es.Name, bound.Name))}, true
+	}
 	port, problem := s.pickPort(es)
 	switch {
 	case problem != "":

@@ -175,7 +175,7 @@ func TestServiceEndpointSlices(t *testing.T) {
 
 // TestServicePortChoice: without a port name, a slice of one port is
 // read, one of several is an error naming them; a named port a slice
-// lacks leaves that slice out.
+// lacks leaves that slice out; a slice of host names is an error.
 func TestServicePortChoice(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
@@ -189,11 +189,17 @@ func TestServicePortChoice(t *testing.T) {
 	if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, one, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	names := endpointSlice("names", "names", "vllm-0.example.com")
+	names.AddressType = discoveryv1.AddressTypeFQDN
+	if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, names, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, svc, port string
 		want            []string
 		err             string
 	}{
+		{"host names (FQDN)", "names", "http", nil, "EndpointSlice names lists host names (addressType FQDN): ILB gives Envoy its replicas over EDS, which takes IP addresses"},
 		{"only port", "solo", "", []string{"10.0.1.1:8000 serving"}, ""},
 		{"named port", "svc", "metrics", []string{"10.0.0.1:9000 serving"}, ""},
 		{"named port missing", "svc", "grpc", []string{}, ""},

@@ -75,8 +75,12 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 			if c.RatesKnown > 0 {
 				tokens = fmt.Sprintf("%.0f", c.TokensPerSecond)
 			}
+			note := ""
+			if c.DiscoveryError != "" { // the replicas are the last known ones
+				note = fmt.Sprintf("DISCOVERY STALE for %s, replicas held: %s", age(now, c.DiscoveryErrorSince), c.DiscoveryError)
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%v (%d)\t%s\t%s\n", n, c.Ready, c.Warming, c.Starting, c.Draining, c.Unhealthy, c.Stale,
-				queue, running, kv, tokens, c.Saturated, c.SaturatedReplicas, age(now, c.OldestScrape), c.DiscoveryError)
+				queue, running, kv, tokens, c.Saturated, c.SaturatedReplicas, age(now, c.OldestScrape), note)
 		}
 		_ = tw.Flush()
 		fmt.Fprintln(w)
@@ -93,6 +97,9 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 			reason := r.Reason
 			if r.LastError != "" && r.LastError != reason {
 				reason += "; last error: " + r.LastError
+			}
+			if r.Zone != "" {
+				reason += "; zone " + r.Zone
 			}
 			queue, running := "unknown", "unknown"
 			if !r.LastScrape.IsZero() { // the latest good values, however old (LAST SCRAPE says)

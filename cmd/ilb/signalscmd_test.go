@@ -42,6 +42,28 @@ func TestPrintSignalsBlind(t *testing.T) {
 	}
 }
 
+// TestPrintSignalsDiscoveryStale: a cluster whose discovery fails says
+// so, for how long, that its replicas are held, and why; a replica's zone
+// is shown.
+func TestPrintSignalsDiscoveryStale(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	v := signalsView{Signals: &signals.Snapshot{At: now,
+		Clusters: map[string]signals.Cluster{"us-east-vllm": {Name: "us-east-vllm", Ready: 1,
+			DiscoveryError: "API server us-east: EndpointSlices of Service inference/vllm: the API server does not answer", DiscoveryErrorSince: now.Add(-42 * time.Second)}},
+		Replicas: []signals.Replica{{Cluster: "us-east-vllm", Address: "10.0.0.1:8000", State: signals.StateReady, Reason: "discovered", Zone: "us-east-1a", Ramp: 1}},
+	}}
+	var b bytes.Buffer
+	printSignals(&b, v, "", now)
+	for _, w := range []string{
+		"DISCOVERY STALE for 42s, replicas held: API server us-east: EndpointSlices of Service inference/vllm: the API server does not answer",
+		"discovered; zone us-east-1a",
+	} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, b.String())
+		}
+	}
+}
+
 func TestPrintSignalsCapacity(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	v := signalsView{Signals: &signals.Snapshot{At: now}, Capacity: []capacity.Estimate{
