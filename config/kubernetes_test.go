@@ -26,13 +26,22 @@ func TestKubernetesParses(t *testing.T) {
 		wantAPIs     []string
 		wantDiscover config.KubeDiscovery
 	}{
-		{"in-cluster by default", base + kubeCluster, config.InClusterAPIServer, []string{config.InClusterAPIServer},
-			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}},
-		{"the only API server", base + kubeCluster + "kubernetes:\n  api_servers: [{name: us, kubeconfig: /etc/kube/us, context: us-east}]\n", "us", []string{"us"},
-			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}},
-		{"an InferencePool on a named API server", base + strings.Replace(kubeCluster, "{namespace: inference, service: vllm, port: http}", "{api_server: eu, namespace: inference, inference_pool: llama.pool}", 1) +
-			"kubernetes:\n  api_servers: [{name: us, kubeconfig: k}, {name: eu, kubeconfig: k, context: eu}]\n", "eu", []string{"us", "eu"},
-			config.KubeDiscovery{APIServer: "eu", Namespace: "inference", InferencePool: "llama.pool"}},
+		{
+			"in-cluster by default", base + kubeCluster, config.InClusterAPIServer,
+			[]string{config.InClusterAPIServer},
+			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"},
+		},
+		{
+			"the only API server", base + kubeCluster + "kubernetes:\n  api_servers: [{name: us, kubeconfig: /etc/kube/us, context: us-east}]\n", "us",
+			[]string{"us"},
+			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"},
+		},
+		{
+			"an InferencePool on a named API server", base + strings.Replace(kubeCluster, "{namespace: inference, service: vllm, port: http}", "{api_server: eu, namespace: inference, inference_pool: llama.pool}", 1) +
+				"kubernetes:\n  api_servers: [{name: us, kubeconfig: k}, {name: eu, kubeconfig: k, context: eu}]\n", "eu",
+			[]string{"us", "eu"},
+			config.KubeDiscovery{APIServer: "eu", Namespace: "inference", InferencePool: "llama.pool"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,38 +74,60 @@ func TestKubernetesProblems(t *testing.T) {
 		name, yaml string
 		want       []string // each in one problem
 	}{
-		{"no section", base + strings.Replace(kubeCluster, "      kubernetes: {namespace: inference, service: vllm, port: http}\n", "", 1),
-			[]string{"clusters[2].discovery.kubernetes: a kubernetes discovery needs this section: namespace and service (or inference_pool)"}},
-		{"neither service nor pool", disc("{namespace: inference}"),
-			[]string{"clusters[2].discovery.kubernetes: name a service or an inference_pool to take the replicas from"}},
-		{"both", disc("{namespace: inference, service: a, inference_pool: b}"),
-			[]string{`clusters[2].discovery.kubernetes: service "a" and inference_pool "b" are both set: keep one`}},
+		{
+			"no section", base + strings.Replace(kubeCluster, "      kubernetes: {namespace: inference, service: vllm, port: http}\n", "", 1),
+			[]string{"clusters[2].discovery.kubernetes: a kubernetes discovery needs this section: namespace and service (or inference_pool)"},
+		},
+		{
+			"neither service nor pool", disc("{namespace: inference}"),
+			[]string{"clusters[2].discovery.kubernetes: name a service or an inference_pool to take the replicas from"},
+		},
+		{
+			"both", disc("{namespace: inference, service: a, inference_pool: b}"),
+			[]string{`clusters[2].discovery.kubernetes: service "a" and inference_pool "b" are both set: keep one`},
+		},
 		{"bad names", disc(`{namespace: Inference, service: "vllm_svc", port: "HTTP"}`), []string{
 			`clusters[2].discovery.kubernetes.namespace: "Inference" is not a namespace name`,
 			`clusters[2].discovery.kubernetes.service: "vllm_svc" is not a Service name`,
 			`clusters[2].discovery.kubernetes.port: "HTTP" is not a port name`,
 		}},
-		{"numeric port name", disc(`{namespace: inference, service: vllm, port: "8000"}`),
-			[]string{`clusters[2].discovery.kubernetes.port: "8000" is not a port name`}},
-		{"port with a pool", disc(`{namespace: inference, inference_pool: pool, port: http}`),
-			[]string{`clusters[2].discovery.kubernetes.port: port "http" is for a service: an InferencePool's targetPorts give its ports`}},
-		{"bad pool name", disc(`{namespace: inference, inference_pool: "-pool"}`),
-			[]string{`clusters[2].discovery.kubernetes.inference_pool: "-pool" is not an InferencePool name`}},
-		{"unknown API server", disc(`{api_server: mars, namespace: inference, service: vllm}`),
-			[]string{`clusters[2].discovery.kubernetes.api_server: unknown API server "mars": want one of in-cluster`}},
-		{"API server unnamed among several", disc(`{namespace: inference, service: vllm}`) + "kubernetes:\n  api_servers: [{name: us, kubeconfig: k}, {name: eu, kubeconfig: k}]\n",
-			[]string{"clusters[2].discovery.kubernetes.api_server: kubernetes.api_servers has 2 API servers: name one of us, eu"}},
+		{
+			"numeric port name", disc(`{namespace: inference, service: vllm, port: "8000"}`),
+			[]string{`clusters[2].discovery.kubernetes.port: "8000" is not a port name`},
+		},
+		{
+			"port with a pool", disc(`{namespace: inference, inference_pool: pool, port: http}`),
+			[]string{`clusters[2].discovery.kubernetes.port: port "http" is for a service: an InferencePool's targetPorts give its ports`},
+		},
+		{
+			"bad pool name", disc(`{namespace: inference, inference_pool: "-pool"}`),
+			[]string{`clusters[2].discovery.kubernetes.inference_pool: "-pool" is not an InferencePool name`},
+		},
+		{
+			"unknown API server", disc(`{api_server: mars, namespace: inference, service: vllm}`),
+			[]string{`clusters[2].discovery.kubernetes.api_server: unknown API server "mars": want one of in-cluster`},
+		},
+		{
+			"API server unnamed among several", disc(`{namespace: inference, service: vllm}`) + "kubernetes:\n  api_servers: [{name: us, kubeconfig: k}, {name: eu, kubeconfig: k}]\n",
+			[]string{"clusters[2].discovery.kubernetes.api_server: kubernetes.api_servers has 2 API servers: name one of us, eu"},
+		},
 		{"API server problems", base + "kubernetes:\n  api_servers: [{name: us, context: x}, {name: us, kubeconfig: k}, {name: 'a b'}]\n", []string{
 			`kubernetes.api_servers[0].context: context "x" needs a kubeconfig file`,
 			`kubernetes.api_servers[1].name: duplicate API server "us"`,
 			`kubernetes.api_servers[2].name: API server name "a b" is not valid`,
 		}},
-		{"section on another type", base + "  - {name: x, region: us, engine: vllm, models: [m1], profile: p, endpoints: [\"a:1\"], discovery: {kubernetes: {namespace: n, service: s}}}\n",
-			[]string{"clusters[2].discovery.kubernetes: set, but discovery.type is static: want type kubernetes, or remove the section"}},
-		{"signals off", base + kubeCluster + "signals: {disabled: true}\n",
-			[]string{"clusters[2].discovery.kubernetes: kubernetes discovery needs the signals monitor: signals.disabled is set"}},
-		{"endpoints too", base + strings.Replace(kubeCluster, "    discovery:", "    endpoints: [\"a:1\"]\n    discovery:", 1),
-			[]string{`clusters[2].endpoints: cluster "k8s" lists endpoints and uses kubernetes discovery: keep one`}},
+		{
+			"section on another type", base + "  - {name: x, region: us, engine: vllm, models: [m1], profile: p, endpoints: [\"a:1\"], discovery: {kubernetes: {namespace: n, service: s}}}\n",
+			[]string{"clusters[2].discovery.kubernetes: set, but discovery.type is static: want type kubernetes, or remove the section"},
+		},
+		{
+			"signals off", base + kubeCluster + "signals: {disabled: true}\n",
+			[]string{"clusters[2].discovery.kubernetes: kubernetes discovery needs the signals monitor: signals.disabled is set"},
+		},
+		{
+			"endpoints too", base + strings.Replace(kubeCluster, "    discovery:", "    endpoints: [\"a:1\"]\n    discovery:", 1),
+			[]string{`clusters[2].endpoints: cluster "k8s" lists endpoints and uses kubernetes discovery: keep one`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

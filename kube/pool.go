@@ -78,8 +78,10 @@ type pod struct {
 // NewPool builds the discoverer of InferencePool ns/name on the API
 // server api (its name, for messages).
 func NewPool(c *Clients, api string, d config.KubeDiscovery, now func() time.Time) *Pool {
-	p := &Pool{api: api, ns: d.Namespace, name: d.InferencePool, core: c.Core, now: now,
-		changed: make(chan struct{}, 1), specChanged: make(chan struct{}, 1)}
+	p := &Pool{
+		api: api, ns: d.Namespace, name: d.InferencePool, core: c.Core, now: now,
+		changed: make(chan struct{}, 1), specChanged: make(chan struct{}, 1),
+	}
 	byName := fields.OneTermEqualSelector("metadata.name", d.InferencePool).String()
 	res := c.Dynamic.Resource(InferencePoolGVR).Namespace(d.Namespace)
 	lw := &cache.ListWatch{
@@ -255,8 +257,10 @@ func convertPod(obj any) (pod, bool) {
 	if !ok {
 		return pod{}, false
 	}
-	out := pod{deleting: po.DeletionTimestamp != nil,
-		ended: po.Status.Phase == corev1.PodSucceeded || po.Status.Phase == corev1.PodFailed}
+	out := pod{
+		deleting: po.DeletionTimestamp != nil,
+		ended:    po.Status.Phase == corev1.PodSucceeded || po.Status.Phase == corev1.PodFailed,
+	}
 	if ip := po.Status.PodIP; net.ParseIP(ip) != nil {
 		out.ip = ip
 	}

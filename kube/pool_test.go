@@ -132,7 +132,12 @@ func TestTwoAPIServers(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- disc.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
 	for cluster, want := range map[string]string{"us-vllm": "10.10.0.1:8000 serving", "eu-vllm": "10.20.0.1:8000 serving"} {
 		waitTargets(t, ds[cluster].(discoverer), cluster, is(want))
 	}

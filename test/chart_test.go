@@ -112,16 +112,24 @@ func TestChartRenders(t *testing.T) {
 		want   map[string]int // kinds
 		check  func(t *testing.T, docs []map[string]any)
 	}{
-		{"defaults", nil,
-			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1}, nil},
-		{"config file, two watched namespaces, monitoring", map[string]any{
-			"configYAML":     string(demo),
-			"replicaCount":   2,
-			"rbac":           map[string]any{"namespaces": []any{"inference", "models"}},
-			"serviceMonitor": map[string]any{"enabled": true},
-			"prometheusRule": map[string]any{"enabled": true},
-		}, map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 2, "RoleBinding": 2,
-			"PodDisruptionBudget": 1, "ServiceMonitor": 1, "PrometheusRule": 1},
+		{
+			"defaults", nil,
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
+			nil,
+		},
+		{
+			"config file, two watched namespaces, monitoring",
+			map[string]any{
+				"configYAML":     string(demo),
+				"replicaCount":   2,
+				"rbac":           map[string]any{"namespaces": []any{"inference", "models"}},
+				"serviceMonitor": map[string]any{"enabled": true},
+				"prometheusRule": map[string]any{"enabled": true},
+			},
+			map[string]int{
+				"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 2, "RoleBinding": 2,
+				"PodDisruptionBudget": 1, "ServiceMonitor": 1, "PrometheusRule": 1,
+			},
 			func(t *testing.T, docs []map[string]any) {
 				rule := find(t, docs, "PrometheusRule")
 				alerts, err := os.ReadFile("../examples/observability/prometheus-alerts.yaml")
@@ -137,7 +145,8 @@ func TestChartRenders(t *testing.T) {
 				if !bytes.Equal(got, wantY) {
 					t.Errorf("the PrometheusRule's spec is not examples/observability/prometheus-alerts.yaml")
 				}
-			}},
+			},
+		},
 		{"istio manifests, no RBAC, no PDB", map[string]any{
 			"istio":               map[string]any{"manifests": "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x}\n"},
 			"rbac":                map[string]any{"create": false},
@@ -328,8 +337,10 @@ func TestChartOnAPIServer(t *testing.T) {
 	}
 	cfg := &config.Config{
 		Kubernetes: config.Kubernetes{APIServers: []config.KubeAPIServer{{Name: "here", Kubeconfig: api.Kubeconfig("sa", tr.Status.Token)}}},
-		Clusters: []config.EngineCluster{{Name: "vllm", Discovery: config.Discovery{Type: config.DiscoveryKube,
-			Kubernetes: &config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}}}},
+		Clusters: []config.EngineCluster{{Name: "vllm", Discovery: config.Discovery{
+			Type:       config.DiscoveryKube,
+			Kubernetes: &config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"},
+		}}},
 	}
 	kd, err := kube.New(cfg, kube.Options{})
 	if err != nil {
@@ -338,7 +349,12 @@ func TestChartOnAPIServer(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- kd.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
 	d := kd.Discoverers()["vllm"].(signals.Watcher)
 	deadline := time.After(time.Minute)
 	for {

@@ -55,7 +55,7 @@ func startKubeWorld(t *testing.T, api *kubetest.Server) *kubeWorld {
 	sctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w := &kubeWorld{api: api}
-	port := startPoolEngines(t, sctx, c, timing, &w.addrs)
+	port := startPoolEngines(sctx, t, c, timing, &w.addrs)
 	for i, a := range w.addrs {
 		host, _, _ := net.SplitHostPort(a)
 		kubetest.RunningPod(t, cs, "inference", fmt.Sprintf("llama-%d", i), "vllm-us-east", host, true)
@@ -69,8 +69,10 @@ func startKubeWorld(t *testing.T, api *kubetest.Server) *kubeWorld {
 		}
 		c.Kubernetes.APIServers = []config.KubeAPIServer{{Name: "us-east", Kubeconfig: kubeconfig}}
 		cl.Endpoints = nil
-		cl.Discovery = config.Discovery{Type: config.DiscoveryKube, Refresh: config.Duration(10 * time.Second),
-			Kubernetes: &config.KubeDiscovery{Namespace: "inference", InferencePool: "vllm"}}
+		cl.Discovery = config.Discovery{
+			Type: config.DiscoveryKube, Refresh: config.Duration(10 * time.Second),
+			Kubernetes: &config.KubeDiscovery{Namespace: "inference", InferencePool: "vllm"},
+		}
 		return nil
 	}})
 	if err != nil {
@@ -87,7 +89,7 @@ func startKubeWorld(t *testing.T, api *kubetest.Server) *kubeWorld {
 // startPoolEngines starts three us-east-vllm engines on 127.0.0.2-4 and
 // one port (a port found free, tried again if taken meanwhile), and
 // returns the port, the engines' addresses in addrs.
-func startPoolEngines(t *testing.T, ctx context.Context, c *config.Config, timing *engine.FixedTiming, addrs *[]string) int {
+func startPoolEngines(ctx context.Context, t *testing.T, c *config.Config, timing *engine.FixedTiming, addrs *[]string) int {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.2:0")

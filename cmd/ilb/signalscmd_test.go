@@ -47,9 +47,12 @@ func TestPrintSignalsBlind(t *testing.T) {
 // is shown.
 func TestPrintSignalsDiscoveryStale(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	v := signalsView{Signals: &signals.Snapshot{At: now,
-		Clusters: map[string]signals.Cluster{"us-east-vllm": {Name: "us-east-vllm", Ready: 1,
-			DiscoveryError: "API server us-east: EndpointSlices of Service inference/vllm: the API server does not answer", DiscoveryErrorSince: now.Add(-42 * time.Second)}},
+	v := signalsView{Signals: &signals.Snapshot{
+		At: now,
+		Clusters: map[string]signals.Cluster{"us-east-vllm": {
+			Name: "us-east-vllm", Ready: 1,
+			DiscoveryError: "API server us-east: EndpointSlices of Service inference/vllm: the API server does not answer", DiscoveryErrorSince: now.Add(-42 * time.Second),
+		}},
 		Replicas: []signals.Replica{{Cluster: "us-east-vllm", Address: "10.0.0.1:8000", State: signals.StateReady, Reason: "discovered", Zone: "us-east-1a", Ramp: 1}},
 	}}
 	var b bytes.Buffer

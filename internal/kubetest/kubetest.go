@@ -54,7 +54,6 @@ type Server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
-	logN int
 }
 
 // Binary returns the kube-apiserver the tests run, or an error that says
@@ -169,7 +168,7 @@ func (s *Server) launch() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.bin, s.args...)
+	cmd := exec.Command(s.bin, s.args...) //nolint:noctx // the process outlives this call: kill and the cleanup stop it
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -203,7 +202,7 @@ func (s *Server) waitReady(done <-chan struct{}) error {
 		case <-done:
 			return errors.New("kube-apiserver exited")
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready within %s: %v", StartTimeout, last)
+			return fmt.Errorf("kube-apiserver not ready within %s: %w", StartTimeout, last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -312,7 +311,8 @@ func (s *Server) tail() string {
 
 // freePort returns a port the kernel just gave out on 127.0.0.1.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}

@@ -82,8 +82,10 @@ func SetPod(t testing.TB, cs kubernetes.Interface, p *corev1.Pod, ip string, rea
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}
+	p.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}},
+	}
 	p, err := cs.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
