@@ -66,14 +66,12 @@ type KubeDiscovery struct {
 	InferencePool string `yaml:"inference_pool,omitempty" json:"inference_pool,omitempty"`
 }
 
-// Kubernetes name rules: a namespace or Service name is a DNS-1123 label
-// (RFC 1123, lower case, at most 63 characters), an InferencePool's name
-// a DNS-1123 subdomain (at most 253), a port name an IANA service name
-// (at most 15, lower case, a letter in it).
+// Kubernetes name rules: a namespace, Service or Service port name is a
+// DNS-1123 label (RFC 1123, lower case, at most 63 characters), an
+// InferencePool's name a DNS-1123 subdomain (at most 253).
 var (
 	dns1123Label     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	ianaServiceName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$`)
 )
 
 // KubeAPIServerNames lists the API servers clusters may name, in order:
@@ -167,8 +165,8 @@ func (c *Config) validateKubeDiscovery(p *problems, path string, k *KubeDiscover
 		switch {
 		case k.InferencePool != "":
 			p.addf(path+".port", "port %s is for a service: an InferencePool's targetPorts give its ports", bound.Quote(k.Port, bound.Excerpt))
-		case !ianaServiceName.MatchString(k.Port) || strings.Contains(k.Port, "--") || strings.Trim(k.Port, "0123456789-") == "":
-			p.addf(path+".port", "%s is not a port name: want an IANA service name (at most 15 lower case letters, digits and '-', with a letter)", bound.Quote(k.Port, bound.Excerpt))
+		case !dns1123Label.MatchString(k.Port):
+			p.addf(path+".port", "%s is not a Service port name: want a DNS-1123 label (lower case letters, digits and '-', at most 63)", bound.Quote(k.Port, bound.Excerpt))
 		}
 	}
 }

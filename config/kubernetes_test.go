@@ -32,6 +32,12 @@ func TestKubernetesParses(t *testing.T) {
 			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"},
 		},
 		{
+			"a long, numeric Service port name", base + strings.Replace(kubeCluster, "port: http", "port: \"8000-openai-compatible-http-port\"", 1),
+			config.InClusterAPIServer,
+			[]string{config.InClusterAPIServer},
+			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "8000-openai-compatible-http-port"},
+		},
+		{
 			"the only API server", base + kubeCluster + "kubernetes:\n  api_servers: [{name: us, kubeconfig: /etc/kube/us, context: us-east}]\n", "us",
 			[]string{"us"},
 			config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"},
@@ -89,11 +95,11 @@ func TestKubernetesProblems(t *testing.T) {
 		{"bad names", disc(`{namespace: Inference, service: "vllm_svc", port: "HTTP"}`), []string{
 			`clusters[2].discovery.kubernetes.namespace: "Inference" is not a namespace name`,
 			`clusters[2].discovery.kubernetes.service: "vllm_svc" is not a Service name`,
-			`clusters[2].discovery.kubernetes.port: "HTTP" is not a port name`,
+			`clusters[2].discovery.kubernetes.port: "HTTP" is not a Service port name`,
 		}},
 		{
-			"numeric port name", disc(`{namespace: inference, service: vllm, port: "8000"}`),
-			[]string{`clusters[2].discovery.kubernetes.port: "8000" is not a port name`},
+			"port name with an underscore", disc(`{namespace: inference, service: vllm, port: "grpc_api"}`),
+			[]string{`clusters[2].discovery.kubernetes.port: "grpc_api" is not a Service port name`},
 		},
 		{
 			"port with a pool", disc(`{namespace: inference, inference_pool: pool, port: http}`),

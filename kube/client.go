@@ -23,7 +23,7 @@ type Clients struct {
 	Dynamic         dynamic.Interface
 }
 
-// scheme knows the types discovery decodes.
+// codecs decode the types of the two groups discovery reads.
 var codecs = func() serializer.CodecFactory {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {

@@ -18,12 +18,15 @@
 //
 // # Mapping
 //
-//   - EndpointSlice endpoint: ready → a replica (the monitor probes it);
-//     terminating → draining ("discovery: terminating"); not ready →
-//     draining ("discovery: not ready"). The port is the slices' port
-//     named by discovery.kubernetes.port, or their only one. The zone is
-//     kept and shown (hints are not acted on). No slice left (the Service
-//     deleted) → no replica: its replicas drain, then go.
+//   - EndpointSlice endpoint (its first address, canonical; the IPv4
+//     slices of a dual-stack Service): ready → a replica (the monitor
+//     probes it); terminating → draining ("discovery: terminating"); not
+//     ready → draining ("discovery: not ready"). The port is the slices'
+//     port named by discovery.kubernetes.port (no slice with endpoints
+//     having it is an error), or their only one; a number outside
+//     1..65535 is an error. A valid zone is kept and shown (hints are not
+//     acted on). No slice left (the Service deleted) → no replica: its
+//     replicas drain, then go.
 //   - InferencePool Pod with an IP, on each target port: Ready → a
 //     replica; being deleted → draining ("pod terminating"); not Ready →
 //     draining ("pod not ready"); ended or without an IP → none. A pool
@@ -39,7 +42,9 @@
 // (ilb signals, the cluster's DiscoveryError) and exports
 // ilb_signals_discovery_stale_seconds. The Reflector retries every 200 ms
 // growing to 2 s; the first list or watch that works clears the error and
-// the relist catches up whatever changed meanwhile. A server that stops
-// answering without closing connections is noticed by client-go's HTTP/2
-// health check (a ping after 30 s idle, 15 s timeout).
+// the relist catches up whatever changed meanwhile. An expired resource
+// version or a 429 is not an outage. A server that stops answering
+// without closing connections is noticed by client-go's HTTP/2 health
+// check (a ping after 30 s idle, 15 s timeout), then by the next call
+// failing: up to about 75 s.
 package kube

@@ -174,8 +174,9 @@ func TestServiceEndpointSlices(t *testing.T) {
 }
 
 // TestServicePortChoice: without a port name, a slice of one port is
-// read, one of several is an error naming them; a named port a slice
-// lacks leaves that slice out; a slice of host names is an error.
+// read, one of several is an error naming them; a named port no slice has
+// is an error (the last replicas are held); a slice of host names is an
+// error.
 func TestServicePortChoice(t *testing.T) {
 	api := kubetest.Start(t)
 	cs := api.Client()
@@ -202,7 +203,7 @@ func TestServicePortChoice(t *testing.T) {
 		{"host names (FQDN)", "names", "http", nil, "EndpointSlice names lists host names (addressType FQDN): ILB gives Envoy its replicas over EDS, which takes IP addresses"},
 		{"only port", "solo", "", []string{"10.0.1.1:8000 serving"}, ""},
 		{"named port", "svc", "metrics", []string{"10.0.0.1:9000 serving"}, ""},
-		{"named port missing", "svc", "grpc", []string{}, ""},
+		{"named port in no slice: held, not drained", "svc", "grpc", nil, `no EndpointSlice has a port named "grpc" (they have "http"=8000, "metrics"=9000)`},
 		{"several ports unnamed", "svc", "", nil, `has ports "http"=8000, "metrics"=9000: name the engines' port in discovery.kubernetes.port`},
 	}
 	for _, tt := range tests {
@@ -221,3 +222,73 @@ func TestServicePortChoice(t *testing.T) {
 
 // TestMain lets the package's tests share nothing but the environment.
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// TestServiceOddSlices: what the API server accepts without checking
+// (EndpointSlice zones and port numbers) and what real clusters produce
+// (dual-stack slices, non-canonical IPv6, a renamed port) never crash ILB,
+// never double-count a replica and never drain on a mistake.
+func TestServiceOddSlices(t *testing.T) {
+	api := kubetest.Start(t)
+	cs := api.Client()
+	ctx := context.Background()
+	api.Namespace(t, "ns")
+	create := func(es *discoveryv1.EndpointSlice) {
+		t.Helper()
+		if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, es, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zone := endpointSlice("zone-a", "zone", "10.0.0.1")
+	zone.Endpoints[0].Zone = ptr.To("a\nb\tc")
+	create(zone)
+	port := endpointSlice("port-a", "port", "10.0.0.1")
+	port.Ports[0].Port = ptr.To[int32](70000)
+	create(port)
+	v4 := endpointSlice("dual-v4", "dual", "10.0.0.1")
+	v6 := endpointSlice("dual-v6", "dual", "fd00::1")
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	create(v4)
+	create(v6)
+	six := endpointSlice("six-a", "six", "fd00::1")
+	six.AddressType = discoveryv1.AddressTypeIPv6
+	six2 := endpointSlice("six-b", "six", "fd00::1") // the API server takes canonical IPv6 only (1.37); older ones did not
+	six2.AddressType = discoveryv1.AddressTypeIPv6
+	create(six)
+	create(six2)
+	renamed := endpointSlice("renamed-a", "renamed", "10.0.0.1")
+	renamed.Ports = renamed.Ports[1:] // only "metrics"
+	create(renamed)
+	two := endpointSlice("two-a", "two", "10.0.0.1")
+	two.Endpoints[0].Addresses = []string{"10.0.0.1", "10.0.0.9"}
+	create(two)
+
+	tests := []struct {
+		name, svc string
+		want      []string
+		err       string
+	}{
+		{"a zone with a newline is dropped, not a crash", "zone", []string{"10.0.0.1:8000 serving"}, ""},
+		{"a port out of range is an error", "port", nil, "port 70000 is not a port: want 1..65535"},
+		{"dual stack: the IPv4 slices", "dual", []string{"10.0.0.1:8000 serving"}, ""},
+		{"one IPv6 address in two slices", "six", []string{"[fd00::1]:8000 serving"}, ""},
+		{"the named port in no slice holds", "renamed", nil, `no EndpointSlice has a port named "http" (they have "metrics"=9000)`},
+		{"an endpoint's first address only", "two", []string{"10.0.0.1:8000 serving"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := kube.NewService(clientsOf(t, api), "test", config.KubeDiscovery{Namespace: "ns", Service: tt.svc, Port: "http"}, time.Now)
+			run(t, d)
+			got, _ := waitTargets(t, d, tt.name, func(ts []signals.Target, err error) bool {
+				if tt.err != "" {
+					return err != nil && strings.Contains(err.Error(), tt.err)
+				}
+				return err == nil && slices.Equal(states(ts), tt.want)
+			})
+			for _, g := range got {
+				if g.Zone != "" && g.Zone != "z-0" {
+					t.Errorf("zone %q kept", g.Zone)
+				}
+			}
+		})
+	}
+}

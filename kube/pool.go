@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,9 +29,9 @@ import (
 	"github.com/ilbproject/ilb/signals"
 )
 
-// InferencePoolGVR is the resource of the Gateway API Inference
+// inferencePoolGVR is the resource of the Gateway API Inference
 // Extension's InferencePool, v1.
-var InferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+var inferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 
 // Bounds of an InferencePool's spec that ILB reads: GIE v1 allows 8
 // target ports; 64 labels in a selector is far beyond any real one.
@@ -56,7 +57,7 @@ type Pool struct {
 	pool          *objectWatch[poolSpec]
 
 	mu   sync.Mutex
-	pods *objectWatch[pod] // for the selector of podsSel; nil before the pool is seen
+	pods *objectWatch[pod] // the Pods of selector sel; nil before the pool is seen
 	sel  string
 }
 
@@ -83,7 +84,7 @@ func NewPool(c *Clients, api string, d config.KubeDiscovery, now func() time.Tim
 		changed: make(chan struct{}, 1), specChanged: make(chan struct{}, 1),
 	}
 	byName := fields.OneTermEqualSelector("metadata.name", d.InferencePool).String()
-	res := c.Dynamic.Resource(InferencePoolGVR).Namespace(d.Namespace)
+	res := c.Dynamic.Resource(inferencePoolGVR).Namespace(d.Namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = byName
@@ -164,8 +165,12 @@ func (p *Pool) Discover(context.Context) ([]signals.Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(items) == 0 {
+	switch len(items) {
+	case 0:
 		return nil, fmt.Errorf("API server %s: InferencePool %s/%s does not exist", p.api, p.ns, p.name)
+	case 1:
+	default: // a field selector by name: the API server cannot give two
+		return nil, fmt.Errorf("API server %s: InferencePool %s/%s: %d objects listed by that name", p.api, p.ns, p.name, len(items))
 	}
 	var spec poolSpec
 	for _, s := range items {
@@ -200,10 +205,17 @@ func (p *Pool) Discover(context.Context) ([]signals.Target, error) {
 		}
 		for _, port := range ports {
 			a := net.JoinHostPort(pd.ip, port)
+			if old, dup := byAddr[a]; dup && !old.Draining {
+				continue // Pods sharing an IP (host network): ready wins
+			}
 			byAddr[a] = signals.Target{Address: a, Draining: why != "", Why: why}
 		}
 	}
-	return sortedTargets(byAddr)
+	targets, err := sortedTargets(byAddr)
+	if err != nil {
+		return nil, fmt.Errorf("API server %s: InferencePool %s/%s: %w", p.api, p.ns, p.name, err)
+	}
+	return targets, nil
 }
 
 // convertPool reads an InferencePool's selector and target ports.
@@ -261,8 +273,8 @@ func convertPod(obj any) (pod, bool) {
 		deleting: po.DeletionTimestamp != nil,
 		ended:    po.Status.Phase == corev1.PodSucceeded || po.Status.Phase == corev1.PodFailed,
 	}
-	if ip := po.Status.PodIP; net.ParseIP(ip) != nil {
-		out.ip = ip
+	if ip, err := netip.ParseAddr(po.Status.PodIP); err == nil && ip.Zone() == "" {
+		out.ip = ip.Unmap().String()
 	}
 	for _, c := range po.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -64,7 +65,13 @@ func (w *objectWatch[T]) run(ctx context.Context) {
 
 // note records the result of a list or watch call, and reports a change
 // when the watch turns stale or answers again (Discover's answer changes).
+// An expired resource version (the Reflector lists again at once) and a
+// request to slow down (it retries) are the API server answering: they
+// change nothing.
 func (w *objectWatch[T]) note(err error) {
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsTooManyRequests(err) {
+		return
+	}
 	w.mu.Lock()
 	was := w.err != ""
 	if err == nil {
@@ -129,6 +136,8 @@ type reflectorStore[T comparable] objectWatch[T]
 
 var _ cache.ReflectorStore = (*reflectorStore[int])(nil)
 
+// Add and Update keep what conv makes of obj; Resync does nothing (no
+// resync period is set).
 func (s *reflectorStore[T]) Add(obj any) error    { return (*objectWatch[T])(s).set(obj) }
 func (s *reflectorStore[T]) Update(obj any) error { return (*objectWatch[T])(s).set(obj) }
 func (s *reflectorStore[T]) Resync() error        { return nil }

@@ -160,7 +160,7 @@ func New(o Options) (*Monitor, error) {
 			errs = append(errs, err)
 			continue
 		}
-		_, given := o.Discoverers[e.Name]
+		given := o.Discoverers[e.Name] != nil
 		cl := &cluster{
 			cfg: e, mapping: mp, disc: d, replicas: map[string]*replica{},
 			static:  !given && (e.Discovery.Type == config.DiscoveryStatic || e.Discovery.Type == ""),
@@ -188,6 +188,11 @@ func New(o Options) (*Monitor, error) {
 	p, err := newPromMetrics(o.Registry, names)
 	if err != nil {
 		return nil, err
+	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(newDiscoveryStale(names, m.Snapshot, m.now)); err != nil {
+			return nil, fmt.Errorf("signals metrics: %w", err)
+		}
 	}
 	m.prom = p
 	m.lastServing = make([]int, len(m.clusters))

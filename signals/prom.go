@@ -2,6 +2,7 @@ package signals
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -26,7 +27,6 @@ type promMetrics struct {
 	running   *prometheus.GaugeVec
 	kv        *prometheus.GaugeVec
 	age       *prometheus.GaugeVec
-	discStale *prometheus.GaugeVec
 	blind     prometheus.Gauge
 }
 
@@ -71,10 +71,6 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 			Name: "ilb_signals_cluster_age_seconds",
 			Help: "Age of the oldest good scrape among the cluster's serving replicas when the snapshot was built (freshness of the cluster's signals); absent when one has never been scraped successfully.",
 		}, []string{"cluster"}),
-		discStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ilb_signals_discovery_stale_seconds",
-			Help: "How long the cluster's replica discovery has been failing (a DNS error, an unreadable file, a Kubernetes API server out of reach): ILB keeps the replicas it last knew and never drains them for the silence. 0 while discovery works.",
-		}, []string{"cluster"}),
 		blind: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ilb_signals_blind",
 			Help: "1 while ILB takes itself for blind: health probes of more than signals.blind_fraction of the serving replicas, in two clusters or more, fail silently (time out) at once, or its scrape loop falls behind. Replicas failing silently keep their last known state and the controller fails static (blind).",
@@ -88,12 +84,11 @@ func newPromMetrics(reg *prometheus.Registry, clusters []string) (*promMetrics, 
 			p.replicas.WithLabelValues(c, string(s))
 		}
 		p.saturated.WithLabelValues(c)
-		p.discStale.WithLabelValues(c)
 	}
 	if reg == nil {
 		return p, nil
 	}
-	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age, p.discStale, p.blind} {
+	for _, c := range []prometheus.Collector{p.scrapes, p.duration, p.replicas, p.saturated, p.capacity, p.waiting, p.running, p.kv, p.age, p.blind} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("signals metrics: %w", err)
 		}
@@ -131,11 +126,6 @@ func (p *promMetrics) observe(s *Snapshot, capacity map[string]float64) {
 		} else {
 			p.kv.DeleteLabelValues(name)
 		}
-		stale := 0.0
-		if c.DiscoveryError != "" {
-			stale = max(s.At.Sub(c.DiscoveryErrorSince).Seconds(), 0)
-		}
-		p.discStale.WithLabelValues(name).Set(stale)
 		if c.OldestScrape.IsZero() {
 			p.age.DeleteLabelValues(name)
 		} else {
@@ -161,4 +151,41 @@ func (c Cluster) count(s State) int {
 		return c.Stale
 	}
 	return 0
+}
+
+// discoveryStale exports ilb_signals_discovery_stale_seconds, computed at
+// each scrape from the latest snapshot (a failing discovery with nothing
+// else happening publishes no new snapshot, and the gauge must still
+// grow: the alert waits on it).
+type discoveryStale struct {
+	desc     *prometheus.Desc
+	clusters []string
+	snapshot func() *Snapshot
+	now      func() time.Time
+}
+
+var _ prometheus.Collector = (*discoveryStale)(nil)
+
+func newDiscoveryStale(clusters []string, snapshot func() *Snapshot, now func() time.Time) *discoveryStale {
+	return &discoveryStale{
+		desc: prometheus.NewDesc("ilb_signals_discovery_stale_seconds",
+			"How long the cluster's replica discovery has been failing (a DNS error, an unreadable file, a Kubernetes API server out of reach or refusing ILB): ILB keeps the replicas it last knew and never drains them for the silence. 0 while discovery works.",
+			[]string{"cluster"}, nil),
+		clusters: clusters, snapshot: snapshot, now: now,
+	}
+}
+
+// Describe sends the one descriptor.
+func (d *discoveryStale) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
+
+// Collect sends a sample per cluster.
+func (d *discoveryStale) Collect(ch chan<- prometheus.Metric) {
+	s, now := d.snapshot(), d.now()
+	for _, name := range d.clusters {
+		v := 0.0
+		if c := s.Clusters[name]; c.DiscoveryError != "" {
+			v = max(now.Sub(c.DiscoveryErrorSince).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, v, name)
+	}
 }

@@ -29,8 +29,13 @@ func TestMetricsGolden(t *testing.T) {
 			Waiting: 3, Running: 40, LoadKnown: 3, KVUsage: 0.42, KVKnown: true, Saturated: false,
 			OldestScrape: at.Add(-1500 * time.Millisecond),
 		},
-		"c2": {Name: "c2", Starting: 1, Saturated: true}, // load unknown: no waiting/running series
+		"c2": {
+			Name: "c2", Starting: 1, Saturated: true, // load unknown: no waiting/running series
+			DiscoveryError: "dns vllm.svc.local: i/o timeout", DiscoveryErrorSince: at.Add(-90 * time.Second),
+		},
 	}, Blind: &Blind{Reason: "the signals loop woke 2s late (interval 1s)", Since: at.Add(-time.Second)}}
+	// Scraped 30 s after the snapshot: c2's discovery has failed for 2 minutes.
+	reg.MustRegister(newDiscoveryStale([]string{"c1", "c2"}, func() *Snapshot { return s }, func() time.Time { return at.Add(30 * time.Second) }))
 	p.observe(s, map[string]float64{"c1": 2500, "c2": 1000})
 	p.scrapes.WithLabelValues("c1", resultOK).Add(7)
 	p.scrapes.WithLabelValues("c2", resultProbeFailed).Inc()

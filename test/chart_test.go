@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -113,14 +115,9 @@ func TestChartRenders(t *testing.T) {
 		check  func(t *testing.T, docs []map[string]any)
 	}{
 		{
-			"defaults", nil,
-			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
-			nil,
-		},
-		{
-			"config file, two watched namespaces, monitoring",
+			"config file with a Service and a pool, two watched namespaces, monitoring",
 			map[string]any{
-				"configYAML":     string(demo),
+				"configYAML":     kubeDemo,
 				"replicaCount":   2,
 				"rbac":           map[string]any{"namespaces": []any{"inference", "models"}},
 				"serviceMonitor": map[string]any{"enabled": true},
@@ -131,6 +128,9 @@ func TestChartRenders(t *testing.T) {
 				"PodDisruptionBudget": 1, "ServiceMonitor": 1, "PrometheusRule": 1,
 			},
 			func(t *testing.T, docs []map[string]any) {
+				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices,pods,inferencepools" {
+					t.Errorf("Role rules on %s, want endpointslices,pods,inferencepools", got)
+				}
 				rule := find(t, docs, "PrometheusRule")
 				alerts, err := os.ReadFile("../examples/observability/prometheus-alerts.yaml")
 				if err != nil {
@@ -144,6 +144,41 @@ func TestChartRenders(t *testing.T) {
 				wantY, _ := yaml.Marshal(want)
 				if !bytes.Equal(got, wantY) {
 					t.Errorf("the PrometheusRule's spec is not examples/observability/prometheus-alerts.yaml")
+				}
+			},
+		},
+		{
+			"static endpoints: no Role",
+			map[string]any{"configYAML": string(demo)},
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1},
+			nil,
+		},
+		{
+			"defaults: a Service, EndpointSlices only", nil,
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
+			func(t *testing.T, docs []map[string]any) {
+				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices" {
+					t.Errorf("Role rules on %s, want endpointslices only", got)
+				}
+			},
+		},
+		{
+			"admin over TLS, IPv6, extra volumes",
+			map[string]any{
+				"configYAML":        kubeDemo + "security:\n  tls: {cert_file: /etc/ilb/tls/tls.crt, key_file: /etc/ilb/tls/tls.key}\n  admin: {tls: true}\n",
+				"listenHost":        "::",
+				"extraVolumes":      []any{map[string]any{"name": "tls", "secret": map[string]any{"secretName": "ilb-tls"}}},
+				"extraVolumeMounts": []any{map[string]any{"name": "tls", "mountPath": "/etc/ilb/tls", "readOnly": true}},
+			},
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
+			func(t *testing.T, docs []map[string]any) {
+				pod := find(t, docs, "Deployment")["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+				ctr := pod["containers"].([]any)[0].(map[string]any)
+				if got := ctr["readinessProbe"].(map[string]any)["httpGet"].(map[string]any)["scheme"]; got != "HTTPS" {
+					t.Errorf("probe scheme %v, want HTTPS for an admin API over TLS", got)
+				}
+				if got := fmt.Sprint(ctr["volumeMounts"]); !strings.Contains(got, "/etc/ilb/tls") {
+					t.Errorf("mounts %s lack the extra one", got)
 				}
 			},
 		},
@@ -171,10 +206,14 @@ func TestChartRenders(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the chart's ILB configuration does not validate: %v\n%s", err, text)
 			}
-			if c.Listen != (config.Listen{XDS: "0.0.0.0:18000", ExtProc: "0.0.0.0:18001", Admin: "0.0.0.0:18002"}) {
-				t.Errorf("listen %+v, want the container ports on every address", c.Listen)
+			host := "0.0.0.0"
+			if tt.values["listenHost"] == "::" {
+				host = "[::]"
 			}
-			if c.Security.Admin.TokenFile != "/etc/ilb/admin/token" {
+			if c.Listen != (config.Listen{XDS: host + ":18000", ExtProc: host + ":18001", Admin: host + ":18002"}) {
+				t.Errorf("listen %+v, want the container ports on %s", c.Listen, host)
+			}
+			if !c.Security.Admin.TLS && c.Security.Admin.TokenFile != "/etc/ilb/admin/token" {
 				t.Errorf("security.admin.token_file %q, want the mounted admin token /etc/ilb/admin/token", c.Security.Admin.TokenFile)
 			}
 			pod := find(t, docs, "Deployment")["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
@@ -193,6 +232,30 @@ func TestChartRenders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kubeDemo is the demo configuration with us-east-vllm's replicas from
+// Service vllm and us-west-sglang's from InferencePool sglang.
+var kubeDemo = func() string {
+	b, err := os.ReadFile("../examples/demo/ilb.yaml")
+	if err != nil {
+		panic(err)
+	}
+	s := strings.Replace(string(b), `endpoints: ["127.0.0.1:18101", "127.0.0.1:18102"]`,
+		`discovery: {type: kubernetes, kubernetes: {namespace: inference, service: vllm, port: http}}`, 1)
+	return strings.Replace(s, `endpoints: ["127.0.0.1:18111"]`,
+		`discovery: {type: kubernetes, kubernetes: {namespace: models, inference_pool: sglang}}`, 1)
+}()
+
+// ruleResources lists a Role's resources, comma-separated, in order.
+func ruleResources(role map[string]any) string {
+	var out []string
+	for _, r := range role["rules"].([]any) {
+		for _, res := range r.(map[string]any)["resources"].([]any) {
+			out = append(out, res.(string))
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 func mapsEqual(a, b map[string]int) bool {
@@ -259,11 +322,16 @@ func TestChartOnAPIServer(t *testing.T) {
 	ctx := context.Background()
 	api.InstallInferencePool(t)
 	api.Namespace(t, "inference")
+	api.Namespace(t, "models")
 	api.Namespace(t, "elsewhere")
 	if _, err := api.Apply(ctx, []byte(monitoringCRDs)); err != nil {
 		t.Fatal(err)
 	}
+	// A Service in inference, an InferencePool in models: the Role in
+	// each namespace grants both (the rules follow the configuration).
 	manifests, docs := renderChart(t, "inference", map[string]any{
+		"configYAML":     kubeDemo,
+		"rbac":           map[string]any{"namespaces": []any{"inference", "models"}},
 		"serviceMonitor": map[string]any{"enabled": true},
 		"prometheusRule": map[string]any{"enabled": true},
 	})
@@ -293,9 +361,17 @@ func TestChartOnAPIServer(t *testing.T) {
 			_, err := as.DiscoveryV1().EndpointSlices("inference").List(ctx, metav1.ListOptions{})
 			return err
 		}},
-		{"list pods", func() error { _, err := as.CoreV1().Pods("inference").List(ctx, metav1.ListOptions{}); return err }},
+		{"list pods", func() error { _, err := as.CoreV1().Pods("models").List(ctx, metav1.ListOptions{}); return err }},
+		{"list inferencepools", func() error {
+			kc, err := kube.NewClients(api.ConfigFor(tr.Status.Token))
+			if err != nil {
+				return err
+			}
+			_, err = kc.Dynamic.Resource(schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}).Namespace("models").List(ctx, metav1.ListOptions{})
+			return err
+		}},
 		{"watch pods", func() error {
-			w, err := as.CoreV1().Pods("inference").Watch(ctx, metav1.ListOptions{})
+			w, err := as.CoreV1().Pods("models").Watch(ctx, metav1.ListOptions{})
 			if err == nil {
 				w.Stop()
 			}

@@ -48,7 +48,9 @@ namespace may appear), with listen: set to the chart's ports. */}}
 {{- else -}}
 {{- $cfg = tpl (toYaml .Values.config) . | fromYaml -}}
 {{- end -}}
-{{- $listen := dict "xds" (printf "0.0.0.0:%v" .Values.ports.xds) "extproc" (printf "0.0.0.0:%v" .Values.ports.extproc) "admin" (printf "0.0.0.0:%v" .Values.ports.admin) -}}
+{{- $host := .Values.listenHost | default "0.0.0.0" -}}
+{{- if contains ":" $host -}}{{- $host = printf "[%s]" $host -}}{{- end -}}
+{{- $listen := dict "xds" (printf "%s:%v" $host .Values.ports.xds) "extproc" (printf "%s:%v" $host .Values.ports.extproc) "admin" (printf "%s:%v" $host .Values.ports.admin) -}}
 {{- $_ := set $cfg "listen" $listen -}}
 {{- $sec := get $cfg "security" | default dict -}}
 {{- $adm := get $sec "admin" | default dict -}}
@@ -63,4 +65,25 @@ namespace may appear), with listen: set to the chart's ports. */}}
 {{/* The Secret holding the admin API's token (key "token"). */}}
 {{- define "ilb.adminSecret" -}}
 {{- default (printf "%s-admin" (include "ilb.fullname" .)) .Values.adminToken.existingSecret -}}
+{{- end -}}
+
+{{/* What Kubernetes discovery needs read access to, from the
+configuration: "slices" and/or "pools" (a list, possibly empty). */}}
+{{- define "ilb.discoveryKinds" -}}
+{{- $cfg := include "ilb.config" . | fromYaml -}}
+{{- $kinds := list -}}
+{{- range $c := (get $cfg "clusters" | default list) -}}
+{{- $d := get $c "discovery" | default dict -}}
+{{- $k := get $d "kubernetes" | default dict -}}
+{{- if and (eq (toString (get $d "type")) "kubernetes") (get $k "service") -}}{{- $kinds = append $kinds "slices" -}}{{- end -}}
+{{- if and (eq (toString (get $d "type")) "kubernetes") (get $k "inference_pool") -}}{{- $kinds = append $kinds "pools" -}}{{- end -}}
+{{- end -}}
+{{- toYaml (uniq $kinds) -}}
+{{- end -}}
+
+{{/* The scheme of the admin port's probes: HTTPS when the configuration
+serves the admin API over TLS. */}}
+{{- define "ilb.adminScheme" -}}
+{{- $cfg := include "ilb.config" . | fromYaml -}}
+{{- if ((get $cfg "security" | default dict).admin | default dict).tls -}}HTTPS{{- else -}}HTTP{{- end -}}
 {{- end -}}
