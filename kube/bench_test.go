@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/internal/kubetest"
@@ -115,4 +116,62 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// BenchmarkWatchLatency measures the time from an EndpointSlice update
+// returning from the real API server to ILB's Service discoverer showing
+// it (an endpoint flipped between ready and not ready, one update per
+// op): ns/op is that latency. ILB's signals monitor rediscovers at the
+// discoverer's change event; the goal is well under 1 s.
+//
+//	ILB_REQUIRE_KUBE=1 go test ./kube -run '^$' -bench WatchLatency -benchtime 200x
+func BenchmarkWatchLatency(b *testing.B) {
+	api := kubetest.Start(b)
+	cs := api.Client()
+	ctx := context.Background()
+	api.Namespace(b, "inference")
+	es, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2"), metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := kube.NewService(clientsOf(b, api), "test", config.KubeDiscovery{Namespace: "inference", Service: "vllm", Port: "http"}, time.Now)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { d.Run(rctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	draining := func() (bool, error) {
+		ts, err := d.Discover(ctx)
+		if err != nil || len(ts) != 2 {
+			return false, err
+		}
+		return ts[1].Draining, nil
+	}
+	for {
+		if _, err := draining(); err == nil {
+			break
+		}
+		<-d.Changed()
+	}
+	var total time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		want := i%2 == 0 // not ready on even ops
+		es.Endpoints[1].Conditions.Ready = ptr.To(!want)
+		if es, err = cs.DiscoveryV1().EndpointSlices("inference").Update(ctx, es, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for {
+			if got, _ := draining(); got == want {
+				break
+			}
+			select {
+			case <-d.Changed():
+			case <-time.After(waitTimeout):
+				b.Fatalf("op %d: not seen", i)
+			}
+		}
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns-after-update/op")
 }
