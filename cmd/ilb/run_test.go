@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -48,6 +49,27 @@ func TestValidateCommand(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(broken), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: us, context: {cluster: c, user: u}}]
+current-context: us
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withKube := func(name, kubeconfig, context string) string {
+		p := filepath.Join(dir, name+".yaml")
+		s := strings.Replace(string(demo), `endpoints: ["127.0.0.1:18101", "127.0.0.1:18102"]`,
+			`discovery: {type: kubernetes, kubernetes: {namespace: inference, service: vllm, port: http}}`, 1)
+		s += fmt.Sprintf("kubernetes:\n  api_servers: [{name: us, kubeconfig: %q, context: %q}]\n", kubeconfig, context)
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	undecodable := filepath.Join(t.TempDir(), "undecodable.yaml")
 	if err := os.WriteFile(undecodable, []byte("colour: blue\nsize: 3\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,6 +91,13 @@ func TestValidateCommand(t *testing.T) {
 			`clusters[1].region: unknown region "us-wset"`,
 		}},
 		{"missing file", []string{"validate", "--config", "/nonexistent.yaml"}, 1, []string{}},
+		{"a kubeconfig and its context", []string{"validate", "--config", withKube("kube-ok", kubeconfig, "us")}, 0, []string{"ok: 3 regions"}},
+		{"a kubeconfig that is not there", []string{"validate", "--config", withKube("kube-missing", "/nonexistent/kubeconfig", "")}, 1, []string{
+			"kubernetes.api_servers[0] (us): kubeconfig /nonexistent/kubeconfig",
+		}},
+		{"a context the kubeconfig lacks", []string{"validate", "--config", withKube("kube-context", kubeconfig, "eu")}, 1, []string{
+			`kubernetes.api_servers[0] (us): kubeconfig ` + kubeconfig + ` (context "eu")`,
+		}},
 		{"decode problems, one per line, named once", []string{"validate", "--config", undecodable}, 1, []string{
 			undecodable + ": decode: line 1: field colour not found in type config.Config\n",
 			undecodable + ": decode: line 2: field size not found in type config.Config\n",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
+	"github.com/ilbproject/ilb/kube"
 	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
 )
@@ -109,6 +110,23 @@ func servable(c *config.Config) error {
 		}
 		if _, err := envoy.Bootstrap(c, s.Name, envoy.BootstrapOptions{}); err != nil {
 			errs = append(errs, fmt.Errorf("source %s: %w", s.Name, err))
+		}
+	}
+	// The kubeconfig files of the API servers clusters use: serve reads
+	// them at start (the in-cluster configuration only exists in a pod).
+	used := map[string]bool{}
+	for _, e := range c.Clusters {
+		if k := e.Discovery.Kubernetes; e.Discovery.Type == config.DiscoveryKube && k != nil {
+			if a, ok := c.KubeAPIServer(k.APIServer); ok {
+				used[a.Name] = true
+			}
+		}
+	}
+	for i, a := range c.Kubernetes.APIServers {
+		if used[a.Name] && a.Kubeconfig != "" {
+			if _, err := kube.RESTConfig(a); err != nil {
+				errs = append(errs, fmt.Errorf("kubernetes.api_servers[%d] (%s): %w", i, a.Name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
