@@ -32,6 +32,7 @@ func BenchmarkUnrelatedObjects(b *testing.B) {
 	ctx := context.Background()
 	api.InstallInferencePool(b)
 	api.Namespace(b, "inference")
+	api.Service(b, "inference", "vllm")
 	const unrelated = 10000
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
@@ -130,6 +131,7 @@ func BenchmarkWatchLatency(b *testing.B) {
 	cs := api.Client()
 	ctx := context.Background()
 	api.Namespace(b, "inference")
+	api.Service(b, "inference", "vllm")
 	es, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2"), metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)

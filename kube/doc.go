@@ -9,8 +9,9 @@
 //
 // Each discoverer runs client-go Reflectors (list, then watch; relist
 // when the watch expires) scoped to exactly what ILB routes to: the
-// slices labelled kubernetes.io/service-name=<service>, the pool by
-// metadata.name, its Pods by the pool's selector. The API server filters,
+// slices labelled kubernetes.io/service-name=<service> and the Service by
+// metadata.name, the pool by metadata.name, its Pods by the pool's
+// selector. The API server filters,
 // so ILB's memory follows its replicas, not the size of the namespace;
 // what is kept of each object is a few strings (address, condition,
 // zone). Every change wakes the monitor at once (Watcher.Changed), which
@@ -25,8 +26,9 @@
 //     port named by discovery.kubernetes.port (no slice with endpoints
 //     having it is an error), or their only one; a number outside
 //     1..65535 is an error. A valid zone is kept and shown (hints are not
-//     acted on). No slice left (the Service deleted) → no replica: its
-//     replicas drain, then go.
+//     acted on). No slice left → no replica: its replicas drain, then
+//     go. The Service itself is watched by name: one that does not exist
+//     is an error, and the last replicas are held.
 //   - InferencePool Pod with an IP, on each target port: Ready → a
 //     replica; being deleted → draining ("pod terminating"); not Ready →
 //     draining ("pod not ready"); ended or without an IP → none. A pool

@@ -9,10 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
@@ -34,14 +37,16 @@ const (
 )
 
 // Service finds a cluster's replicas in the EndpointSlices of a Service
-// (label kubernetes.io/service-name), watched on one API server. An
-// endpoint address that is ready is a replica; one that is terminating
-// drains ("terminating"), and so does one that is not ready
-// ("not ready"). It is a [signals.Watcher]; Run runs its watch.
+// (label kubernetes.io/service-name), watched on one API server with the
+// Service object itself (by name: whether it exists). An endpoint address
+// that is ready is a replica; one that is terminating drains
+// ("terminating"), and so does one that is not ready ("not ready"). It
+// is a [signals.Watcher]; Run runs its watches.
 type Service struct {
 	api, ns, name, port string
 	changed             chan struct{}
 	w                   *objectWatch[slice]
+	svc                 *objectWatch[bool] // the Service object itself, by name
 }
 
 var _ signals.Watcher = (*Service)(nil)
@@ -69,13 +74,23 @@ func NewService(c *Clients, api string, d config.KubeDiscovery, now func() time.
 		func(o *metav1.ListOptions) { o.LabelSelector = sel })
 	what := fmt.Sprintf("API server %s: EndpointSlices of Service %s/%s", api, d.Namespace, d.Service)
 	s.w = newObjectWatch(what, lw, &discoveryv1.EndpointSlice{}, s.convert, s.notify, now)
+	byName := fields.OneTermEqualSelector("metadata.name", d.Service).String()
+	svcLW := cache.NewFilteredListWatchFromClient(c.Core, "services", d.Namespace,
+		func(o *metav1.ListOptions) { o.FieldSelector = byName })
+	s.svc = newObjectWatch(fmt.Sprintf("API server %s: Service %s/%s", api, d.Namespace, d.Service),
+		svcLW, &corev1.Service{}, func(any) (bool, bool) { return true, true }, s.notify, now)
 	return s
 }
 
-// Run watches until ctx is done.
-func (s *Service) Run(ctx context.Context) { s.w.run(ctx) }
+// Run watches the Service and its slices until ctx is done.
+func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.svc.run(ctx) })
+	s.w.run(ctx)
+	wg.Wait()
+}
 
-// Changed delivers after the watched slices changed.
+// Changed delivers after the Service or its slices changed.
 func (s *Service) Changed() <-chan struct{} { return s.changed }
 
 func (s *Service) notify() {
@@ -194,12 +209,21 @@ func encodeEndpoints(es *discoveryv1.EndpointSlice) (string, int) {
 const maxProblems = 3
 
 // Discover returns the replicas of the last known slices, or an error
-// while the watch has not listed or its API server does not answer, while
-// a slice is unusable, or when slices list endpoints but none has the
-// named port (a renamed port, a typo): the monitor then keeps its last
-// targets rather than drain them. A dual-stack Service has a slice per
-// family: the IPv4 ones are read when there are any, else the IPv6 ones.
+// while a watch has not listed or its API server does not answer, while
+// the Service does not exist (a typo, or deleted: a Service with no slice
+// has no replica, one that is gone is not known to have none), while a
+// slice is unusable, or when slices list endpoints but none has the named
+// port (a renamed port, a typo): the monitor then keeps its last targets
+// rather than drain them. A dual-stack Service has a slice per family:
+// the IPv4 ones are read when there are any, else the IPv6 ones.
 func (s *Service) Discover(context.Context) ([]signals.Target, error) {
+	svc, err := s.svc.state()
+	if err != nil {
+		return nil, err
+	}
+	if len(svc) == 0 {
+		return nil, fmt.Errorf("API server %s: Service %s/%s does not exist", s.api, s.ns, s.name)
+	}
 	items, err := s.w.state()
 	if err != nil {
 		return nil, err

@@ -113,6 +113,8 @@ func TestServiceEndpointSlices(t *testing.T) {
 	cs := api.Client()
 	ctx := context.Background()
 	api.Namespace(t, "inference")
+	api.Service(t, "inference", "vllm")
+	api.Service(t, "inference", "other")
 	slicesAPI := cs.DiscoveryV1().EndpointSlices("inference")
 	es, err := slicesAPI.Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2", "10.0.0.3"), metav1.CreateOptions{})
 	if err != nil {
@@ -171,6 +173,14 @@ func TestServiceEndpointSlices(t *testing.T) {
 		}
 	}
 	waitTargets(t, d, "no slice left", is())
+
+	// The Service itself deleted (or a typo): an error, the replicas held.
+	if err := cs.CoreV1().Services("inference").Delete(ctx, "vllm", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTargets(t, d, "Service deleted", func(_ []signals.Target, err error) bool {
+		return err != nil && strings.Contains(err.Error(), "API server test: Service inference/vllm does not exist")
+	})
 }
 
 // TestServicePortChoice: without a port name, a slice of one port is
@@ -182,6 +192,9 @@ func TestServicePortChoice(t *testing.T) {
 	cs := api.Client()
 	ctx := context.Background()
 	api.Namespace(t, "ns")
+	for _, svc := range []string{"svc", "solo", "names"} {
+		api.Service(t, "ns", svc)
+	}
 	if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, endpointSlice("two-ports", "svc", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +245,9 @@ func TestServiceOddSlices(t *testing.T) {
 	cs := api.Client()
 	ctx := context.Background()
 	api.Namespace(t, "ns")
+	for _, svc := range []string{"zone", "port", "dual", "six", "renamed", "two"} {
+		api.Service(t, "ns", svc)
+	}
 	create := func(es *discoveryv1.EndpointSlice) {
 		t.Helper()
 		if _, err := cs.DiscoveryV1().EndpointSlices("ns").Create(ctx, es, metav1.CreateOptions{}); err != nil {

@@ -103,6 +103,7 @@ func TestTwoAPIServers(t *testing.T) {
 	}{{us, "10.10.0.1"}, {eu, "10.20.0.1"}} {
 		cs := a.api.Client()
 		a.api.Namespace(t, "inference")
+		a.api.Service(t, "inference", "vllm")
 		if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", a.addr), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -152,6 +153,7 @@ func TestAPIServerOutage(t *testing.T) {
 	cs := api.Client()
 	ctx := context.Background()
 	api.Namespace(t, "inference")
+	api.Service(t, "inference", "vllm")
 	if _, err := cs.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSlice("vllm-a", "vllm", "10.0.0.1", "10.0.0.2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +162,7 @@ func TestAPIServerOutage(t *testing.T) {
 	waitTargets(t, d, "before", is("10.0.0.1:8000 serving", "10.0.0.2:8000 serving"))
 
 	api.Stop()
-	_, took := waitTargets(t, d, "stale", errorHas("API server us: EndpointSlices of Service inference/vllm: the API server does not answer since "))
+	_, took := waitTargets(t, d, "stale", errorHas("Service inference/vllm: the API server does not answer since "))
 	t.Logf("stale reported %s after the API server was killed", took)
 
 	api.Restart()

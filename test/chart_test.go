@@ -128,8 +128,8 @@ func TestChartRenders(t *testing.T) {
 				"PodDisruptionBudget": 1, "ServiceMonitor": 1, "PrometheusRule": 1,
 			},
 			func(t *testing.T, docs []map[string]any) {
-				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices,pods,inferencepools" {
-					t.Errorf("Role rules on %s, want endpointslices,pods,inferencepools", got)
+				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices,services,pods,inferencepools" {
+					t.Errorf("Role rules on %s, want endpointslices,services,pods,inferencepools", got)
 				}
 				rule := find(t, docs, "PrometheusRule")
 				alerts, err := os.ReadFile("../examples/observability/prometheus-alerts.yaml")
@@ -157,8 +157,8 @@ func TestChartRenders(t *testing.T) {
 			"defaults: a Service, EndpointSlices only", nil,
 			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
 			func(t *testing.T, docs []map[string]any) {
-				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices" {
-					t.Errorf("Role rules on %s, want endpointslices only", got)
+				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices,services" {
+					t.Errorf("Role rules on %s, want endpointslices and services", got)
 				}
 			},
 		},
@@ -324,6 +324,7 @@ func TestChartOnAPIServer(t *testing.T) {
 	api.Namespace(t, "inference")
 	api.Namespace(t, "models")
 	api.Namespace(t, "elsewhere")
+	api.Service(t, "inference", "vllm")
 	if _, err := api.Apply(ctx, []byte(monitoringCRDs)); err != nil {
 		t.Fatal(err)
 	}
@@ -357,6 +358,7 @@ func TestChartOnAPIServer(t *testing.T) {
 		name string
 		do   func() error
 	}{
+		{"list services", func() error { _, err := as.CoreV1().Services("inference").List(ctx, metav1.ListOptions{}); return err }},
 		{"list endpointslices", func() error {
 			_, err := as.DiscoveryV1().EndpointSlices("inference").List(ctx, metav1.ListOptions{})
 			return err

@@ -92,3 +92,16 @@ func SetPod(t testing.TB, cs kubernetes.Interface, p *corev1.Pod, ip string, rea
 	}
 	return p
 }
+
+// Service creates headless Service ns/name with one port "http" 8000 (no
+// selector: the tests write its EndpointSlices).
+func (s *Server) Service(t testing.TB, ns, name string) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 8000}}},
+	}
+	if _, err := s.Client().CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
