@@ -16,6 +16,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/internal/kubetest"
 	"github.com/ilbproject/ilb/internal/promtest"
@@ -172,10 +175,12 @@ func TestKubeReplicasEndToEnd(t *testing.T) {
 	}
 	host, _, _ := net.SplitHostPort(addrs[2])
 	p = kubetest.SetPod(t, cs, p, host, false)
+	updated := time.Now()
 	took := waitSignals(t, w.Stack, "not ready → draining", func(st map[string]signals.State, _ signals.Cluster) bool {
 		return st[addrs[2]] == signals.StateDraining
 	})
-	t.Logf("not ready: ILB's replica draining %s after the status update returned", took)
+	waitEnvoyApplied(t, w.Stack, "edge-us", addrs[2], corev3.HealthStatus_DRAINING)
+	t.Logf("not ready: ILB's replica draining %s after the status update returned; edge-us's Envoy had the EDS that drains it (ext_proc's live state is set before) %s after", took, time.Since(updated))
 	served := map[string]int{}
 	for range 60 {
 		resp, body := chat(t, us.URL, "llama3-8b", nil)
@@ -206,6 +211,21 @@ func TestKubeReplicasEndToEnd(t *testing.T) {
 	if r := kubeReplicaReason(w.Stack, addrs[2]); r != "discovery: pod terminating" {
 		t.Errorf("reason %q, want discovery: pod terminating", r)
 	}
+}
+
+// waitEnvoyApplied waits until the Envoy of source has applied (ACKed) the
+// EDS version ILB serves it in which addr of the kube cluster has health
+// want.
+func waitEnvoyApplied(t *testing.T, s *stack.Stack, source, addr string, want corev3.HealthStatus) {
+	t.Helper()
+	e, _ := s.Envoy(source)
+	waitUntil(t, source+"'s Envoy applies "+addr+" "+want.String(), 2*time.Minute, func() bool {
+		snap, err := s.App.XDS.Snapshot(source)
+		if err != nil || edsHealth(t, s, source, kubeCluster, addr) != want {
+			return false
+		}
+		return e.Sim.Versions()[resource.EndpointType] == snap.GetVersion(resource.EndpointType)
+	})
 }
 
 func kubeReplicaReason(s *stack.Stack, addr string) string {
