@@ -22,8 +22,13 @@ import (
 // availability"). Absent (nil), ILB is the single process it always was.
 type HA struct {
 	// Endpoints are the etcd members' client URLs, http(s)://host:port
-	// or host:port (https when tls is set); 1 to 16.
-	Endpoints []string `yaml:"endpoints" json:"endpoints"`
+	// or host:port (https when tls is set); 1 to 16. Empty with
+	// Kubernetes.
+	Endpoints []string `yaml:"endpoints,omitempty" json:"endpoints,omitempty"`
+	// Kubernetes, instead of etcd, elects the leader on a
+	// coordination.k8s.io Lease and shares the weights versions, demand
+	// and store through the API server (config/ha_kube.go).
+	Kubernetes *HAKubernetes `yaml:"kubernetes,omitempty" json:"kubernetes,omitempty"`
 	// TLS secures the connection to etcd; empty: plain TCP, or https://
 	// endpoints verified with the system's roots.
 	TLS HATLS `yaml:"tls,omitempty" json:"tls"`
@@ -97,6 +102,9 @@ func (h *HA) UnmarshalYAML(n *yaml.Node) error {
 // that no yaml tag of struct t names, each as "line N: field K not found
 // in type config.T" like the strict decoder of the whole file.
 func unknownFields(n *yaml.Node, t reflect.Type, path string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
 		return nil
 	}
@@ -130,8 +138,10 @@ func (c *Config) validateHA(p *problems) {
 		return
 	}
 	switch {
+	case h.Kubernetes != nil:
+		c.validateHAKube(p)
 	case len(h.Endpoints) == 0:
-		p.addf("ha.endpoints", "is empty: want the client URLs of the etcd members, such as [https://etcd-0:2379]")
+		p.addf("ha.endpoints", "is empty: want the client URLs of the etcd members, such as [https://etcd-0:2379], or a kubernetes section to keep the group in a Kubernetes API server")
 	case len(h.Endpoints) > MaxHAEndpoints:
 		p.addf("ha.endpoints", "has %d entries: want at most %d", len(h.Endpoints), MaxHAEndpoints)
 	}

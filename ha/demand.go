@@ -9,18 +9,15 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/weights"
 )
 
-// Share is one replica's measured demand as it stores it in etcd, under
-// P demand/<replica> on its lease, every controller tick: the rates of
+// Share is one replica's measured demand as it stores it in the backend
+// (etcd: under P demand/<replica> on its lease) every controller tick: the rates of
 // its last interval (its ext_proc meter and the LRS reports of the Envoys
 // connected to it). JSON, gzip'd.
 type Share struct {
@@ -125,66 +122,59 @@ type heldShare struct {
 
 func (s *shares) init() { s.byKey = map[string]heldShare{} }
 
-// runDemandWatch keeps the shares of every replica: a read of all, then a
-// watch of their changes; a share deleted (its lease expired or revoked)
-// stops counting.
-func (r *Replica) runDemandWatch(ctx context.Context) error {
-	for ctx.Err() == nil {
-		tctx, cancel := context.WithTimeout(ctx, r.timeout)
-		resp, err := r.cli.Get(tctx, r.keys.demand(), clientv3.WithPrefix())
-		cancel()
-		if err == nil {
-			r.demand.mu.Lock()
-			r.demand.byKey = map[string]heldShare{}
-			r.demand.mu.Unlock()
-			for _, kv := range resp.Kvs {
-				r.takeShare(ctx, kv)
-			}
-			r.m.replicas.Set(float64(r.shareCount()))
-			for wr := range r.cli.Watch(clientv3.WithRequireLeader(ctx), r.keys.demand(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.GetRevision()+1)) {
-				if wr.Err() != nil {
-					break
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.DELETE {
-						r.demand.mu.Lock()
-						delete(r.demand.byKey, string(ev.Kv.Key))
-						r.demand.mu.Unlock()
-						continue
-					}
-					r.takeShare(ctx, ev.Kv)
-				}
-				r.m.replicas.Set(float64(r.shareCount()))
-			}
-		}
-		if !wait(ctx, r.o.Probe) {
-			return nil
-		}
-	}
-	return nil
+// resetShares forgets every share (before a fresh read of all).
+func (r *Replica) resetShares() {
+	r.demand.mu.Lock()
+	defer r.demand.mu.Unlock()
+	r.demand.byKey = map[string]heldShare{}
 }
 
-// takeShare keeps the share in kv, dated now less its age; an unreadable
-// one is dropped and counted.
-func (r *Replica) takeShare(ctx context.Context, kv *mvccpb.KeyValue) {
-	key := string(kv.Key)
-	s, err := DecodeShare(kv.Value)
+// dropShare forgets the share of replica name (its session ended).
+func (r *Replica) dropShare(name string) {
+	r.demand.mu.Lock()
+	defer r.demand.mu.Unlock()
+	delete(r.demand.byKey, name)
+}
+
+// countShares sets the replicas gauge.
+func (r *Replica) countShares() { r.m.replicas.Set(float64(r.shareCount())) }
+
+// takeShare keeps replica name's share b, which arrived at arrived (this
+// replica's clock), dated that less its age; an unreadable one is dropped
+// and counted. A zero arrival is a share of unknown age: kept, not
+// counted until it arrives again.
+func (r *Replica) takeShare(ctx context.Context, name string, b []byte, arrived time.Time) {
+	s, err := DecodeShare(b)
 	r.demand.mu.Lock()
 	defer r.demand.mu.Unlock()
 	if err != nil {
-		delete(r.demand.byKey, key)
+		delete(r.demand.byKey, name)
 		r.m.refused.Inc()
-		r.log.WarnContext(ctx, "demand share refused", "key", strings.TrimPrefix(key, r.keys.demand()), "err", err)
+		r.log.WarnContext(ctx, "demand share refused", "replica", bound.String(name, bound.Name), "err", err)
+		return
+	}
+	if arrived.IsZero() {
+		r.demand.byKey[name] = heldShare{share: s}
 		return
 	}
 	r.demand.ever = true
-	r.demand.byKey[key] = heldShare{share: s, at: r.now().Add(-time.Duration(s.AgeMs) * time.Millisecond)}
+	r.demand.byKey[name] = heldShare{share: s, at: arrived.Add(-time.Duration(s.AgeMs) * time.Millisecond)}
 }
 
+// shareCount is how many shares are live: dated within
+// controller.stale_after (those Demand sums).
 func (r *Replica) shareCount() int {
+	now := r.now()
+	stale := r.o.Config.Controller.StaleAfter.Std()
 	r.demand.mu.Lock()
 	defer r.demand.mu.Unlock()
-	return len(r.demand.byKey)
+	n := 0
+	for _, h := range r.demand.byKey {
+		if !h.at.IsZero() && now.Sub(h.at) <= stale {
+			n++
+		}
+	}
+	return n
 }
 
 // Demand is the sum of every live replica's demand share and its date:
@@ -255,7 +245,7 @@ func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 func finite(v float64) float64 { return min(v, math.MaxFloat64) }
 
 // runDemandShare writes this replica's demand share every controller
-// tick, on its session's lease.
+// tick (backend.writeShare).
 func (r *Replica) runDemandShare(ctx context.Context) error {
 	if r.o.Demand == nil {
 		return nil
@@ -271,18 +261,19 @@ func (r *Replica) runDemandShare(ctx context.Context) error {
 		}
 		now := r.now()
 		d, at := r.o.Demand(now)
-		s := r.session.Load()
-		if s == nil {
-			continue // no lease: this interval's demand is not shared
+		b, err := NewShare(r.name, d, now.Sub(at)).Encode()
+		if err == nil {
+			err = r.b.writeShare(ctx, b)
 		}
-		err := r.writeShare(ctx, s.Lease(), NewShare(r.name, d, now.Sub(at)))
 		var ce *conflictError
 		switch {
 		case errors.As(err, &ce):
 			if !conflict {
-				r.log.ErrorContext(ctx, "another live replica uses this replica's name: this replica's demand is not shared until that lease expires; give every replica its own ha.replica", "lease", ce.lease)
+				r.log.ErrorContext(ctx, "another live replica uses this replica's name: this replica's demand is not shared until that one stops; give every replica its own ha.replica", "holder", ce.holder)
 			}
 			conflict = true
+		case errors.Is(err, errNoSession):
+			// no session: this interval's demand is not shared
 		case err != nil:
 			r.log.DebugContext(ctx, "demand share not written", "err", err)
 		default:
@@ -291,37 +282,8 @@ func (r *Replica) runDemandShare(ctx context.Context) error {
 	}
 }
 
-// conflictError: the replica's demand key is held by another lease.
-type conflictError struct{ lease string }
+// conflictError: the replica's demand share is held by another live
+// process (holder: its etcd lease, or its Kubernetes identity).
+type conflictError struct{ holder string }
 
-func (e *conflictError) Error() string { return "demand key held by lease " + e.lease }
-
-// writeShare puts the share on lease, unless another lease holds the key
-// (another live process with the same name).
-func (r *Replica) writeShare(ctx context.Context, lease clientv3.LeaseID, s Share) error {
-	b, err := s.Encode()
-	if err != nil {
-		return err
-	}
-	key := r.keys.demandOf(r.name)
-	put := clientv3.OpPut(key, string(b), clientv3.WithLease(lease))
-	tctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	resp, err := r.cli.Txn(tctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(put).Else(
-		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", lease)}, []clientv3.Op{put}, []clientv3.Op{clientv3.OpGet(key)}),
-	).Commit()
-	if err != nil {
-		return fmt.Errorf("etcd: %w", err)
-	}
-	if resp.Succeeded {
-		return nil
-	}
-	inner := resp.Responses[0].GetResponseTxn()
-	if inner.GetSucceeded() {
-		return nil
-	}
-	if kvs := inner.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		return &conflictError{lease: fmt.Sprintf("%x", kvs[0].Lease)}
-	}
-	return errors.New("demand key changed during the write")
-}
+func (e *conflictError) Error() string { return "demand share held by " + e.holder }

@@ -34,7 +34,7 @@ func TestFailStatic(t *testing.T) {
 	serving(t, w2.Version(), ms...)
 	flaps := 0
 	for _, m := range ms {
-		flaps += strings.Count(m.logs.String(), "etcd unreachable")
+		flaps += strings.Count(m.logs.String(), "HA backend unreachable")
 	}
 	t.Logf("one member of three down: leader %s then %s; %d replica(s) saw etcd unreachable meanwhile", l1.name, l2.name, flaps)
 
@@ -54,7 +54,7 @@ func TestFailStatic(t *testing.T) {
 		}
 		promtest.Check(t, m.reg, "ilb_ha_etcd_reachable", nil, 0)
 		promtest.Check(t, m.reg, "ilb_ha_leader", nil, 0)
-		if !strings.Contains(m.logs.String(), "etcd unreachable: serving the last installed weights (fail static)") {
+		if !strings.Contains(m.logs.String(), "HA backend unreachable: serving the last installed weights (fail static)") {
 			t.Errorf("replica %s did not log that it is fail-static", m.name)
 		}
 		if _, err := m.Publisher().Prepare(context.Background(), routing(t, 7000, time.Now())); !errors.Is(err, ha.ErrNotLeader) {
@@ -74,7 +74,7 @@ func TestFailStatic(t *testing.T) {
 	serving(t, w3.Version(), ms...)
 	t.Logf("members back: a leader's new version served everywhere %s later", time.Since(back).Round(time.Millisecond))
 	for _, m := range ms {
-		if !strings.Contains(m.logs.String(), "etcd reachable again") {
+		if !strings.Contains(m.logs.String(), "HA backend reachable again") {
 			t.Errorf("replica %s did not log that etcd is back", m.name)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
@@ -32,6 +32,10 @@ type Options struct {
 	// Client talks to etcd; nil: dialled from Config.HA (and closed by
 	// Close). Tests pass their own to cut a replica off.
 	Client *clientv3.Client
+	// Kube is the REST configuration of the API server of
+	// ha.kubernetes; nil: built from Config (its kubernetes.api_servers
+	// entry). Tests pass their own to cut a replica off.
+	Kube *rest.Config
 	// Name is the replica's name; "": Config.HA.Replica, else
 	// DefaultName().
 	Name string
@@ -64,9 +68,7 @@ type Options struct {
 type Replica struct {
 	o       Options
 	name    string
-	cli     *clientv3.Client
-	ownCli  bool
-	keys    keys
+	b       backend
 	ttl     time.Duration
 	timeout time.Duration // per etcd request
 	cfgHash string
@@ -74,18 +76,17 @@ type Replica struct {
 	now     func() time.Time
 	m       *metrics
 
-	session atomic.Pointer[concurrency.Session] // nil while there is none
-	term    atomic.Pointer[term]                // nil while not leading
+	term atomic.Pointer[term] // nil while not leading
 	// installMu orders installs and refreshes of the local sinks.
 	installMu sync.Mutex
 	installed atomic.Pointer[installation]
-	seen      atomic.Pointer[record] // the newest record read from etcd
+	seen      atomic.Pointer[record] // the newest record read from the backend
 	published atomic.Pointer[weights.Weights]
 	history   atomic.Pointer[[]weights.VersionSummary]
 	leader    atomic.Pointer[string] // the leader's name, as last read
 	health    atomic.Pointer[health]
-	wake      chan struct{}         // asks the sync loop to read etcd now
-	republish chan *weights.Weights // the leader's controller kept a version etcd does not hold
+	wake      chan struct{}         // asks the sync loop to read the backend now
+	republish chan *weights.Weights // the leader's controller kept a version the backend does not hold
 	demand    shares
 }
 
@@ -95,7 +96,7 @@ type installation struct {
 	rec record // zero for a local first version (Bootstrap)
 }
 
-// health is the outcome of the last check of etcd.
+// health is the outcome of the last check of the backend.
 type health struct {
 	ok      bool
 	err     string
@@ -135,7 +136,7 @@ func New(o Options) (*Replica, error) {
 		return nil, fmt.Errorf("ha: replica name %q: want 1-63 letters, digits, '.', '_' or '-'", name)
 	}
 	r := &Replica{
-		o: o, name: name, cli: o.Client, keys: keys{prefix: h.KeyPrefix}, ttl: h.LeaseTTL.Std(), timeout: h.DialTimeout.Std(),
+		o: o, name: name, ttl: h.LeaseTTL.Std(), timeout: h.DialTimeout.Std(),
 		cfgHash: ConfigHash(o.Config), log: o.Logger.With("replica", name), now: o.Now,
 		wake: make(chan struct{}, 1), republish: make(chan *weights.Weights, 1),
 	}
@@ -145,12 +146,13 @@ func New(o Options) (*Replica, error) {
 		return nil, err
 	}
 	r.m = m
-	if r.cli == nil {
-		cli, err := Dial(h)
-		if err != nil {
-			return nil, err
-		}
-		r.cli, r.ownCli = cli, true
+	if h.Kubernetes != nil {
+		r.b, err = newKube(r, o.Kube)
+	} else {
+		r.b, err = newEtcd(r, o.Client)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -179,30 +181,25 @@ func DefaultName() string {
 // Name is the replica's name.
 func (r *Replica) Name() string { return r.name }
 
-// Close closes the etcd client New dialled. Call it after Run returned.
-func (r *Replica) Close() error {
-	if r.ownCli {
-		return r.cli.Close()
-	}
-	return nil
-}
+// Close closes the client New dialled. Call it after Run returned.
+func (r *Replica) Close() error { return r.b.close() }
 
 // Run keeps a session, campaigns, installs published versions and
-// shares demand until ctx is done. On the way out it revokes its lease
-// (within ha.dial_timeout): another replica leads at once, and this
-// one's demand share is gone.
+// shares demand until ctx is done. On the way out it gives up its
+// session (within ha.dial_timeout): another replica leads at once, and
+// this one's demand share no longer counts.
 func (r *Replica) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return r.runSessions(gctx) })
+	g.Go(func() error { return r.b.run(gctx) })
 	g.Go(func() error { return r.runSync(gctx) })
-	g.Go(func() error { return r.runDemandWatch(gctx) })
 	g.Go(func() error { return r.runDemandShare(gctx) })
 	return g.Wait()
 }
 
-// Bootstrap installs the version in force in etcd before the replica
-// serves, so it serves what the others serve from its first request.
-// When etcd holds none yet, or does not answer within ha.dial_timeout,
+// Bootstrap installs the version in force in the backend before the
+// replica serves, so it serves what the others serve from its first
+// request. When the backend holds none yet, or does not answer within
+// ha.dial_timeout,
 // it installs first() instead (the weights ILB computes alone at start)
 // and says so; Run replaces it with the published version once it reads
 // one.
@@ -214,9 +211,9 @@ func (r *Replica) Bootstrap(ctx context.Context, first func() (*weights.Weights,
 	if err != nil {
 		return fmt.Errorf("ha: first weights: %w", err)
 	}
-	why := "etcd holds no published version yet"
+	why := r.b.kind() + " holds no published version yet"
 	if h := r.health.Load(); h == nil || !h.ok {
-		why = "etcd did not answer"
+		why = r.b.kind() + " did not answer"
 	}
 	w = w.WithStatus("computed by this replica alone at start (" + why + "): replaced by the leader's version once read")
 	if err := r.install(ctx, w, record{}); err != nil {
@@ -276,7 +273,7 @@ func (r *Replica) Current() *weights.Weights {
 }
 
 // Versions returns up to n of the last published versions, newest first,
-// as read from etcd (admin's /debug/weights/history): the history
+// as read from the backend (admin's /debug/weights/history): the history
 // survives restarts of every replica. The summaries are shared: do not
 // modify them.
 func (r *Replica) Versions(n int) []weights.VersionSummary {
@@ -311,7 +308,7 @@ func (r *Replica) lastContact() time.Time {
 	return time.Time{}
 }
 
-// wakeSync asks the sync loop to read etcd now.
+// wakeSync asks the sync loop to read the backend now.
 func (r *Replica) wakeSync() {
 	select {
 	case r.wake <- struct{}{}:

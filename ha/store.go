@@ -2,17 +2,16 @@ package ha
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ilbproject/ilb/internal/bound"
 )
 
-// Store is a small key/value store in etcd, under P state/<namespace>/,
-// for state that must outlive every replica: the xDS server's banned
+// Store is a small key/value store in the backend (etcd: under
+// P state/<namespace>/; Kubernetes: one ConfigMap per namespace) for state that must outlive every replica: the xDS server's banned
 // versions and rollout state. Keys are grouped by namespace (one per
 // user, such as "xds-bans"). Values are opaque bytes. Writes are not
 // guarded by the leadership unless made with PutIfLeader. Every call
@@ -42,52 +41,46 @@ func checkStoreName(kind, s string) error {
 	return nil
 }
 
-func (s *Store) key(ns, key string) (string, error) {
+func checkStoreKey(ns, key string) error {
 	if err := checkStoreName("namespace", ns); err != nil {
-		return "", err
+		return err
 	}
 	if strings.Contains(ns, "/") {
-		return "", fmt.Errorf("ha: store namespace %s: no '/' in a namespace", bound.Quote(ns, bound.Excerpt))
+		return fmt.Errorf("ha: store namespace %s: no '/' in a namespace", bound.Quote(ns, bound.Excerpt))
 	}
-	if err := checkStoreName("key", key); err != nil {
-		return "", err
+	return checkStoreName("key", key)
+}
+
+func checkStoreValue(ns, key string, value []byte) error {
+	if len(value) > MaxStoreValue {
+		return fmt.Errorf("ha: store %s/%s: value of %d bytes: want at most %d", ns, key, len(value), MaxStoreValue)
 	}
-	return s.r.keys.state(ns) + key, nil
+	return nil
 }
 
 // Put sets key in namespace ns to value.
 func (s *Store) Put(ctx context.Context, ns, key string, value []byte) error {
-	k, err := s.key(ns, key)
-	if err != nil {
+	if err := errors.Join(checkStoreKey(ns, key), checkStoreValue(ns, key, value)); err != nil {
 		return err
 	}
-	if len(value) > MaxStoreValue {
-		return fmt.Errorf("ha: store %s/%s: value of %d bytes: want at most %d", ns, key, len(value), MaxStoreValue)
-	}
-	tctx, cancel := context.WithTimeout(ctx, s.r.timeout)
-	defer cancel()
-	if _, err := s.r.cli.Put(tctx, k, string(value)); err != nil {
+	if err := s.r.b.put(ctx, nil, ns, key, value); err != nil {
 		return fmt.Errorf("ha: store %s/%s: %w", ns, key, err)
 	}
 	return nil
 }
 
-// PutIfLeader sets key like Put, only while this replica leads: etcd
-// refuses the write (ErrFenced; ErrNotLeader when the replica knows it
-// does not lead) once its term has ended.
+// PutIfLeader sets key like Put, only while this replica leads: the
+// backend refuses the write (ErrFenced; ErrNotLeader when the replica
+// knows it does not lead) once its term has ended.
 func (s *Store) PutIfLeader(ctx context.Context, ns, key string, value []byte) error {
-	k, err := s.key(ns, key)
-	if err != nil {
+	if err := errors.Join(checkStoreKey(ns, key), checkStoreValue(ns, key, value)); err != nil {
 		return err
-	}
-	if len(value) > MaxStoreValue {
-		return fmt.Errorf("ha: store %s/%s: value of %d bytes: want at most %d", ns, key, len(value), MaxStoreValue)
 	}
 	t := s.r.term.Load()
 	if t == nil {
 		return fmt.Errorf("ha: store %s/%s: %w", ns, key, ErrNotLeader)
 	}
-	if err := s.r.txn(ctx, []clientv3.Cmp{t.guard()}, []clientv3.Op{clientv3.OpPut(k, string(value))}); err != nil {
+	if err := s.r.b.put(ctx, t, ns, key, value); err != nil {
 		return fmt.Errorf("ha: store %s/%s: %w", ns, key, err)
 	}
 	return nil
@@ -95,51 +88,35 @@ func (s *Store) PutIfLeader(ctx context.Context, ns, key string, value []byte) e
 
 // Get returns the value of key in ns; ok is false when there is none.
 func (s *Store) Get(ctx context.Context, ns, key string) (value []byte, ok bool, err error) {
-	k, err := s.key(ns, key)
-	if err != nil {
+	if err := checkStoreKey(ns, key); err != nil {
 		return nil, false, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, s.r.timeout)
-	defer cancel()
-	resp, err := s.r.cli.Get(tctx, k)
+	v, ok, err := s.r.b.get(ctx, ns, key)
 	if err != nil {
 		return nil, false, fmt.Errorf("ha: store %s/%s: %w", ns, key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, false, nil
-	}
-	return resp.Kvs[0].Value, true, nil
+	return v, ok, nil
 }
 
 // List returns up to MaxStoreList entries of ns by key, and whether there
 // were more.
 func (s *Store) List(ctx context.Context, ns string) (entries map[string][]byte, more bool, err error) {
-	if _, err := s.key(ns, "x"); err != nil {
+	if err := checkStoreKey(ns, "x"); err != nil {
 		return nil, false, err
 	}
-	prefix := s.r.keys.state(ns)
-	tctx, cancel := context.WithTimeout(ctx, s.r.timeout)
-	defer cancel()
-	resp, err := s.r.cli.Get(tctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(MaxStoreList))
+	out, more, err := s.r.b.list(ctx, ns)
 	if err != nil {
 		return nil, false, fmt.Errorf("ha: store %s: %w", ns, err)
 	}
-	out := make(map[string][]byte, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out[strings.TrimPrefix(string(kv.Key), prefix)] = kv.Value
-	}
-	return out, resp.More, nil
+	return out, more, nil
 }
 
 // Delete removes key from ns (nothing when it is absent).
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	k, err := s.key(ns, key)
-	if err != nil {
+	if err := checkStoreKey(ns, key); err != nil {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(ctx, s.r.timeout)
-	defer cancel()
-	if _, err := s.r.cli.Delete(tctx, k); err != nil {
+	if err := s.r.b.del(ctx, ns, key); err != nil {
 		return fmt.Errorf("ha: store %s/%s: %w", ns, key, err)
 	}
 	return nil

@@ -3,27 +3,16 @@ package ha
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ilbproject/ilb/weights"
 )
 
-// runSync installs the version in force whenever etcd's record of it
-// changes (watched) and at least every Options.Probe (polled: the poll is
-// also the check of etcd's health), until ctx is done.
+// runSync installs the version in force whenever the backend's record
+// of it changes (the backend wakes it) and at least every Options.Probe
+// (polled: the poll is also the check of the backend's health), until
+// ctx is done.
 func (r *Replica) runSync(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan struct{})
-	go func() { // owned by runSync: ends with ctx
-		defer close(done)
-		r.watchCurrent(ctx)
-	}()
-	defer func() { <-done }()
 	st := newSyncState()
 	t := time.NewTicker(r.o.Probe)
 	defer t.Stop()
@@ -38,25 +27,9 @@ func (r *Replica) runSync(ctx context.Context) error {
 	}
 }
 
-// watchCurrent wakes the sync loop on every change of the current key
-// (and when the watch breaks: the loop's read then says why).
-func (r *Replica) watchCurrent(ctx context.Context) {
-	for ctx.Err() == nil {
-		for resp := range r.cli.Watch(clientv3.WithRequireLeader(ctx), r.keys.current()) {
-			r.wakeSync()
-			if resp.Err() != nil {
-				break
-			}
-		}
-		if !wait(ctx, r.o.Probe) {
-			return
-		}
-	}
-}
-
 // syncState is what the sync loop keeps between two reads.
 type syncState struct {
-	rev   int64                          // mod revision of the last record handled
+	token string                         // the backend's token of the last record handled
 	cache map[string][]weights.CellRoute // the routing of the versions the history lists
 	// historyStale: the last read of the history failed; read it again.
 	historyStale bool
@@ -64,27 +37,19 @@ type syncState struct {
 
 func newSyncState() *syncState { return &syncState{cache: map[string][]weights.CellRoute{}} }
 
-// syncOnce reads etcd once and installs the version in force; it reports
-// whether this replica now serves a version published in etcd.
+// syncOnce reads the backend once and installs the version in force; it reports
+// whether this replica now serves a version published in the backend.
 func (r *Replica) syncOnce(ctx context.Context) bool {
 	r.sync(ctx, newSyncState())
 	return r.installedRecord().Version != ""
 }
 
-// sync reads the record of the version in force and the leader's name
-// (linearizable reads: a quorum answers); when the record changed since st.rev, it
-// installs its version and refreshes the history. etcd's answer, or its
-// silence, is the replica's view of etcd's health.
+// sync reads the record of the version in force and the leader's name;
+// when the record changed since st.token, it installs its version and
+// refreshes the history. The backend's answer, or its silence, is the
+// replica's view of its health.
 func (r *Replica) sync(ctx context.Context, st *syncState) {
-	tctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	// Two reads rather than one transaction: the client retries a read on
-	// another member when the one it uses fails, never a transaction.
-	cur, err := r.cli.Get(tctx, r.keys.current())
-	var lead *clientv3.GetResponse
-	if err == nil {
-		lead, err = r.cli.Get(tctx, r.keys.election()+"/", clientv3.WithFirstCreate()...)
-	}
+	cur, err := r.b.readCurrent(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.setHealth(ctx, err)
@@ -92,24 +57,19 @@ func (r *Replica) sync(ctx context.Context, st *syncState) {
 		return
 	}
 	r.setHealth(ctx, nil)
-	leader := ""
-	if len(lead.Kvs) > 0 {
-		leader = string(lead.Kvs[0].Value)
-	}
-	r.leader.Store(&leader)
-	kvs := cur.Kvs
-	if len(kvs) == 0 || kvs[0].ModRevision == st.rev {
+	r.leader.Store(&cur.leader)
+	if cur.rec == nil || cur.token == st.token {
 		if st.historyStale {
 			st.historyStale = !r.refreshHistory(ctx, st.cache)
 		}
 		return
 	}
-	rev := kvs[0].ModRevision
-	rec, err := decodeRecord(kvs[0].Value)
+	rev := cur.token
+	rec, err := decodeRecord(cur.rec)
 	if err != nil {
 		r.m.installs.WithLabelValues("refused").Inc()
-		r.log.ErrorContext(ctx, "the record of the version in force is not readable: keeping the installed weights", "revision", rev, "err", err)
-		st.rev = rev
+		r.log.ErrorContext(ctx, "the record of the version in force is not readable: keeping the installed weights", "token", rev, "err", err)
+		st.token = rev
 		return
 	}
 	r.seen.Store(&rec)
@@ -129,13 +89,13 @@ func (r *Replica) sync(ctx context.Context, st *syncState) {
 		r.m.installs.WithLabelValues("refused").Inc()
 		r.log.ErrorContext(ctx, "published version refused: keeping the installed weights", "version", rec.Version, "leader", rec.Leader, "err", err)
 	}
-	st.rev = rev
+	st.token = rev
 	st.historyStale = !r.refreshHistory(ctx, st.cache)
 }
 
-// errRetry marks a failure to read etcd (worth retrying), as opposed to a
+// errRetry marks a failure to read the backend (worth retrying), as opposed to a
 // content or a sink that refuses the version.
-var errRetry = errors.New("etcd read failed")
+var errRetry = errors.New("read failed")
 
 // installRecord installs rec's version unless it is the one served.
 func (r *Replica) installRecord(ctx context.Context, rec record) error {
@@ -160,45 +120,14 @@ func (r *Replica) installRecord(ctx context.Context, rec record) error {
 	return nil
 }
 
-// fetch reads and decodes the content of version v in one read.
-func (r *Replica) fetch(ctx context.Context, v string) (*weights.Weights, error) {
-	tctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	resp, err := r.cli.Get(tctx, r.keys.version(v), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, fmt.Errorf("%w: version %s: %w", errRetry, v, err)
-	}
-	var m meta
-	var blob []byte
-	found := false
-	for _, kv := range resp.Kvs {
-		switch k := string(kv.Key); {
-		case k == r.keys.meta(v):
-			if m, err = decodeMeta(kv.Value); err != nil {
-				return nil, fmt.Errorf("version %s: %w", v, err)
-			}
-			found = true
-		case strings.HasPrefix(k, r.keys.version(v)+"c/"):
-			if len(blob)+len(kv.Value) > maxBlobBytes {
-				return nil, fmt.Errorf("version %s: content over %d bytes", v, maxBlobBytes)
-			}
-			blob = append(blob, kv.Value...)
-		}
-	}
-	if !found {
-		return nil, fmt.Errorf("version %s: no content in etcd (collected, or never written)", v)
-	}
-	return decodeWeights(v, m, blob)
-}
+// fetch reads version v's content.
+func (r *Replica) fetch(ctx context.Context, v string) (*weights.Weights, error) { return r.b.fetch(ctx, v) }
 
 // refreshHistory reads the history records and builds the summaries,
 // reading the content of versions not in cache (and dropping from cache
 // those no longer listed); false when a read failed.
 func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights.CellRoute) bool {
-	tctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	resp, err := r.cli.Get(tctx, r.keys.history(), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(r.o.HistorySize)))
+	recs, err := r.b.history(ctx, r.o.HistorySize)
 	if err != nil {
 		r.log.DebugContext(ctx, "history: read", "err", err)
 		return false
@@ -208,13 +137,13 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 			cache[in.rec.Version] = routes(in.w)
 		}
 	}
-	out := make([]weights.VersionSummary, 0, len(resp.Kvs))
+	out := make([]weights.VersionSummary, 0, len(recs))
 	listed := map[string]bool{}
 	complete := true
-	for _, kv := range resp.Kvs {
-		rec, err := decodeRecord(kv.Value)
+	for i, b := range recs {
+		rec, err := decodeRecord(b)
 		if err != nil {
-			r.log.DebugContext(ctx, "history: unreadable record", "key", string(kv.Key), "err", err)
+			r.log.DebugContext(ctx, "history: unreadable record", "index", i, "err", err)
 			continue
 		}
 		cells, ok := cache[rec.Version]
@@ -252,7 +181,7 @@ func routes(w *weights.Weights) []weights.CellRoute {
 	return out
 }
 
-// setHealth records the outcome of a check of etcd, logging a change.
+// setHealth records the outcome of a check of the backend, logging a change.
 func (r *Replica) setHealth(ctx context.Context, err error) {
 	prev := r.health.Load()
 	h := &health{ok: err == nil}
@@ -273,8 +202,8 @@ func (r *Replica) setHealth(ctx context.Context, err error) {
 	}
 	switch {
 	case err != nil && (prev == nil || prev.ok):
-		r.log.WarnContext(ctx, "etcd unreachable: serving the last installed weights (fail static) until it answers", "version", version, "err", err)
+		r.log.WarnContext(ctx, "HA backend unreachable: serving the last installed weights (fail static) until it answers", "backend", r.b.kind(), "version", version, "err", err)
 	case err == nil && prev != nil && !prev.ok:
-		r.log.InfoContext(ctx, "etcd reachable again", "version", version, "unreachable_for", r.now().Sub(prev.contact).Round(time.Millisecond))
+		r.log.InfoContext(ctx, "HA backend reachable again", "backend", r.b.kind(), "version", version, "unreachable_for", r.now().Sub(prev.contact).Round(time.Millisecond))
 	}
 }

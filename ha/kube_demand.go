@@ -1,0 +1,195 @@
+package ha
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// A demand share in Kubernetes is the ConfigMap L-demand-<replica>,
+// rewritten by its replica every controller tick. The API server keeps no
+// lease on it, so liveness is read from change: a share counts from a
+// change this replica saw happen (a watch event), dated by its arrival
+// less its age, and stops counting once older than
+// controller.stale_after (Replica.Demand); shares listed at start, whose
+// age is unknown, count from their next change. The leader deletes the
+// ConfigMap of a replica whose share has not changed for
+// shareCollectAfter.
+
+// shareCollectAfter is how long a share must stay unchanged, as the
+// leader sees it, before the leader deletes its ConfigMap; at least
+// minShareCollectAfter.
+func (b *kubeBackend) shareCollectAfter() time.Duration {
+	return max(10*b.r.o.Config.Controller.StaleAfter.Std(), minShareCollectAfter)
+}
+
+const minShareCollectAfter = 5 * time.Minute
+
+// shareSeen is what the share watch knows of one ConfigMap.
+type shareSeen struct {
+	rv      string
+	changed time.Time // when its last change was seen
+}
+
+func (b *kubeBackend) shareName(replica string) string { return objectName(b.lease, "demand", replica) }
+
+// replicaOf is the replica of a share ConfigMap's name.
+func (b *kubeBackend) replicaOf(name string) (string, bool) {
+	return strings.CutPrefix(name, b.lease+"-demand-")
+}
+
+// watchShares keeps every replica's share through a Reflector over the
+// demand ConfigMaps, until ctx is done.
+func (b *kubeBackend) watchShares(ctx context.Context) {
+	lw := cache.NewFilteredListWatchFromClient(b.core, "configmaps", b.ns, func(o *metav1.ListOptions) {
+		o.LabelSelector = b.selector(objDemand)
+	})
+	seen := map[string]shareSeen{}
+	take := func(obj any, known bool) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return
+		}
+		replica, ok := b.replicaOf(cm.Name)
+		if !ok {
+			return
+		}
+		now := b.now()
+		b.mu.Lock()
+		prev, had := seen[cm.Name]
+		if had && prev.rv == cm.ResourceVersion {
+			b.mu.Unlock()
+			return
+		}
+		seen[cm.Name] = shareSeen{rv: cm.ResourceVersion, changed: now}
+		b.seenShares = seen
+		b.mu.Unlock()
+		arrived := now
+		if !had && !known {
+			arrived = time.Time{} // listed, of unknown age: counts from its next change
+		}
+		b.r.takeShare(ctx, replica, cm.BinaryData[shareKey], arrived)
+	}
+	drop := func(name string) {
+		b.mu.Lock()
+		delete(seen, name)
+		b.mu.Unlock()
+		if replica, ok := b.replicaOf(name); ok {
+			b.r.dropShare(replica)
+		}
+	}
+	st := &funcStore{
+		set: func(obj any) { take(obj, true); b.r.countShares() },
+		del: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				_, name, _ := cache.SplitMetaNamespaceKey(key)
+				drop(name)
+			}
+			b.r.countShares()
+		},
+		replace: func(list []any) {
+			listed := map[string]bool{}
+			for _, obj := range list {
+				if cm, ok := obj.(*corev1.ConfigMap); ok {
+					listed[cm.Name] = true
+				}
+				take(obj, false)
+			}
+			b.mu.Lock()
+			var gone []string
+			for name := range seen {
+				if !listed[name] {
+					gone = append(gone, name)
+				}
+			}
+			b.mu.Unlock()
+			for _, name := range gone {
+				drop(name)
+			}
+			b.r.countShares()
+		},
+	}
+	runReflector(ctx, lw, &corev1.ConfigMap{}, st)
+}
+
+// writeShare writes this replica's share ConfigMap, based on its own last
+// write. A ConfigMap of this name written by another process (its
+// instance annotation) is a conflict while that process keeps writing
+// it; one left unchanged for a tick is taken over.
+func (b *kubeBackend) writeShare(ctx context.Context, v []byte) error {
+	name := b.shareName(b.r.name)
+	b.mu.Lock()
+	rv := b.shareRV
+	b.mu.Unlock()
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: b.ns, Labels: b.labels(objDemand), ResourceVersion: rv,
+			Annotations: map[string]string{annotInstance: b.instance},
+		},
+		BinaryData: map[string][]byte{shareKey: v},
+	}
+	var out *corev1.ConfigMap
+	var err error
+	if rv == "" {
+		out, err = b.createConfigMap(ctx, cm)
+	} else {
+		out, err = b.updateConfigMap(ctx, cm)
+	}
+	if err == nil {
+		b.setShareRV(out.ResourceVersion)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) && !isNotFound(err) {
+		return err
+	}
+	// Someone else wrote it, or it is gone: read it and decide.
+	cur, gerr := b.getConfigMap(ctx, name)
+	switch {
+	case isNotFound(gerr):
+		b.setShareRV("") // create it on the next tick
+		return err
+	case gerr != nil:
+		return gerr
+	}
+	b.mu.Lock()
+	other := cur.Annotations[annotInstance] != b.instance && b.foreign != cur.ResourceVersion
+	b.foreign = cur.ResourceVersion
+	b.mu.Unlock()
+	if other {
+		return &conflictError{holder: "process " + cur.Annotations[annotInstance]}
+	}
+	b.setShareRV(cur.ResourceVersion) // ours, or abandoned: the next tick writes over it
+	return nil
+}
+
+func (b *kubeBackend) setShareRV(rv string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.shareRV = rv
+}
+
+// collectShares deletes the share ConfigMaps that have not changed for
+// shareCollectAfter (leader only, after a publication), each only if it
+// is still the version seen.
+func (b *kubeBackend) collectShares(ctx context.Context) {
+	now := b.now()
+	b.mu.Lock()
+	type victim struct{ name, rv string }
+	var old []victim
+	for name, s := range b.seenShares {
+		if now.Sub(s.changed) > b.shareCollectAfter() && name != b.shareName(b.r.name) {
+			old = append(old, victim{name, s.rv})
+		}
+	}
+	b.mu.Unlock()
+	for _, v := range old {
+		if err := b.deleteConfigMap(ctx, v.name, v.rv); err != nil {
+			b.r.log.DebugContext(ctx, "collect: delete a replica's share", "configmap", v.name, "err", err)
+		}
+	}
+}

@@ -1,0 +1,397 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+)
+
+// election is leader election on the Lease, as client-go's
+// leaderelection does it (the holder renews the Lease; a candidate takes
+// it once it has seen no renewal for the lease duration, by its own
+// clock; every write is an update conditioned on the resourceVersion
+// read), with two differences: candidates watch the Lease instead of
+// polling it, so a takeover follows the expiry within the watch's
+// latency rather than within up to two retry periods; and the term is
+// fenced: every publication is an update of the Lease based on the
+// leader's own last write, which the API server refuses once anyone
+// else has written it (client-go's elector does not fence).
+//
+// Timing, with D the lease duration (ha.lease_ttl): the leader renews
+// every D/4 and ends its term once D*2/3 has passed since the last
+// renewal it sent that succeeded; a candidate takes over D after the
+// last change it observed. A renewal is observed after it is sent, so
+// the leader stops at least D/3 before anyone takes over, as long as the
+// clocks run at one rate (they need not agree).
+type election struct {
+	b *kubeBackend
+
+	mu sync.Mutex
+	// seen is the newest Lease read or watched; observed is when its spec
+	// last changed, by this replica's clock.
+	seen     *coordinationv1.Lease
+	observed time.Time
+	// mine is the Lease as this replica's last successful write returned
+	// it, while it leads (the base of every write of its term).
+	mine    *coordinationv1.Lease
+	changed chan struct{} // poked when seen changes
+}
+
+func (e *election) init(b *kubeBackend) {
+	e.b = b
+	e.changed = make(chan struct{}, 1)
+}
+
+// Errors of a Kubernetes term.
+var (
+	errRenewDeadline = errors.New("the Lease was not renewed within two thirds of its duration")
+	errNoLease       = errors.New("the Lease does not name this replica's term")
+)
+
+// see notes l, read or watched; a change of its holder, renewal or
+// transitions is dated now.
+func (e *election) see(l *coordinationv1.Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.seen != nil && e.seen.ResourceVersion == l.ResourceVersion {
+		return
+	}
+	if e.seen == nil || !sameSpec(e.seen.Spec, l.Spec) {
+		e.observed = e.b.now()
+	}
+	old := e.seen
+	e.seen = l
+	if old == nil || old.Annotations[annotCurrent] != l.Annotations[annotCurrent] {
+		e.b.r.wakeSync()
+	}
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+// forget notes the Lease is gone.
+func (e *election) forget() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen, e.observed = nil, e.b.now()
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+func sameSpec(a, b coordinationv1.LeaseSpec) bool {
+	return str(a.HolderIdentity) == str(b.HolderIdentity) && i32(a.LeaseTransitions) == i32(b.LeaseTransitions) &&
+		micro(a.RenewTime).Equal(micro(b.RenewTime)) && i32(a.LeaseDurationSeconds) == i32(b.LeaseDurationSeconds)
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func i32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func micro(p *metav1.MicroTime) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return p.Time
+}
+
+// watch keeps seen current: a Reflector over the Lease alone (a field
+// selector on its name), relisting on expiry, until ctx is done.
+func (e *election) watch(ctx context.Context) {
+	b := e.b
+	lw := cache.NewFilteredListWatchFromClient(b.coord, "leases", b.ns, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", b.lease).String()
+	})
+	st := &funcStore{
+		set: func(obj any) {
+			if l, ok := obj.(*coordinationv1.Lease); ok && l.Name == b.lease {
+				e.see(l)
+			}
+		},
+		del: func(any) { e.forget() },
+		replace: func(list []any) {
+			for _, obj := range list {
+				if l, ok := obj.(*coordinationv1.Lease); ok && l.Name == b.lease {
+					e.see(l)
+					return
+				}
+			}
+			e.forget()
+		},
+	}
+	runReflector(ctx, lw, &coordinationv1.Lease{}, st)
+}
+
+// state returns what campaign decides on: the Lease seen (nil: none),
+// when it was observed, and whether it is free for this replica: absent,
+// released (no holder), expired by this replica's observation, or held
+// under this replica's own name (an earlier process of it that died).
+func (e *election) state() (l *coordinationv1.Lease, expires time.Time, free bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l = e.seen
+	if l == nil {
+		return nil, time.Time{}, true
+	}
+	holder := str(l.Spec.HolderIdentity)
+	d := time.Duration(i32(l.Spec.LeaseDurationSeconds)) * time.Second
+	expires = e.observed.Add(d)
+	return l, expires, holder == "" || holder == e.b.r.name || !e.b.now().Before(expires)
+}
+
+// campaign takes the Lease whenever it is free and leads with it, until
+// ctx is done.
+func (e *election) campaign(ctx context.Context) {
+	r := e.b.r
+	if r.o.Lead == nil {
+		return
+	}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		l, expires, free := e.state()
+		if !free {
+			t := time.NewTimer(max(time.Until(expires), 0) + 10*time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-e.changed:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		held, err := e.acquire(ctx, l)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.DebugContext(ctx, "Lease: cannot take it", "err", err, "retry_in", backoff)
+			if apierrors.IsConflict(err) {
+				e.refresh(ctx) // someone wrote first: look again at once
+				continue
+			}
+			if !wait(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, r.ttl)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		cause := e.lead(ctx, held)
+		if ctx.Err() != nil {
+			e.release(ctx)
+			return
+		}
+		if errors.Is(cause, errLeadEnded) {
+			// Lead returned: let another replica lead for a while.
+			e.release(ctx)
+			if !wait(ctx, r.ttl) {
+				return
+			}
+		}
+	}
+}
+
+// refresh reads the Lease into seen.
+func (e *election) refresh(ctx context.Context) {
+	l, err := e.b.getLease(ctx)
+	switch {
+	case err == nil:
+		e.see(l)
+	case isNotFound(err):
+		e.forget()
+	}
+}
+
+// acquire writes this replica as the holder of l (nil: creates the
+// Lease), a new term: its transitions count is one more than l's.
+func (e *election) acquire(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	b := e.b
+	now := metav1.NewMicroTime(b.now())
+	name := b.r.name
+	d := int32(b.r.ttl / time.Second)
+	if l == nil {
+		next := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: b.lease, Namespace: b.ns, Labels: map[string]string{labelGroup: b.lease}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &name, LeaseDurationSeconds: &d, AcquireTime: &now, RenewTime: &now, LeaseTransitions: new(int32),
+			},
+		}
+		return b.writeLease(ctx, next, true)
+	}
+	next := l.DeepCopy()
+	transitions := i32(l.Spec.LeaseTransitions) + 1
+	next.Spec = coordinationv1.LeaseSpec{
+		HolderIdentity: &name, LeaseDurationSeconds: &d, AcquireTime: &now, RenewTime: &now, LeaseTransitions: &transitions,
+	}
+	return b.writeLease(ctx, next, false)
+}
+
+// writeLease creates or updates l (the update conditioned on its
+// resourceVersion) and notes the result.
+func (b *kubeBackend) writeLease(ctx context.Context, l *coordinationv1.Lease, create bool) (*coordinationv1.Lease, error) {
+	tctx, cancel := context.WithTimeout(ctx, b.r.timeout)
+	defer cancel()
+	var out coordinationv1.Lease
+	req := b.coord.Put().Name(l.Name)
+	if create {
+		req = b.coord.Post()
+	}
+	if err := req.Namespace(b.ns).Resource("leases").Body(l).Do(tctx).Into(&out); err != nil {
+		return nil, fmt.Errorf("write Lease %s/%s: %w", b.ns, b.lease, err)
+	}
+	b.el.see(&out)
+	return &out, nil
+}
+
+// lead runs one term on the Lease held: numbered after the version in
+// force, renewed every D/4, ended when a renewal is refused because
+// another replica wrote the Lease, when no renewal succeeded for D*2/3,
+// when ctx is done or Lead returns.
+func (e *election) lead(ctx context.Context, held *coordinationv1.Lease) error {
+	r := e.b.r
+	t := &term{key: held.Name, rev: int64(i32(held.Spec.LeaseTransitions))}
+	if rec, err := decodeRecord([]byte(held.Annotations[annotCurrent])); err == nil {
+		t.nextSeq, t.published = rec.Seq+1, rec.Version
+	}
+	e.mu.Lock()
+	e.mine = held
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.mine = nil
+		e.mu.Unlock()
+	}()
+	renewed := e.b.now()
+	return r.runTerm(ctx, t, func(ctx context.Context, cancel context.CancelCauseFunc) {
+		tick := time.NewTicker(r.ttl / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			sent := e.b.now()
+			err := e.update(ctx, t, func(l *coordinationv1.Lease) {
+				now := metav1.NewMicroTime(sent)
+				l.Spec.RenewTime = &now
+			})
+			switch {
+			case err == nil:
+				renewed = sent
+			case errors.Is(err, ErrFenced):
+				cancel(fmt.Errorf("%w: %w", errDeposed, err))
+				return
+			case e.b.now().Sub(renewed) >= r.ttl*2/3:
+				cancel(fmt.Errorf("%w: %w", errRenewDeadline, err))
+				return
+			default:
+				r.log.DebugContext(ctx, "Lease: renewal failed", "err", err)
+			}
+		}
+	})
+}
+
+// update applies change to the Lease as this replica last wrote it and
+// writes it, fenced: the API server applies it only if nobody else wrote
+// the Lease since. When someone did (an operator's annotation, say), it
+// reads the Lease again and retries once if it still names t (this
+// replica, t's transitions); else the term is over (ErrFenced).
+func (e *election) update(ctx context.Context, t *term, change func(l *coordinationv1.Lease)) error {
+	for try := 0; ; try++ {
+		e.mu.Lock()
+		base := e.mine
+		e.mu.Unlock()
+		if base == nil || !names(base, e.b.r.name, t.rev) {
+			return ErrFenced
+		}
+		next := base.DeepCopy()
+		change(next)
+		out, err := e.b.writeLease(ctx, next, false)
+		if err == nil {
+			e.mu.Lock()
+			if e.mine != nil {
+				e.mine = out
+			}
+			e.mu.Unlock()
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		cur, gerr := e.b.getLease(ctx)
+		if gerr != nil {
+			return gerr
+		}
+		e.see(cur)
+		if try > 0 || !names(cur, e.b.r.name, t.rev) {
+			return fmt.Errorf("%w: %w", ErrFenced, err)
+		}
+		e.mu.Lock()
+		if e.mine != nil {
+			e.mine = cur
+		}
+		e.mu.Unlock()
+	}
+}
+
+// names reports whether l is held by name in term transitions.
+func names(l *coordinationv1.Lease, name string, transitions int64) bool {
+	return str(l.Spec.HolderIdentity) == name && int64(i32(l.Spec.LeaseTransitions)) == transitions
+}
+
+// release gives the Lease up on the way out (within ha.dial_timeout), as
+// client-go's ReleaseOnCancel does: no holder, a duration of one second.
+// Candidates watching it take it at once. It is a write of the term
+// that ended, so it is refused if another replica has taken the Lease.
+func (e *election) release(ctx context.Context) {
+	e.mu.Lock()
+	base := e.mine
+	e.mu.Unlock()
+	if base == nil {
+		base = e.seen
+	}
+	if base == nil || str(base.Spec.HolderIdentity) != e.b.r.name {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.b.r.timeout)
+	defer cancel()
+	next := base.DeepCopy()
+	one := int32(1)
+	now := metav1.NewMicroTime(e.b.now())
+	next.Spec.HolderIdentity, next.Spec.LeaseDurationSeconds, next.Spec.RenewTime = nil, &one, &now
+	if _, err := e.b.writeLease(rctx, next, false); err != nil {
+		e.b.r.log.WarnContext(ctx, "Lease: could not release it on the way out; another replica takes it once it expires", "err", err)
+	}
+}
+
+// leaseOf is the Lease as the term's leader last wrote it, if it still
+// leads in term t.
+func (e *election) leaseOf(t *term) (*coordinationv1.Lease, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mine == nil || !names(e.mine, e.b.r.name, t.rev) {
+		return nil, false
+	}
+	return e.mine, true
+}
