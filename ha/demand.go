@@ -118,6 +118,12 @@ type shares struct {
 type heldShare struct {
 	share Share
 	at    time.Time // when the demand was measured, by this replica's clock
+	until time.Time // zero: as long as its key lives (etcd); else when it stops counting
+}
+
+// live reports whether h counts at now.
+func (h heldShare) live(now time.Time, stale time.Duration) bool {
+	return !h.at.IsZero() && now.Sub(h.at) <= stale && (h.until.IsZero() || !now.After(h.until))
 }
 
 func (s *shares) init() { s.byKey = map[string]heldShare{} }
@@ -136,14 +142,12 @@ func (r *Replica) dropShare(name string) {
 	delete(r.demand.byKey, name)
 }
 
-// countShares sets the replicas gauge.
-func (r *Replica) countShares() { r.m.replicas.Set(float64(r.shareCount())) }
-
 // takeShare keeps replica name's share b, which arrived at arrived (this
 // replica's clock), dated that less its age; an unreadable one is dropped
 // and counted. A zero arrival is a share of unknown age: kept, not
-// counted until it arrives again.
-func (r *Replica) takeShare(ctx context.Context, name string, b []byte, arrived time.Time) {
+// counted until it arrives again. liveFor > 0 ends its life that long
+// after its arrival unless it arrives again (a backend without leases).
+func (r *Replica) takeShare(ctx context.Context, name string, b []byte, arrived time.Time, liveFor time.Duration) {
 	s, err := DecodeShare(b)
 	r.demand.mu.Lock()
 	defer r.demand.mu.Unlock()
@@ -158,7 +162,11 @@ func (r *Replica) takeShare(ctx context.Context, name string, b []byte, arrived 
 		return
 	}
 	r.demand.ever = true
-	r.demand.byKey[name] = heldShare{share: s, at: arrived.Add(-time.Duration(s.AgeMs) * time.Millisecond)}
+	h := heldShare{share: s, at: arrived.Add(-time.Duration(s.AgeMs) * time.Millisecond)}
+	if liveFor > 0 {
+		h.until = arrived.Add(liveFor)
+	}
+	r.demand.byKey[name] = h
 }
 
 // shareCount is how many shares are live: dated within
@@ -170,7 +178,7 @@ func (r *Replica) shareCount() int {
 	defer r.demand.mu.Unlock()
 	n := 0
 	for _, h := range r.demand.byKey {
-		if !h.at.IsZero() && now.Sub(h.at) <= stale {
+		if h.live(now, stale) {
 			n++
 		}
 	}
@@ -192,7 +200,7 @@ func (r *Replica) Demand() (weights.Demand, time.Time) {
 	out := weights.Demand{}
 	var newest time.Time
 	for _, h := range r.demand.byKey {
-		if now.Sub(h.at) > stale {
+		if !h.live(now, stale) {
 			continue
 		}
 		if h.at.After(newest) {

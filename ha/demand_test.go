@@ -24,53 +24,54 @@ var (
 // when its lease expires, one that stops cleanly at once; a stream with
 // an unknown source is left out and counted.
 func TestDemandIsShared(t *testing.T) {
-	g := newGroup(t, 3)
-	a := g.start("a", memberOpts{demand: fixedDemand(weights.Demand{usM1: {RequestsPerSecond: 1, CostPerSecond: 100}})})
-	b := g.start("b", memberOpts{demand: fixedDemand(weights.Demand{usM1: {RequestsPerSecond: 2, CostPerSecond: 200}})})
-	c := g.start("c", memberOpts{demand: fixedDemand(weights.Demand{
-		euM2: {RequestsPerSecond: 3, CostPerSecond: 300},
-		{Source: "nowhere", Model: "m1", Priority: weights.Standard}: {RequestsPerSecond: 9, CostPerSecond: 900},
-	})})
-	ms := []*member{a, b, c}
-	l := leaderOf(t, ms...)
-	sums := func(want weights.Demand) func() bool {
-		return func() bool {
-			d, at := l.Demand()
-			if len(d) != len(want) || time.Since(at) > g.cfg.Controller.StaleAfter.Std() {
-				return false
-			}
-			for k, r := range want {
-				if d[k] != r {
+	eachBackend(t, 3, func(t *testing.T, g *group) {
+		a := g.start("a", memberOpts{demand: fixedDemand(weights.Demand{usM1: {RequestsPerSecond: 1, CostPerSecond: 100}})})
+		b := g.start("b", memberOpts{demand: fixedDemand(weights.Demand{usM1: {RequestsPerSecond: 2, CostPerSecond: 200}})})
+		c := g.start("c", memberOpts{demand: fixedDemand(weights.Demand{
+			euM2: {RequestsPerSecond: 3, CostPerSecond: 300},
+			{Source: "nowhere", Model: "m1", Priority: weights.Standard}: {RequestsPerSecond: 9, CostPerSecond: 900},
+		})})
+		ms := []*member{a, b, c}
+		l := leaderOf(t, ms...)
+		sums := func(want weights.Demand) func() bool {
+			return func() bool {
+				d, at := l.Demand()
+				if len(d) != len(want) || time.Since(at) > g.cfg.Controller.StaleAfter.Std() {
 					return false
 				}
+				for k, r := range want {
+					if d[k] != r {
+						return false
+					}
+				}
+				return true
 			}
-			return true
 		}
-	}
-	waitFor(t, "the leader sums every replica's demand", sums(weights.Demand{
-		usM1: {RequestsPerSecond: 3, CostPerSecond: 300}, euM2: {RequestsPerSecond: 3, CostPerSecond: 300},
-	}))
-	if st := l.Status(); st.Replicas != 3 {
-		t.Errorf("status counts %d replicas, want 3", st.Replicas)
-	}
-	if v, _ := promtest.Value(t, l.reg, "ilb_ha_demand_refused_total", nil); v < 1 {
-		t.Errorf("ilb_ha_demand_refused_total = %v; want the stream of an unknown source counted", v)
-	}
+		waitFor(t, "the leader sums every replica's demand", sums(weights.Demand{
+			usM1: {RequestsPerSecond: 3, CostPerSecond: 300}, euM2: {RequestsPerSecond: 3, CostPerSecond: 300},
+		}))
+		if st := l.Status(); st.Replicas != 3 {
+			t.Errorf("status counts %d replicas, want 3", st.Replicas)
+		}
+		if v, _ := promtest.Value(t, l.reg, "ilb_ha_demand_refused_total", nil); v < 1 {
+			t.Errorf("ilb_ha_demand_refused_total = %v; want the stream of an unknown source counted", v)
+		}
 
-	// A follower dies: its share goes when its lease expires.
-	dead := c
-	if l == c {
-		dead = a
-	}
-	crashed := time.Now()
-	dead.crash()
-	want := weights.Demand{usM1: {RequestsPerSecond: 3, CostPerSecond: 300}}
-	if dead == a {
-		want = weights.Demand{usM1: {RequestsPerSecond: 2, CostPerSecond: 200}, euM2: {RequestsPerSecond: 3, CostPerSecond: 300}}
-	}
-	waitFor(t, "the dead replica's demand stops counting", sums(want))
-	t.Logf("the demand of replica %s, crashed, stopped counting %s later (lease TTL %s)", dead.name, time.Since(crashed).Round(time.Millisecond), g.cfg.HA.LeaseTTL)
-	promtest.Check(t, l.reg, "ilb_ha_replicas", nil, 2)
+		// A follower dies: its share goes when its lease expires.
+		dead := c
+		if l == c {
+			dead = a
+		}
+		crashed := time.Now()
+		dead.crash()
+		want := weights.Demand{usM1: {RequestsPerSecond: 3, CostPerSecond: 300}}
+		if dead == a {
+			want = weights.Demand{usM1: {RequestsPerSecond: 2, CostPerSecond: 200}, euM2: {RequestsPerSecond: 3, CostPerSecond: 300}}
+		}
+		waitFor(t, "the dead replica's demand stops counting", sums(want))
+		t.Logf("the demand of replica %s, crashed, stopped counting %s later (lease TTL %s)", dead.name, time.Since(crashed).Round(time.Millisecond), g.cfg.HA.LeaseTTL)
+		promtest.Check(t, l.reg, "ilb_ha_replicas", nil, 2)
+	})
 }
 
 // TestDemandOfNoReplica: with no share the demand is fresh but empty;

@@ -23,7 +23,6 @@ func (b *etcdBackend) runDemandWatch(ctx context.Context) error {
 			for _, kv := range resp.Kvs {
 				b.take(ctx, kv)
 			}
-			r.countShares()
 			for wr := range b.cli.Watch(clientv3.WithRequireLeader(ctx), b.keys.demand(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.GetRevision()+1)) {
 				if wr.Err() != nil {
 					break
@@ -35,7 +34,6 @@ func (b *etcdBackend) runDemandWatch(ctx context.Context) error {
 					}
 					b.take(ctx, ev.Kv)
 				}
-				r.countShares()
 			}
 		}
 		if !wait(ctx, r.o.Probe) {
@@ -51,7 +49,7 @@ func (b *etcdBackend) shareName(kv *mvccpb.KeyValue) string {
 
 // take keeps the share in kv, dated by its arrival less its age.
 func (b *etcdBackend) take(ctx context.Context, kv *mvccpb.KeyValue) {
-	b.r.takeShare(ctx, b.shareName(kv), kv.Value, b.r.now())
+	b.r.takeShare(ctx, b.shareName(kv), kv.Value, b.r.now(), 0)
 }
 
 // errNoSession: this replica has no session to attach its share to; the

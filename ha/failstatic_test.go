@@ -152,32 +152,35 @@ func summaryVersions(vs []weights.VersionSummary) []string {
 // it computes alone, and says so; once a version is published, a new
 // replica serves it from the start.
 func TestBootstrap(t *testing.T) {
-	g := newGroup(t, 1)
-	first := routing(t, 2500, time.Now())
-	r, err := ha.New(ha.Options{Config: g.cfg, Client: g.client(), Name: "early", Sinks: []weights.Sink{&sink{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	if err := r.Bootstrap(ctx, func() (*weights.Weights, error) { return first, nil }); err != nil {
-		t.Fatal(err)
-	}
-	if got := r.Current(); got.Version() != first.Version() || !strings.Contains(got.Status(), "etcd holds no published version yet") {
-		t.Fatalf("bootstrap serves %s (%q); want %s computed alone, saying why", got.Version(), got.Status(), first.Version())
-	}
+	eachBackend(t, 1, func(t *testing.T, g *group) {
+		first := routing(t, 2500, time.Now())
+		o, _ := g.options(ha.Options{Config: g.cfg, Name: "early", Sinks: []weights.Sink{&sink{}}})
+		r, err := ha.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		if err := r.Bootstrap(ctx, func() (*weights.Weights, error) { return first, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Current(); got.Version() != first.Version() || !strings.Contains(got.Status(), "holds no published version yet") {
+			t.Fatalf("bootstrap serves %s (%q); want %s computed alone, saying why", got.Version(), got.Status(), first.Version())
+		}
 
-	a := g.start("a", memberOpts{})
-	w := routing(t, 4500, time.Now())
-	publish(t, leaderOf(t, a), w)
-	late, err := ha.New(ha.Options{Config: g.cfg, Client: g.client(), Name: "late", Sinks: []weights.Sink{&sink{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := late.Bootstrap(ctx, func() (*weights.Weights, error) { return nil, errors.New("must not be called") }); err != nil {
-		t.Fatal(err)
-	}
-	if got := late.Current(); got.Version() != w.Version() {
-		t.Fatalf("late replica serves %s; want the published %s", got.Version(), w.Version())
-	}
+		a := g.start("a", memberOpts{})
+		w := routing(t, 4500, time.Now())
+		publish(t, leaderOf(t, a), w)
+		o, _ = g.options(ha.Options{Config: g.cfg, Name: "late", Sinks: []weights.Sink{&sink{}}})
+		late, err := ha.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := late.Bootstrap(ctx, func() (*weights.Weights, error) { return nil, errors.New("must not be called") }); err != nil {
+			t.Fatal(err)
+		}
+		if got := late.Current(); got.Version() != w.Version() {
+			t.Fatalf("late replica serves %s; want the published %s", got.Version(), w.Version())
+		}
+	})
 }

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 
 	"github.com/ilbproject/ilb/config"
@@ -63,6 +63,7 @@ const (
 	annotCurrent     = "ilb.dev/current"
 	annotHistory     = "ilb.dev/history"
 	annotInstance    = "ilb.dev/instance"
+	annotWritten     = "ilb.dev/written"
 	annotStoreNS     = "ilb.dev/store-namespace"
 	objVersion       = "version"
 	objDemand        = "demand"

@@ -15,8 +15,8 @@ import (
 // rewritten by its replica every controller tick. The API server keeps no
 // lease on it, so liveness is read from change: a share counts from a
 // change this replica saw happen (a watch event), dated by its arrival
-// less its age, and stops counting once older than
-// controller.stale_after (Replica.Demand); shares listed at start, whose
+// less its age, and stops counting shareLife after that arrival unless it
+// changes again; shares listed at start, whose
 // age is unknown, count from their next change. The leader deletes the
 // ConfigMap of a replica whose share has not changed for
 // shareCollectAfter.
@@ -29,6 +29,15 @@ func (b *kubeBackend) shareCollectAfter() time.Duration {
 }
 
 const minShareCollectAfter = 5 * time.Minute
+
+// shareLife is how long a share counts after it arrived unless it
+// arrives again: the lease duration, or three controller ticks if longer
+// (a replica rewrites its share every tick). A replica that died stops
+// counting that long after its last write, as its etcd lease would
+// expire.
+func (b *kubeBackend) shareLife() time.Duration {
+	return max(b.r.ttl, 3*b.r.o.Config.Controller.Tick.Std())
+}
 
 // shareSeen is what the share watch knows of one ConfigMap.
 type shareSeen struct {
@@ -73,7 +82,7 @@ func (b *kubeBackend) watchShares(ctx context.Context) {
 		if !had && !known {
 			arrived = time.Time{} // listed, of unknown age: counts from its next change
 		}
-		b.r.takeShare(ctx, replica, cm.BinaryData[shareKey], arrived)
+		b.r.takeShare(ctx, replica, cm.BinaryData[shareKey], arrived, b.shareLife())
 	}
 	drop := func(name string) {
 		b.mu.Lock()
@@ -84,13 +93,12 @@ func (b *kubeBackend) watchShares(ctx context.Context) {
 		}
 	}
 	st := &funcStore{
-		set: func(obj any) { take(obj, true); b.r.countShares() },
+		set: func(obj any) { take(obj, true) },
 		del: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				_, name, _ := cache.SplitMetaNamespaceKey(key)
 				drop(name)
 			}
-			b.r.countShares()
 		},
 		replace: func(list []any) {
 			listed := map[string]bool{}
@@ -111,7 +119,6 @@ func (b *kubeBackend) watchShares(ctx context.Context) {
 			for _, name := range gone {
 				drop(name)
 			}
-			b.r.countShares()
 		},
 	}
 	runReflector(ctx, lw, &corev1.ConfigMap{}, st)
@@ -129,7 +136,10 @@ func (b *kubeBackend) writeShare(ctx context.Context, v []byte) error {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: b.ns, Labels: b.labels(objDemand), ResourceVersion: rv,
-			Annotations: map[string]string{annotInstance: b.instance},
+			// The write's time, by the writer's clock: every write changes
+			// the object (the API server drops an update that changes
+			// nothing), so a live replica's share is seen to change.
+			Annotations: map[string]string{annotInstance: b.instance, annotWritten: b.now().UTC().Format(time.RFC3339Nano)},
 		},
 		BinaryData: map[string][]byte{shareKey: v},
 	}

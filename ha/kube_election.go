@@ -43,6 +43,9 @@ type election struct {
 	// it, while it leads (the base of every write of its term).
 	mine    *coordinationv1.Lease
 	changed chan struct{} // poked when seen changes
+	// endTerm ends the term this replica leads (nil while it does not)
+	// once a Lease of a later term is seen.
+	endTerm func(l *coordinationv1.Lease)
 }
 
 func (e *election) init(b *kubeBackend) {
@@ -69,6 +72,9 @@ func (e *election) see(l *coordinationv1.Lease) {
 	}
 	old := e.seen
 	e.seen = l
+	if e.endTerm != nil {
+		e.endTerm(l)
+	}
 	if old == nil || old.Annotations[annotCurrent] != l.Annotations[annotCurrent] {
 		e.b.r.wakeSync()
 	}
@@ -283,6 +289,25 @@ func (e *election) lead(ctx context.Context, held *coordinationv1.Lease) error {
 	}()
 	renewed := e.b.now()
 	return r.runTerm(ctx, t, func(ctx context.Context, cancel context.CancelCauseFunc) {
+		// A Lease of a later term (its transitions count is higher: every
+		// acquisition raises it, so an event older than this term's
+		// acquisition never is) ends this one at once, not at the next
+		// renewal.
+		e.mu.Lock()
+		e.endTerm = func(l *coordinationv1.Lease) {
+			if n := int64(i32(l.Spec.LeaseTransitions)); n > t.rev {
+				cancel(fmt.Errorf("%w: the Lease is held by %s in term %d", errDeposed, str(l.Spec.HolderIdentity), n))
+			}
+		}
+		if e.seen != nil {
+			e.endTerm(e.seen)
+		}
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			e.endTerm = nil
+			e.mu.Unlock()
+		}()
 		tick := time.NewTicker(r.ttl / 4)
 		defer tick.Stop()
 		for {

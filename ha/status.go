@@ -5,6 +5,9 @@ import "time"
 // Status is what a replica says of itself at /healthz.
 type Status struct {
 	Replica string `json:"replica"`
+	// Backend is where the group lives: "etcd" or "kubernetes" (then the
+	// Etcd fields speak of the API server).
+	Backend string `json:"backend"`
 	// Leader: this replica leads; LeaderName is the leader etcd named at
 	// the last check ("" when none, or unknown).
 	Leader     bool   `json:"leader"`
@@ -32,7 +35,7 @@ type Status struct {
 
 // Status returns the replica's view of the HA group now.
 func (r *Replica) Status() Status {
-	s := Status{Replica: r.name, Leader: r.Leading(), Replicas: r.shareCount()}
+	s := Status{Replica: r.name, Backend: r.b.kind(), Leader: r.Leading(), Replicas: r.shareCount()}
 	if l := r.leader.Load(); l != nil {
 		s.LeaderName = *l
 	}

@@ -121,7 +121,9 @@ func (r *Replica) installRecord(ctx context.Context, rec record) error {
 }
 
 // fetch reads version v's content.
-func (r *Replica) fetch(ctx context.Context, v string) (*weights.Weights, error) { return r.b.fetch(ctx, v) }
+func (r *Replica) fetch(ctx context.Context, v string) (*weights.Weights, error) {
+	return r.b.fetch(ctx, v)
+}
 
 // refreshHistory reads the history records and builds the summaries,
 // reading the content of versions not in cache (and dropping from cache

@@ -7,17 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/ha/etcdtest"
+	"github.com/ilbproject/ilb/internal/kubetest"
 	"github.com/ilbproject/ilb/internal/logtest"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -46,12 +51,69 @@ ha:
 // on a loaded machine, so it only ends a test that is stuck.
 const within = 90 * time.Second
 
-// group is an etcd cluster and the replicas of one ILB on it.
+// group is an etcd cluster, or a Kubernetes API server, and the replicas
+// of one ILB on it.
 type group struct {
 	t    testing.TB
-	etcd *etcdtest.Cluster
+	etcd *etcdtest.Cluster // nil with kube
+	kube *kubetest.Server  // nil with etcd
 	cfg  *config.Config
 }
+
+// kubeWorld is world's ha: section for a Kubernetes API server.
+const kubeWorld = `
+ha:
+  lease_ttl: 2s
+  dial_timeout: 3s
+  kubernetes: {namespace: ilb-ha, lease: ilb-test}
+`
+
+// newKubeGroup is a group on a real kube-apiserver (internal/kubetest),
+// in namespace ilb-ha.
+func newKubeGroup(t testing.TB) *group {
+	t.Helper()
+	w := world[:strings.Index(world, "ha:")] + strings.TrimPrefix(kubeWorld, "\n")
+	c, err := config.Decode([]byte(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kubetest.Start(t)
+	k.Namespace(t, "ilb-ha")
+	return &group{t: t, kube: k, cfg: c}
+}
+
+// eachBackend runs f as a subtest on a group of each backend: a 1- or
+// 3-member etcd cluster (members), and a Kubernetes API server.
+func eachBackend(t *testing.T, members int, f func(t *testing.T, g *group)) {
+	t.Run("etcd", func(t *testing.T) { f(t, newGroup(t, members)) })
+	t.Run("kubernetes", func(t *testing.T) { f(t, newKubeGroup(t)) })
+}
+
+// options are the backend's part of a replica's options: its own client,
+// cut by the returned function.
+func (g *group) options(o ha.Options) (ha.Options, func()) {
+	if g.kube == nil {
+		cli := g.client()
+		o.Client = cli
+		return o, func() { _ = cli.Close() }
+	}
+	var cut atomic.Bool
+	rc := g.kube.Config()
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if cut.Load() {
+				return nil, errors.New("cut off")
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	o.Kube = rc
+	return o, func() { cut.Store(true) }
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func newGroup(t testing.TB, members int) *group {
 	t.Helper()
@@ -87,7 +149,7 @@ func (g *group) client() *clientv3.Client {
 type member struct {
 	*ha.Replica
 	name   string
-	cli    *clientv3.Client
+	cut    func() // cuts the replica off its backend
 	reg    *prometheus.Registry
 	sink   *sink
 	logs   *logtest.Buffer
@@ -109,11 +171,11 @@ type memberOpts struct {
 func (g *group) start(name string, mo memberOpts) *member {
 	g.t.Helper()
 	m := &member{
-		name: name, cli: g.client(), reg: prometheus.NewRegistry(), sink: &sink{}, logs: &logtest.Buffer{},
+		name: name, reg: prometheus.NewRegistry(), sink: &sink{}, logs: &logtest.Buffer{},
 		done: make(chan error, 1), terms: make(chan context.Context, 16),
 	}
-	r, err := ha.New(ha.Options{
-		Config: g.cfg, Client: m.cli, Name: name, Sinks: []weights.Sink{m.sink}, Demand: mo.demand,
+	o, cut := g.options(ha.Options{
+		Config: g.cfg, Name: name, Sinks: []weights.Sink{m.sink}, Demand: mo.demand,
 		HistorySize: mo.history, Probe: 100 * time.Millisecond, Registry: m.reg,
 		Logger: slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Lead: func(ctx context.Context) error {
@@ -126,6 +188,8 @@ func (g *group) start(name string, mo memberOpts) *member {
 			return nil
 		},
 	})
+	m.cut = cut
+	r, err := ha.New(o)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -155,10 +219,10 @@ func (m *member) stop() {
 	m.cancel = nil
 }
 
-// crash cuts the replica off etcd without a goodbye: its client closes,
-// its lease is left to expire.
+// crash cuts the replica off its backend without a goodbye: its lease
+// (etcd's, or the Kubernetes Lease) is left to expire.
 func (m *member) crash() {
-	_ = m.cli.Close()
+	m.cut()
 	m.stop()
 }
 
@@ -285,4 +349,86 @@ func gz(t *testing.T, s string) []byte {
 
 func withPrefixCount() []clientv3.OpOption {
 	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
+}
+
+// depose ends m's term behind its back: etcd deletes its election key
+// (as when its lease expires); Kubernetes writes the Lease as next does
+// when it takes an expired one (next then renews it in a term of its
+// own).
+func (g *group) depose(t *testing.T, m, next *member) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if g.kube != nil {
+		leases := g.kube.Client().CoordinationV1().Leases("ilb-ha")
+		l, err := leases.Get(ctx, g.cfg.HA.Kubernetes.Lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *l.Spec.HolderIdentity != m.name {
+			t.Fatalf("the Lease names %s, want %s", *l.Spec.HolderIdentity, m.name)
+		}
+		n := *l.Spec.LeaseTransitions + 1
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = &next.name, &n
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	cli := g.client()
+	keys, err := cli.Get(ctx, g.cfg.HA.KeyPrefix+"election/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for _, kv := range keys.Kvs {
+		if string(kv.Value) == m.name {
+			if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Fatalf("found %d election keys of %s, want 1", deleted, m.name)
+	}
+}
+
+// current is the record of the version in force as stored.
+func (g *group) current(t *testing.T) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if g.kube != nil {
+		l, err := g.kube.Client().CoordinationV1().Leases("ilb-ha").Get(ctx, g.cfg.HA.Kubernetes.Lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []byte(l.Annotations["ilb.dev/current"])
+	}
+	cur, err := g.client().Get(ctx, g.cfg.HA.KeyPrefix+"current")
+	if err != nil || len(cur.Kvs) != 1 {
+		t.Fatalf("current: %v, %v", cur, err)
+	}
+	return cur.Kvs[0].Value
+}
+
+// contentObjects counts the stored objects of version v's content: etcd
+// keys (meta and chunks) or ConfigMaps (one per chunk).
+func (g *group) contentObjects(t *testing.T, v string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if g.kube != nil {
+		l, err := g.kube.Client().CoreV1().ConfigMaps("ilb-ha").List(ctx, metav1.ListOptions{LabelSelector: "ilb.dev/version=" + v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+	n, err := g.client().Get(ctx, g.cfg.HA.KeyPrefix+"versions/"+v+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n.Count)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/ha/etcdtest"
+	"github.com/ilbproject/ilb/internal/kubetest"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/sim/stack"
 )
@@ -65,35 +66,41 @@ func TestHALeaderStopsUnderLoad(t *testing.T) {
 // replica, and streams past their exchange go on (failure_mode_allow).
 // The test asserts the fail-open source loses nothing and logs what the
 // fail-closed one lost: at most the exchanges in flight at the crash.
+// It runs on both HA backends: a 3-member etcd, and a Kubernetes API
+// server (ha.kubernetes: a Lease and ConfigMaps).
 func TestHALeaderCrashUnderLoad(t *testing.T) {
-	_, s := startHA(t, 2*time.Second)
-	waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
-	first := s.Leader()
-	load := startLoad(t, s)
-	waitUntil(t, "load through both sources", 30*time.Second, func() bool { return servedOK(s) >= 50 })
-	if err := s.CrashReplica(first); err != nil {
-		t.Fatal(err)
+	for _, backend := range []string{"etcd", "kubernetes"} {
+		t.Run(backend, func(t *testing.T) {
+			s, _ := startHABackend(t, backend, 2*time.Second)
+			waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
+			first := s.Leader()
+			load := startLoad(t, s)
+			waitUntil(t, "load through both sources", 30*time.Second, func() bool { return servedOK(s) >= 50 })
+			if err := s.CrashReplica(first); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "another leader", 30*time.Second, func() bool { l := s.Leader(); return l >= 0 && l != first })
+			mark := servedOK(s)
+			waitUntil(t, "load after the crash", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
+			results := load.finish(t)
+			lost := map[string]int{}
+			for _, r := range results {
+				if r.Err != nil || r.Status != 200 {
+					lost[fmt.Sprintf("%s %d %s", r.Source, r.Status, r.Reason)]++
+				}
+			}
+			for k := range lost {
+				if strings.HasPrefix(k, "edge-us ") {
+					t.Errorf("the fail-open source lost requests: %v", lost)
+				}
+			}
+			// Four clients per source: at most four exchanges were in flight.
+			if n := lost["edge-eu 503 routing_unavailable"]; n > 4 || len(lost) > 1 || len(lost) == 1 && n == 0 {
+				t.Errorf("lost %v; want at most the 4 fail-closed exchanges in flight at the crash", lost)
+			}
+			t.Logf("%d requests; the leader's crash lost %v", len(results), lost)
+		})
 	}
-	waitUntil(t, "another leader", 30*time.Second, func() bool { l := s.Leader(); return l >= 0 && l != first })
-	mark := servedOK(s)
-	waitUntil(t, "load after the crash", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
-	results := load.finish(t)
-	lost := map[string]int{}
-	for _, r := range results {
-		if r.Err != nil || r.Status != 200 {
-			lost[fmt.Sprintf("%s %d %s", r.Source, r.Status, r.Reason)]++
-		}
-	}
-	for k := range lost {
-		if strings.HasPrefix(k, "edge-us ") {
-			t.Errorf("the fail-open source lost requests: %v", lost)
-		}
-	}
-	// Four clients per source: at most four exchanges were in flight.
-	if n := lost["edge-eu 503 routing_unavailable"]; n > 4 || len(lost) > 1 || len(lost) == 1 && n == 0 {
-		t.Errorf("lost %v; want at most the 4 fail-closed exchanges in flight at the crash", lost)
-	}
-	t.Logf("%d requests; the leader's crash lost %v", len(results), lost)
 }
 
 // TestHAEtcdLossFailsStatic: under load on three replicas, one etcd member
@@ -160,6 +167,91 @@ func TestHAEtcdLossFailsStatic(t *testing.T) {
 	mark = servedOK(s)
 	waitUntil(t, "load after etcd is back", 30*time.Second, func() bool { return servedOK(s) >= mark+50 })
 	load.stop(t)
+}
+
+// TestHAKubeAPILossFailsStatic: three replicas on a Kubernetes API
+// server (ha.kubernetes), under load; the API server stopped, every
+// replica says it is fail-static, none leads, and all keep serving the
+// last version; back, a leader publishes and every replica serves the
+// version in the Lease again. No request fails throughout.
+func TestHAKubeAPILossFailsStatic(t *testing.T) {
+	s, api := startHABackend(t, "kubernetes", 2*time.Second)
+	k := s.Replicas[0].App.HA
+	waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
+	load := startLoad(t, s)
+	waitUntil(t, "load through both sources", 30*time.Second, func() bool { return servedOK(s) >= 50 })
+	installed := k.Status().Installed
+
+	api.Stop()
+	waitUntil(t, "every replica fail-static and none leading", 60*time.Second, func() bool {
+		for _, r := range s.Replicas {
+			if st := r.App.HA.Status(); !st.FailStatic || st.Leader {
+				return false
+			}
+		}
+		return true
+	})
+	mark := servedOK(s)
+	waitUntil(t, "load with the API server down", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
+	for i, r := range s.Replicas {
+		if got := r.App.HA.Status().Installed; got != installed {
+			t.Errorf("replica %d serves %s without the API server; want the last version %s", i, got, installed)
+		}
+	}
+
+	api.Restart()
+	waitUntil(t, "a leader and every replica serving the version in the Lease", 60*time.Second, func() bool {
+		if s.Leader() < 0 {
+			return false
+		}
+		want := ""
+		for _, r := range s.Replicas {
+			st := r.App.HA.Status()
+			if st.FailStatic || st.Installed == "" || st.Installed != st.Published || want != "" && st.Installed != want {
+				return false
+			}
+			want = st.Installed
+		}
+		return true
+	})
+	mark = servedOK(s)
+	waitUntil(t, "load after the API server is back", 30*time.Second, func() bool { return servedOK(s) >= mark+50 })
+	load.stop(t)
+}
+
+// startHABackend runs the demo world with three ILB replicas on a real
+// three-member etcd or a real kube-apiserver (returned), with the given
+// lease.
+func startHABackend(t *testing.T, backend string, lease time.Duration) (*stack.Stack, *kubetest.Server) {
+	t.Helper()
+	if backend == "etcd" {
+		_, s := startHA(t, lease)
+		return s, nil
+	}
+	k := kubetest.Start(t)
+	k.Namespace(t, "ilb-ha")
+	c, err := config.Load("../examples/demo/ilb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Kubernetes.APIServers = []config.KubeAPIServer{{Name: "test", Kubeconfig: k.Kubeconfig("test", "")}}
+	h := config.DefaultHA()
+	h.LeaseTTL = config.Duration(lease)
+	h.Kubernetes = &config.HAKubernetes{APIServer: "test", Namespace: "ilb-ha", Lease: "ilb"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := stack.Start(ctx, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = s.Wait()
+	})
+	return s, k
 }
 
 // startHA runs the demo world with three ILB replicas on a real

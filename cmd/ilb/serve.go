@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	version := a.Controller.Current().Version()
-	if a.HA != nil { // a replica serves the version in force in etcd
+	if a.HA != nil { // a replica serves the version in force in its HA backend
 		version = a.HA.Current().Version()
 	}
 	fmt.Fprintf(stdout, "ilb serving: xds %s, extproc %s, admin %s (weights %s)\n",

@@ -112,9 +112,15 @@ func servable(c *config.Config) error {
 			errs = append(errs, fmt.Errorf("source %s: %w", s.Name, err))
 		}
 	}
-	// The kubeconfig files of the API servers clusters use: serve reads
-	// them at start (the in-cluster configuration only exists in a pod).
+	// The kubeconfig files of the API servers clusters and ha.kubernetes
+	// use: serve reads them at start (the in-cluster configuration only
+	// exists in a pod).
 	used := map[string]bool{}
+	if c.HA != nil && c.HA.Kubernetes != nil {
+		if a, ok := c.KubeAPIServer(c.HA.Kubernetes.APIServer); ok {
+			used[a.Name] = true
+		}
+	}
 	for _, e := range c.Clusters {
 		if k := e.Discovery.Kubernetes; e.Discovery.Type == config.DiscoveryKube && k != nil {
 			if a, ok := c.KubeAPIServer(k.APIServer); ok {

@@ -1,0 +1,100 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ilbproject/ilb/ha"
+	"github.com/ilbproject/ilb/internal/promtest"
+)
+
+// TestKubeFailStatic: with the API server stopped every replica keeps
+// serving the last version and says so, and no replica leads (the
+// leader's renewals fail for two thirds of the lease); when it returns, a
+// leader is elected and its publications are served again.
+func TestKubeFailStatic(t *testing.T) {
+	g := newKubeGroup(t)
+	ms := []*member{g.start("a", memberOpts{}), g.start("b", memberOpts{}), g.start("c", memberOpts{})}
+	w1 := routing(t, 5000, time.Now())
+	publish(t, leaderOf(t, ms...), w1)
+	serving(t, w1.Version(), ms...)
+
+	lost := time.Now()
+	g.kube.Stop()
+	for _, m := range ms {
+		waitFor(t, "replica "+m.name+" reports the API server unreachable", func() bool {
+			st := m.Status()
+			return !st.EtcdReachable && st.FailStatic && st.EtcdError != "" && st.Backend == "kubernetes"
+		})
+	}
+	waitFor(t, "no replica leads", func() bool { return !slices.ContainsFunc(ms, (*member).Leading) })
+	t.Logf("API server down: every replica fail-static and no leader %s later", time.Since(lost).Round(time.Millisecond))
+	for _, m := range ms {
+		if got := m.Current().Version(); got != w1.Version() {
+			t.Errorf("replica %s serves %s without the API server; want the last version %s", m.name, got, w1.Version())
+		}
+		promtest.Check(t, m.reg, "ilb_ha_etcd_reachable", nil, 0)
+		promtest.Check(t, m.reg, "ilb_ha_leader", nil, 0)
+		if !strings.Contains(m.logs.String(), "HA backend unreachable: serving the last installed weights (fail static)") {
+			t.Errorf("replica %s did not log that it is fail-static", m.name)
+		}
+		if _, err := m.Publisher().Prepare(context.Background(), routing(t, 7000, time.Now())); !errors.Is(err, ha.ErrNotLeader) {
+			t.Errorf("replica %s published without the API server: err = %v, want ErrNotLeader", m.name, err)
+		}
+	}
+
+	back := time.Now()
+	g.kube.Restart()
+	w2 := routing(t, 8000, time.Now())
+	publish(t, leaderOf(t, ms...), w2)
+	serving(t, w2.Version(), ms...)
+	t.Logf("API server back: a leader's new version served everywhere %s later", time.Since(back).Round(time.Millisecond))
+	for _, m := range ms {
+		if st := m.Status(); !st.EtcdReachable || st.FailStatic {
+			t.Errorf("replica %s status after the API server returned: %+v", m.name, st)
+		}
+	}
+}
+
+// TestKubeObjects: what the group keeps in the API server is what the
+// package doc and the chart's RBAC say: one Lease naming the leader,
+// whose annotations hold the record in force and the history; a
+// ConfigMap per demand share and per version chunk, labelled with the
+// group; content the history no longer names is collected.
+func TestKubeObjects(t *testing.T) {
+	g := newKubeGroup(t)
+	a := g.start("a", memberOpts{history: 2, demand: fixedDemand(nil)})
+	l := leaderOf(t, a)
+	var vs []string
+	for i := range 4 {
+		w := routing(t, uint32(1000*(i+1)), time.Now())
+		publish(t, l, w)
+		vs = append(vs, w.Version())
+	}
+	serving(t, vs[3], a)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	lease, err := g.kube.Client().CoordinationV1().Leases("ilb-ha").Get(ctx, "ilb-test", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := *lease.Spec.HolderIdentity; h != "a" || !strings.Contains(lease.Annotations["ilb.dev/current"], vs[3]) {
+		t.Errorf("Lease: holder %q, current %s; want a and %s", h, lease.Annotations["ilb.dev/current"], vs[3])
+	}
+	if got := a.Versions(10); len(got) != 2 || got[0].Version != vs[3] || got[1].Version != vs[2] {
+		t.Errorf("history = %v; want the last 2 versions, newest first", summaryVersions(got))
+	}
+	waitFor(t, "the content of versions out of the history collected", func() bool {
+		return g.contentObjects(t, vs[0]) == 0 && g.contentObjects(t, vs[1]) == 0 && g.contentObjects(t, vs[3]) == 1
+	})
+	waitFor(t, "a's demand share", func() bool {
+		cms, err := g.kube.Client().CoreV1().ConfigMaps("ilb-ha").List(ctx, metav1.ListOptions{LabelSelector: "ilb.dev/ha-group=ilb-test,ilb.dev/object=demand"})
+		return err == nil && len(cms.Items) == 1 && cms.Items[0].Name == "ilb-test-demand-a"
+	})
+}
