@@ -3,7 +3,7 @@ package config
 import (
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ilbproject/ilb/internal/bound"
 )

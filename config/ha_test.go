@@ -153,3 +153,65 @@ func unjoin(err error) []error {
 	}
 	return []error{err}
 }
+
+// TestHAKubernetes: ha.kubernetes decodes over its defaults, strictly,
+// and is checked with every problem named: etcd settings beside it, the
+// API server, namespace, Lease and replica names.
+func TestHAKubernetes(t *testing.T) {
+	c, err := config.Parse([]byte(base + "ha: {kubernetes: {namespace: ilb}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.HA.Kubernetes; k == nil || *k != (config.HAKubernetes{Namespace: "ilb", Lease: "ilb"}) || len(c.HA.Endpoints) != 0 {
+		t.Fatalf("ha = %+v, kubernetes %+v; want the default Lease", c.HA, c.HA.Kubernetes)
+	}
+	if _, err := config.Parse([]byte(base + "ha: {kubernetes: {namespace: ilb, leases: x}}\n")); err == nil ||
+		!strings.Contains(err.Error(), "field leases not found in type config.HAKubernetes") {
+		t.Fatalf("an unknown field: err = %v", err)
+	}
+	tests := []struct {
+		name   string
+		mutate func(c *config.Config)
+		want   []string
+	}{
+		{"valid", func(*config.Config) {}, nil},
+		{"valid with a named API server", func(c *config.Config) {
+			c.Kubernetes.APIServers = []config.KubeAPIServer{{Name: "east", Kubeconfig: "k.yaml"}, {Name: "west", Kubeconfig: "k.yaml"}}
+			c.HA.Kubernetes.APIServer = "west"
+		}, nil},
+		{"etcd settings beside it", func(c *config.Config) {
+			c.HA.Endpoints = []string{"e:1"}
+			c.HA.TLS.CAFile = "ca.pem"
+		}, []string{"ha.endpoints: lists 1 etcd members while ha.kubernetes is set", "ha.tls: is set while ha.kubernetes is set"}},
+		{"unknown API server", func(c *config.Config) { c.HA.Kubernetes.APIServer = "east" }, []string{`ha.kubernetes.api_server: unknown API server "east": want one of in-cluster`}},
+		{"API server to name", func(c *config.Config) {
+			c.Kubernetes.APIServers = []config.KubeAPIServer{{Name: "east", Kubeconfig: "k.yaml"}, {Name: "west", Kubeconfig: "k.yaml"}}
+		}, []string{"ha.kubernetes.api_server: kubernetes.api_servers has 2 API servers: name one of east, west"}},
+		{"bad names", func(c *config.Config) {
+			c.HA.Kubernetes.Namespace, c.HA.Kubernetes.Lease, c.HA.Replica = "", "ILB", "ilb_0"
+		}, []string{`ha.kubernetes.namespace: "" is not a namespace name`, `ha.kubernetes.lease: "ILB" is not a Lease name`, `ha.replica: "ilb_0" cannot name a Kubernetes object`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t)
+			h := config.DefaultHA()
+			k := config.DefaultHAKubernetes()
+			k.Namespace = "ilb"
+			h.Kubernetes = &k
+			c.HA = &h
+			tt.mutate(c)
+			var got []string
+			for _, e := range unjoin(c.Validate()) {
+				got = append(got, e.Error())
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("problems:\n%s\nwant %d:\n%s", strings.Join(got, "\n"), len(tt.want), strings.Join(tt.want, "\n"))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("problem %d = %q; want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
