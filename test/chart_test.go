@@ -26,9 +26,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/internal/kubetest"
 	"github.com/ilbproject/ilb/kube"
 	"github.com/ilbproject/ilb/signals"
+	"github.com/ilbproject/ilb/weights"
 )
 
 const chartDir = "../charts/ilb"
@@ -98,6 +100,29 @@ func find(t *testing.T, docs []map[string]any, kind string) map[string]any {
 	return nil
 }
 
+// findNamed returns the document of kind named name.
+func findNamed(t *testing.T, docs []map[string]any, kind, name string) map[string]any {
+	t.Helper()
+	for _, d := range docs {
+		if d["kind"] == kind && d["metadata"].(map[string]any)["name"] == name {
+			return d
+		}
+	}
+	t.Fatalf("no %s %s rendered", kind, name)
+	return nil
+}
+
+// chartConfig is ILB's configuration in the rendered ConfigMap, parsed.
+func chartConfig(t *testing.T, docs []map[string]any) *config.Config {
+	t.Helper()
+	text := find(t, docs, "ConfigMap")["data"].(map[string]any)["ilb.yaml"].(string)
+	c, err := config.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("the chart's ILB configuration does not validate: %v\n%s", err, text)
+	}
+	return c
+}
+
 // TestChartRenders renders the chart with named sets of values (helm's
 // own engine and linter): it lints clean, ILB's configuration in the
 // ConfigMap passes ilb's validation with listen: on the container ports,
@@ -124,12 +149,21 @@ func TestChartRenders(t *testing.T) {
 				"prometheusRule": map[string]any{"enabled": true},
 			},
 			map[string]int{
-				"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 2, "RoleBinding": 2,
+				"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 3, "RoleBinding": 3,
 				"PodDisruptionBudget": 1, "ServiceMonitor": 1, "PrometheusRule": 1,
 			},
 			func(t *testing.T, docs []map[string]any) {
 				if got := ruleResources(find(t, docs, "Role")); got != "endpointslices,services,pods,inferencepools" {
 					t.Errorf("Role rules on %s, want endpointslices,services,pods,inferencepools", got)
+				}
+				// Two replicas: HA on a Lease in the release's namespace.
+				ha := findNamed(t, docs, "Role", "ilb-ha")
+				if got := ruleResources(ha); got != "leases,configmaps" || ha["metadata"].(map[string]any)["namespace"] != "inference" {
+					t.Errorf("HA Role on %s in %v, want leases,configmaps in inference", got, ha["metadata"])
+				}
+				c := chartConfig(t, docs)
+				if c.HA == nil || c.HA.Kubernetes == nil || *c.HA.Kubernetes != (config.HAKubernetes{Namespace: "inference", Lease: "ilb"}) {
+					t.Errorf("ha = %+v; want ha.kubernetes in inference on Lease ilb", c.HA)
 				}
 				rule := find(t, docs, "PrometheusRule")
 				alerts, err := os.ReadFile("../examples/observability/prometheus-alerts.yaml")
@@ -144,6 +178,26 @@ func TestChartRenders(t *testing.T) {
 				wantY, _ := yaml.Marshal(want)
 				if !bytes.Equal(got, wantY) {
 					t.Errorf("the PrometheusRule's spec is not examples/observability/prometheus-alerts.yaml")
+				}
+			},
+		},
+		{
+			"several replicas on your own etcd: no HA Role",
+			map[string]any{"configYAML": string(demo) + "ha: {endpoints: [\"https://etcd-0:2379\"]}\n", "replicaCount": 3},
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1},
+			func(t *testing.T, docs []map[string]any) {
+				if c := chartConfig(t, docs); c.HA == nil || c.HA.Kubernetes != nil || len(c.HA.Endpoints) != 1 {
+					t.Errorf("ha = %+v; want the configuration's etcd section kept", c.HA)
+				}
+			},
+		},
+		{
+			"ha.kubernetes of your own: the chart fills its namespace",
+			map[string]any{"configYAML": string(demo) + "ha: {kubernetes: {lease: fleet-a}}\n"},
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
+			func(t *testing.T, docs []map[string]any) {
+				if c := chartConfig(t, docs); c.HA == nil || c.HA.Kubernetes == nil || *c.HA.Kubernetes != (config.HAKubernetes{Namespace: "inference", Lease: "fleet-a"}) {
+					t.Errorf("ha = %+v; want Lease fleet-a in the release's namespace", c.HA)
 				}
 			},
 		},
@@ -332,6 +386,7 @@ func TestChartOnAPIServer(t *testing.T) {
 	// each namespace grants both (the rules follow the configuration).
 	manifests, docs := renderChart(t, "inference", map[string]any{
 		"configYAML":     kubeDemo,
+		"replicaCount":   2,
 		"rbac":           map[string]any{"namespaces": []any{"inference", "models"}},
 		"serviceMonitor": map[string]any{"enabled": true},
 		"prometheusRule": map[string]any{"enabled": true},
@@ -394,8 +449,15 @@ func TestChartOnAPIServer(t *testing.T) {
 			_, err := as.CoreV1().Secrets("inference").Get(ctx, "any", metav1.GetOptions{})
 			return err
 		}},
-		{"list configmaps", func() error {
-			_, err := as.CoreV1().ConfigMaps("inference").List(ctx, metav1.ListOptions{})
+		{"list configmaps where no HA group lives", func() error {
+			_, err := as.CoreV1().ConfigMaps("models").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"delete a lease", func() error {
+			return as.CoordinationV1().Leases("inference").Delete(ctx, "ilb", metav1.DeleteOptions{})
+		}},
+		{"list leases elsewhere", func() error {
+			_, err := as.CoordinationV1().Leases("models").List(ctx, metav1.ListOptions{})
 			return err
 		}},
 		{"list pods elsewhere", func() error { _, err := as.CoreV1().Pods("elsewhere").List(ctx, metav1.ListOptions{}); return err }},
@@ -408,6 +470,10 @@ func TestChartOnAPIServer(t *testing.T) {
 			t.Errorf("as the chart's ServiceAccount, %s: %v; want 403 Forbidden", r.name, err)
 		}
 	}
+
+	// ILB's HA group, as the rendered configuration says, with that token:
+	// a replica leads on the Lease and publishes.
+	haReplicaAs(t, api, chartConfig(t, docs), api.Kubeconfig("sa", tr.Status.Token))
 
 	// ILB's own discovery, with that token from a kubeconfig.
 	if _, err := admin.DiscoveryV1().EndpointSlices("inference").Create(ctx, endpointSliceOf("vllm", "10.3.0.1", 8000), metav1.CreateOptions{}); err != nil {
@@ -456,5 +522,65 @@ func endpointSliceOf(svc, ip string, port int32) *discoveryv1.EndpointSlice {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port)}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}
+}
+
+// haReplicaAs runs an HA replica of c (ha.kubernetes) against the API
+// server through kubeconfig: it must lead, publish a version and share
+// its demand, each a request the chart's RBAC must allow.
+func haReplicaAs(t *testing.T, api *kubetest.Server, c *config.Config, kubeconfig string) {
+	t.Helper()
+	c.Kubernetes.APIServers = []config.KubeAPIServer{{Name: "here", Kubeconfig: kubeconfig}}
+	c.HA.Kubernetes.APIServer = "here"
+	c.HA.Replica = "ilb-0"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := weights.New("test", time.Now(), []weights.Cell{{Source: c.Sources[0].Name, Model: c.Models[0].Name, Targets: []weights.Target{{Cluster: c.Clusters[0].Name, Weight: weights.Total}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan error, 1)
+	var rep *ha.Replica
+	rep, err = ha.New(ha.Options{
+		Config: c,
+		Demand: func(now time.Time) (weights.Demand, time.Time) { return weights.Demand{}, now },
+		Lead: func(ctx context.Context) error {
+			_, err := rep.Publisher().Prepare(ctx, w)
+			published <- err
+			<-ctx.Done()
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rep.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case err := <-published:
+		if err != nil {
+			t.Fatalf("as the chart's ServiceAccount, the HA leader's publication: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("as the chart's ServiceAccount, no replica led within a minute: %+v", rep.Status())
+	}
+	deadline := time.Now().Add(time.Minute)
+	for rep.Current() == nil || rep.Current().Version() != w.Version() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the published version was not installed: %+v", rep.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cms, err := api.Client().CoreV1().ConfigMaps(c.HA.Kubernetes.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "ilb.dev/ha-group=" + c.HA.Kubernetes.Lease})
+	if err != nil || len(cms.Items) == 0 {
+		t.Fatalf("the HA group's ConfigMaps: %d, %v", len(cms.Items), err)
 	}
 }

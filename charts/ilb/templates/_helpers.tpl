@@ -52,6 +52,19 @@ namespace may appear), with listen: set to the chart's ports. */}}
 {{- if contains ":" $host -}}{{- $host = printf "[%s]" $host -}}{{- end -}}
 {{- $listen := dict "xds" (printf "%s:%v" $host .Values.ports.xds) "extproc" (printf "%s:%v" $host .Values.ports.extproc) "admin" (printf "%s:%v" $host .Values.ports.admin) -}}
 {{- $_ := set $cfg "listen" $listen -}}
+{{- /* Several replicas share their state through the API server (a Lease
+and ConfigMaps in the release's namespace) unless the configuration has
+an ha: section of its own. */ -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not (hasKey $cfg "ha")) -}}
+{{- $_ := set $cfg "ha" (dict "kubernetes" dict) -}}
+{{- end -}}
+{{- $ha := get $cfg "ha" | default dict -}}
+{{- if hasKey $ha "kubernetes" -}}
+{{- $k := get $ha "kubernetes" | default dict -}}
+{{- if not (get $k "namespace") -}}{{- $_ := set $k "namespace" .Release.Namespace -}}{{- end -}}
+{{- if not (get $k "lease") -}}{{- $_ := set $k "lease" (include "ilb.fullname" .) -}}{{- end -}}
+{{- $_ := set $ha "kubernetes" $k -}}
+{{- end -}}
 {{- $sec := get $cfg "security" | default dict -}}
 {{- $adm := get $sec "admin" | default dict -}}
 {{- if not (or (get $adm "tls") (get $adm "token_file")) -}}
@@ -86,4 +99,11 @@ serves the admin API over TLS. */}}
 {{- define "ilb.adminScheme" -}}
 {{- $cfg := include "ilb.config" . | fromYaml -}}
 {{- if ((get $cfg "security" | default dict).admin | default dict).tls -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- end -}}
+
+{{/* The namespace of the HA Lease and ConfigMaps when the configuration
+keeps its HA group in Kubernetes (ha.kubernetes), else empty. */}}
+{{- define "ilb.haNamespace" -}}
+{{- $cfg := include "ilb.config" . | fromYaml -}}
+{{- ((get $cfg "ha" | default dict).kubernetes | default dict).namespace | default "" -}}
 {{- end -}}
