@@ -1,9 +1,13 @@
 // Package ha makes `ilb serve` one of several replicas of one ILB that
-// share an etcd cluster (the ha: section of the configuration; DESIGN §7,
-// docs/operations.md "High availability").
+// share a backend (the ha: section of the configuration;
+// docs/operations.md "High availability"): an etcd cluster, or with
+// ha.kubernetes a Kubernetes API server (kube*.go; described at the end).
+// What does not depend on the backend (installing, the controller's
+// term, the demand sum, the store's rules, status, metrics) is the
+// Replica's; the rest is behind the backend interface (backend.go).
 //
-// A [Replica] holds a session (an etcd lease of ha.lease_ttl, renewed in
-// the background) and, through it:
+// With etcd (etcd*.go), a [Replica] holds a session (an etcd lease of
+// ha.lease_ttl, renewed in the background) and, through it:
 //
 //   - campaigns in an etcd election (the client's concurrency package).
 //     The leader runs Options.Lead (the controller) until its term ends:
@@ -46,4 +50,30 @@
 //	P versions/<v>/c/<i>      chunk i of its gzip'd JSON weights document
 //	P demand/<replica>        a replica's demand share (on its lease)
 //	P state/<ns>/<key>        Store
+//
+// With Kubernetes (kube*.go), the same roles are played by API objects
+// in ha.kubernetes.namespace, named after the Lease L:
+//
+//   - the election is on Lease L: the holder renews it every quarter of
+//     its duration; a candidate watches it and takes it (an update
+//     conditioned on the resourceVersion it read, raising its
+//     transitions count: the term) once it saw no change for the lease
+//     duration. A leader ends its term when a renewal has not succeeded
+//     for two thirds of the duration, or at once when it sees a later
+//     term. On the way out it releases the Lease (no holder).
+//   - fencing: the record of the version in force and the history are
+//     annotations of the Lease, and every publication is an update of
+//     the Lease based on the leader's own last write: the API server
+//     refuses it once anyone else wrote the Lease (a conflict), so a
+//     deposed leader's publication never lands.
+//   - content: ConfigMaps L-v-<version>-<i>, immutable, addressed by the
+//     content hash and checked against it by every reader (as in etcd);
+//     one not named by a record is never installed and is collected.
+//   - demand: each replica rewrites ConfigMap L-demand-<replica> every
+//     tick (with the time of the write, so each write changes it); a
+//     share counts from a change seen by watch, for the lease duration
+//     (or three ticks) after it, as an etcd lease would expire.
+//   - store: ConfigMap L-store-<hash of the namespace>, updated with
+//     resourceVersion preconditions; PutIfLeader checks the term before
+//     its write, which is not atomic with it (unlike etcd's).
 package ha

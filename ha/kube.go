@@ -139,7 +139,8 @@ func (b *kubeBackend) readCurrent(ctx context.Context) (current, error) {
 		}
 		return current{}, err
 	}
-	b.el.see(l)
+	// Not handed to the election: a read may answer after a newer watch
+	// event, and the election dates what it sees.
 	var out current
 	if l.Spec.HolderIdentity != nil {
 		out.leader = *l.Spec.HolderIdentity

@@ -41,8 +41,11 @@ type election struct {
 	observed time.Time
 	// mine is the Lease as this replica's last successful write returned
 	// it, while it leads (the base of every write of its term).
-	mine    *coordinationv1.Lease
-	changed chan struct{} // poked when seen changes
+	mine *coordinationv1.Lease
+	// mineSent is when the request that wrote mine was sent: no other
+	// replica takes the Lease before mineSent plus its duration.
+	mineSent time.Time
+	changed  chan struct{} // poked when seen changes
 	// endTerm ends the term this replica leads (nil while it does not)
 	// once a Lease of a later term is seen.
 	endTerm func(l *coordinationv1.Lease)
@@ -185,6 +188,7 @@ func (e *election) campaign(ctx context.Context) {
 			t.Stop()
 			continue
 		}
+		sent := e.b.now()
 		held, err := e.acquire(ctx, l)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -202,7 +206,7 @@ func (e *election) campaign(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		cause := e.lead(ctx, held)
+		cause := e.lead(ctx, held, sent)
 		if ctx.Err() != nil {
 			e.release(ctx)
 			return
@@ -273,14 +277,14 @@ func (b *kubeBackend) writeLease(ctx context.Context, l *coordinationv1.Lease, c
 // force, renewed every D/4, ended when a renewal is refused because
 // another replica wrote the Lease, when no renewal succeeded for D*2/3,
 // when ctx is done or Lead returns.
-func (e *election) lead(ctx context.Context, held *coordinationv1.Lease) error {
+func (e *election) lead(ctx context.Context, held *coordinationv1.Lease, sent time.Time) error {
 	r := e.b.r
 	t := &term{key: held.Name, rev: int64(i32(held.Spec.LeaseTransitions))}
 	if rec, err := decodeRecord([]byte(held.Annotations[annotCurrent])); err == nil {
 		t.nextSeq, t.published = rec.Seq+1, rec.Version
 	}
 	e.mu.Lock()
-	e.mine = held
+	e.mine, e.mineSent = held, sent
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
@@ -352,11 +356,12 @@ func (e *election) update(ctx context.Context, t *term, change func(l *coordinat
 		}
 		next := base.DeepCopy()
 		change(next)
+		sent := e.b.now()
 		out, err := e.b.writeLease(ctx, next, false)
 		if err == nil {
 			e.mu.Lock()
 			if e.mine != nil {
-				e.mine = out
+				e.mine, e.mineSent = out, sent
 			}
 			e.mu.Unlock()
 			return nil
@@ -408,6 +413,17 @@ func (e *election) release(ctx context.Context) {
 	if _, err := e.b.writeLease(rctx, next, false); err != nil {
 		e.b.r.log.WarnContext(ctx, "Lease: could not release it on the way out; another replica takes it once it expires", "err", err)
 	}
+}
+
+// safe reports whether no other replica can have taken the Lease from
+// term t yet: this replica's last write of it was sent less than a third
+// of its duration ago (another replica takes it a whole duration after
+// it saw that write). Deletions that another term's publications could
+// need are made only while it holds.
+func (e *election) safe(t *term) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mine != nil && names(e.mine, e.b.r.name, t.rev) && e.b.now().Sub(e.mineSent) < e.b.r.ttl/3
 }
 
 // leaseOf is the Lease as the term's leader last wrote it, if it still

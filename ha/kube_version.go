@@ -1,11 +1,14 @@
 package ha
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -131,14 +134,35 @@ func (b *kubeBackend) collect(ctx context.Context, t *term) {
 		r.log.DebugContext(ctx, "collect: list the versions", "err", err)
 		return
 	}
-	for _, cm := range list.Items {
-		if v := cm.Labels[labelVersion]; !keep[v] {
-			if err := b.deleteConfigMap(ctx, cm.Name, cm.ResourceVersion); err != nil {
-				r.log.DebugContext(ctx, "collect: delete", "err", err)
-			}
+	// Chunk 0 of a version first: a collection cut short never leaves a
+	// chunk 0 whose other chunks are gone (writeContent takes chunk 0 as
+	// the sign that the whole content is there).
+	items := list.Items
+	slices.SortStableFunc(items, func(x, y corev1.ConfigMap) int {
+		return cmp.Compare(chunkIndex(x.Name), chunkIndex(y.Name))
+	})
+	for _, cm := range items {
+		if v := cm.Labels[labelVersion]; keep[v] {
+			continue
+		}
+		// Another term's version could be deleted once another replica
+		// may lead: stop while this term surely holds no more.
+		if !b.el.safe(t) {
+			return
+		}
+		if err := b.deleteConfigMap(ctx, cm.Name, cm.ResourceVersion); err != nil {
+			r.log.DebugContext(ctx, "collect: delete", "err", err)
 		}
 	}
-	b.collectShares(ctx)
+	if b.el.safe(t) {
+		b.collectShares(ctx)
+	}
+}
+
+// chunkIndex is the chunk number a version ConfigMap's name ends with.
+func chunkIndex(name string) int {
+	n, _ := strconv.Atoi(name[strings.LastIndexByte(name, '-')+1:])
+	return n
 }
 
 // pushHistory puts rec first in the history annotation h, keeping at most
