@@ -59,7 +59,6 @@ func (e *election) init(b *kubeBackend) {
 // Errors of a Kubernetes term.
 var (
 	errRenewDeadline = errors.New("the Lease was not renewed within two thirds of its duration")
-	errNoLease       = errors.New("the Lease does not name this replica's term")
 )
 
 // see notes l, read or watched; a change of its holder, renewal or

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -205,6 +204,3 @@ func decodeHistory(h string) ([][]byte, error) {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
-
-// errNotLeaseHolder is a store write of a term whose Lease has moved on.
-var errNotLeaseHolder = errors.New("the Lease names another term")

@@ -11,7 +11,8 @@ import (
 )
 
 // Store is a small key/value store in the backend (etcd: under
-// P state/<namespace>/; Kubernetes: one ConfigMap per namespace) for state that must outlive every replica: the xDS server's banned
+// P state/<namespace>/; Kubernetes: one ConfigMap per namespace) for
+// state that must outlive every replica: the xDS server's banned
 // versions and rollout state. Keys are grouped by namespace (one per
 // user, such as "xds-bans"). Values are opaque bytes. Writes are not
 // guarded by the leadership unless made with PutIfLeader. Every call

@@ -72,7 +72,8 @@ ha:
 // in namespace ilb-ha.
 func newKubeGroup(t testing.TB) *group {
 	t.Helper()
-	w := world[:strings.Index(world, "ha:")] + strings.TrimPrefix(kubeWorld, "\n")
+	etcdPart, _, _ := strings.Cut(world, "ha:")
+	w := etcdPart + strings.TrimPrefix(kubeWorld, "\n")
 	c, err := config.Decode([]byte(w))
 	if err != nil {
 		t.Fatal(err)
@@ -345,10 +346,6 @@ func gz(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
-}
-
-func withPrefixCount() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
 }
 
 // depose ends m's term behind its back: etcd deletes its election key
