@@ -1,8 +1,6 @@
 package config
 
 import (
-	"strings"
-
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ilbproject/ilb/internal/bound"
@@ -55,14 +53,7 @@ func (c *Config) validateHAKube(p *problems) {
 	if h.TLS.Enabled() {
 		p.addf("ha.tls", "is set while ha.kubernetes is set: the API server's TLS comes from its kubeconfig (kubernetes.api_servers)")
 	}
-	if _, ok := c.KubeAPIServer(k.APIServer); !ok {
-		want := "one of " + strings.Join(c.KubeAPIServerNames(), ", ")
-		if k.APIServer == "" {
-			p.addf(path+".api_server", "kubernetes.api_servers has %d API servers: name %s", len(c.Kubernetes.APIServers), want)
-		} else {
-			p.addf(path+".api_server", "unknown API server %s: want %s", bound.Quote(k.APIServer, bound.Excerpt), want)
-		}
-	}
+	c.checkKubeAPIServer(p, path+".api_server", k.APIServer)
 	if !dns1123Label.MatchString(k.Namespace) {
 		p.addf(path+".namespace", "%s is not a namespace name: want a DNS-1123 label (lower case letters, digits and '-', at most 63)", bound.Quote(k.Namespace, bound.Excerpt))
 	}

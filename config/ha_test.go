@@ -117,30 +117,30 @@ func TestHAValidate(t *testing.T) {
 			h.Endpoints = []string{"https://etcd-0:2379", "etcd-1:2379"}
 			tt.mutate(&h)
 			c.HA = &h
-			err := c.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			var got []string
-			for _, e := range unjoin(err) {
-				var fe *config.FieldError
-				if !errors.As(e, &fe) {
-					t.Fatalf("problem %v is not a *config.FieldError", e)
-				}
-				got = append(got, e.Error())
-			}
-			if len(got) != len(tt.want) {
-				t.Fatalf("problems:\n%s\nwant %d:\n%s", strings.Join(got, "\n"), len(tt.want), strings.Join(tt.want, "\n"))
-			}
-			for i, w := range tt.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("problem %d = %q; want it to contain %q", i, got[i], w)
-				}
-			}
+			wantProblems(t, c.Validate(), tt.want)
 		})
+	}
+}
+
+// wantProblems checks err holds one *config.FieldError per want, in
+// order, each containing its want; none when want is empty.
+func wantProblems(t *testing.T, err error, want []string) {
+	t.Helper()
+	var got []string
+	for _, e := range unjoin(err) {
+		var fe *config.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("problem %v is not a *config.FieldError", e)
+		}
+		got = append(got, e.Error())
+	}
+	if len(got) != len(want) {
+		t.Fatalf("problems:\n%s\nwant %d:\n%s", strings.Join(got, "\n"), len(want), strings.Join(want, "\n"))
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("problem %d = %q; want it to contain %q", i, got[i], w)
+		}
 	}
 }
 
@@ -200,18 +200,7 @@ func TestHAKubernetes(t *testing.T) {
 			h.Kubernetes = &k
 			c.HA = &h
 			tt.mutate(c)
-			var got []string
-			for _, e := range unjoin(c.Validate()) {
-				got = append(got, e.Error())
-			}
-			if len(got) != len(tt.want) {
-				t.Fatalf("problems:\n%s\nwant %d:\n%s", strings.Join(got, "\n"), len(tt.want), strings.Join(tt.want, "\n"))
-			}
-			for i, w := range tt.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("problem %d = %q; want it to contain %q", i, got[i], w)
-				}
-			}
+			wantProblems(t, c.Validate(), tt.want)
 		})
 	}
 }

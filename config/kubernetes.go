@@ -130,6 +130,20 @@ func (c *Config) validateKubernetes(p *problems) {
 	}
 }
 
+// checkKubeAPIServer checks that name ("": the only one) names one of
+// the API servers.
+func (c *Config) checkKubeAPIServer(p *problems, path, name string) {
+	if _, ok := c.KubeAPIServer(name); ok {
+		return
+	}
+	want := "one of " + strings.Join(c.KubeAPIServerNames(), ", ")
+	if name == "" {
+		p.addf(path, "kubernetes.api_servers has %d API servers: name %s", len(c.Kubernetes.APIServers), want)
+	} else {
+		p.addf(path, "unknown API server %s: want %s", bound.Quote(name, bound.Excerpt), want)
+	}
+}
+
 // validateKubeDiscovery checks a cluster's kubernetes discovery.
 func (c *Config) validateKubeDiscovery(p *problems, path string, k *KubeDiscovery) {
 	path += ".discovery.kubernetes"
@@ -140,14 +154,7 @@ func (c *Config) validateKubeDiscovery(p *problems, path string, k *KubeDiscover
 		p.addf(path, "a kubernetes discovery needs this section: namespace and service (or inference_pool)")
 		return
 	}
-	if _, ok := c.KubeAPIServer(k.APIServer); !ok {
-		want := "one of " + strings.Join(c.KubeAPIServerNames(), ", ")
-		if k.APIServer == "" {
-			p.addf(path+".api_server", "kubernetes.api_servers has %d API servers: name %s", len(c.Kubernetes.APIServers), want)
-		} else {
-			p.addf(path+".api_server", "unknown API server %s: want %s", bound.Quote(k.APIServer, bound.Excerpt), want)
-		}
-	}
+	c.checkKubeAPIServer(p, path+".api_server", k.APIServer)
 	if !dns1123Label.MatchString(k.Namespace) {
 		p.addf(path+".namespace", "%s is not a namespace name: want a DNS-1123 label (lower case letters, digits and '-', at most 63)", bound.Quote(k.Namespace, bound.Excerpt))
 	}

@@ -40,27 +40,8 @@ func TestFailStatic(t *testing.T) {
 
 	lost := time.Now()
 	g.etcd.Kill(1)
-	for _, m := range ms {
-		waitFor(t, "replica "+m.name+" reports etcd unreachable", func() bool {
-			st := m.Status()
-			return !st.EtcdReachable && st.FailStatic && st.EtcdError != ""
-		})
-	}
-	waitFor(t, "no replica leads", func() bool { return !slices.ContainsFunc(ms, (*member).Leading) })
+	checkFailStatic(t, "etcd", w2.Version(), ms)
 	t.Logf("two members of three down: every replica fail-static and no leader %s later", time.Since(lost).Round(time.Millisecond))
-	for _, m := range ms {
-		if got := m.Current().Version(); got != w2.Version() {
-			t.Errorf("replica %s serves %s without etcd; want the last version %s", m.name, got, w2.Version())
-		}
-		promtest.Check(t, m.reg, "ilb_ha_etcd_reachable", nil, 0)
-		promtest.Check(t, m.reg, "ilb_ha_leader", nil, 0)
-		if !strings.Contains(m.logs.String(), "HA backend unreachable: serving the last installed weights (fail static)") {
-			t.Errorf("replica %s did not log that it is fail-static", m.name)
-		}
-		if _, err := m.Publisher().Prepare(context.Background(), routing(t, 7000, time.Now())); !errors.Is(err, ha.ErrNotLeader) {
-			t.Errorf("replica %s published without etcd: err = %v", m.name, err)
-		}
-	}
 
 	back := time.Now()
 	g.etcd.Restart(0)
@@ -183,4 +164,31 @@ func TestBootstrap(t *testing.T) {
 			t.Fatalf("late replica serves %s; want the published %s", got.Version(), w.Version())
 		}
 	})
+}
+
+// checkFailStatic waits until every replica of ms says its backend
+// (kind) is unreachable and none leads, then checks each serves version
+// v, says so in its metrics and log, and cannot publish.
+func checkFailStatic(t *testing.T, kind, v string, ms []*member) {
+	t.Helper()
+	for _, m := range ms {
+		waitFor(t, "replica "+m.name+" reports "+kind+" unreachable", func() bool {
+			st := m.Status()
+			return !st.EtcdReachable && st.FailStatic && st.EtcdError != "" && st.Backend == kind
+		})
+	}
+	waitFor(t, "no replica leads", func() bool { return !slices.ContainsFunc(ms, (*member).Leading) })
+	for _, m := range ms {
+		if got := m.Current().Version(); got != v {
+			t.Errorf("replica %s serves %s without %s; want the last version %s", m.name, got, kind, v)
+		}
+		promtest.Check(t, m.reg, "ilb_ha_etcd_reachable", nil, 0)
+		promtest.Check(t, m.reg, "ilb_ha_leader", nil, 0)
+		if !strings.Contains(m.logs.String(), "HA backend unreachable: serving the last installed weights (fail static)") {
+			t.Errorf("replica %s did not log that it is fail-static", m.name)
+		}
+		if _, err := m.Publisher().Prepare(context.Background(), routing(t, 7000, time.Now())); !errors.Is(err, ha.ErrNotLeader) {
+			t.Errorf("replica %s published without %s: err = %v, want ErrNotLeader", m.name, kind, err)
+		}
+	}
 }

@@ -2,16 +2,11 @@ package ha_test
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/ilbproject/ilb/ha"
-	"github.com/ilbproject/ilb/internal/promtest"
 )
 
 // TestKubeFailStatic: with the API server stopped every replica keeps
@@ -27,27 +22,8 @@ func TestKubeFailStatic(t *testing.T) {
 
 	lost := time.Now()
 	g.kube.Stop()
-	for _, m := range ms {
-		waitFor(t, "replica "+m.name+" reports the API server unreachable", func() bool {
-			st := m.Status()
-			return !st.EtcdReachable && st.FailStatic && st.EtcdError != "" && st.Backend == "kubernetes"
-		})
-	}
-	waitFor(t, "no replica leads", func() bool { return !slices.ContainsFunc(ms, (*member).Leading) })
+	checkFailStatic(t, "kubernetes", w1.Version(), ms)
 	t.Logf("API server down: every replica fail-static and no leader %s later", time.Since(lost).Round(time.Millisecond))
-	for _, m := range ms {
-		if got := m.Current().Version(); got != w1.Version() {
-			t.Errorf("replica %s serves %s without the API server; want the last version %s", m.name, got, w1.Version())
-		}
-		promtest.Check(t, m.reg, "ilb_ha_etcd_reachable", nil, 0)
-		promtest.Check(t, m.reg, "ilb_ha_leader", nil, 0)
-		if !strings.Contains(m.logs.String(), "HA backend unreachable: serving the last installed weights (fail static)") {
-			t.Errorf("replica %s did not log that it is fail-static", m.name)
-		}
-		if _, err := m.Publisher().Prepare(context.Background(), routing(t, 7000, time.Now())); !errors.Is(err, ha.ErrNotLeader) {
-			t.Errorf("replica %s published without the API server: err = %v, want ErrNotLeader", m.name, err)
-		}
-	}
 
 	back := time.Now()
 	g.kube.Restart()

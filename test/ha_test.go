@@ -150,20 +150,7 @@ func TestHAEtcdLossFailsStatic(t *testing.T) {
 
 	etcd.Restart(0)
 	etcd.Restart(1)
-	waitUntil(t, "a leader and every replica serving the version in etcd", 60*time.Second, func() bool {
-		if s.Leader() < 0 {
-			return false
-		}
-		want := ""
-		for _, r := range s.Replicas {
-			st := r.App.HA.Status()
-			if st.FailStatic || st.Installed == "" || st.Installed != st.Published || want != "" && st.Installed != want {
-				return false
-			}
-			want = st.Installed
-		}
-		return true
-	})
+	waitOneVersion(t, s, "a leader and every replica serving the version in etcd")
 	mark = servedOK(s)
 	waitUntil(t, "load after etcd is back", 30*time.Second, func() bool { return servedOK(s) >= mark+50 })
 	load.stop(t)
@@ -200,7 +187,17 @@ func TestHAKubeAPILossFailsStatic(t *testing.T) {
 	}
 
 	api.Restart()
-	waitUntil(t, "a leader and every replica serving the version in the Lease", 60*time.Second, func() bool {
+	waitOneVersion(t, s, "a leader and every replica serving the version in the Lease")
+	mark = servedOK(s)
+	waitUntil(t, "load after the API server is back", 30*time.Second, func() bool { return servedOK(s) >= mark+50 })
+	load.stop(t)
+}
+
+// waitOneVersion waits until a replica leads and every replica serves
+// the version in force in the backend, none fail-static.
+func waitOneVersion(t *testing.T, s *stack.Stack, what string) {
+	t.Helper()
+	waitUntil(t, what, 60*time.Second, func() bool {
 		if s.Leader() < 0 {
 			return false
 		}
@@ -214,9 +211,6 @@ func TestHAKubeAPILossFailsStatic(t *testing.T) {
 		}
 		return true
 	})
-	mark = servedOK(s)
-	waitUntil(t, "load after the API server is back", 30*time.Second, func() bool { return servedOK(s) >= mark+50 })
-	load.stop(t)
 }
 
 // startHABackend runs the demo world with three ILB replicas on a real
@@ -241,16 +235,7 @@ func startHABackend(t *testing.T, backend string, lease time.Duration) (*stack.S
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = s.Wait()
-	})
+	s := runStack(t, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
 	return s, k
 }
 
@@ -266,16 +251,7 @@ func startHA(t *testing.T, lease time.Duration) (*etcdtest.Cluster, *stack.Stack
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = s.Wait()
-	})
+	s := runStack(t, c, stack.Options{Seed: 5, HA: &h, Replicas: 3})
 	return etcd, s
 }
 

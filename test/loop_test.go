@@ -40,8 +40,14 @@ func startWorld(t *testing.T, timing *engine.FixedTiming, change func(c *config.
 			t.Fatal(err)
 		}
 	}
+	return runStack(t, c, stack.Options{Seed: 11, Timing: timing})
+}
+
+// runStack starts a stack of c until the end of the test.
+func runStack(t *testing.T, c *config.Config, o stack.Options) *stack.Stack {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, c, stack.Options{Seed: 11, Timing: timing})
+	s, err := stack.Start(ctx, c, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -74,8 +74,7 @@ func secureWorld(t *testing.T) (*stack.Stack, *auth.DevCA, string) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, c, stack.Options{Seed: 5, EnvoyTLS: func(source, node string) (*envoy.UpstreamTLS, error) {
+	s := runStack(t, c, stack.Options{Seed: 5, EnvoyTLS: func(source, node string) (*envoy.UpstreamTLS, error) {
 		leaf, err := ca.IssueEnvoy(source, node)
 		if err != nil {
 			return nil, err
@@ -86,14 +85,6 @@ func secureWorld(t *testing.T) (*stack.Stack, *auth.DevCA, string) {
 		}
 		return &envoy.UpstreamTLS{CertFile: cert, KeyFile: key, CAFile: file("ca.pem"), ILBSAN: ca.SPIFFEID("ilb")}, nil
 	}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = s.Wait()
-	})
 	return s, ca, file("ca.pem")
 }
 
