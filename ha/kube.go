@@ -109,14 +109,24 @@ func (b *kubeBackend) kind() string { return "kubernetes" }
 func (b *kubeBackend) close() error { return nil }
 
 // run watches the Lease and campaigns on it, and watches the demand
-// shares, until ctx is done; on the way out a leader releases the Lease,
-// so that another replica takes it at once.
+// shares, until ctx is done. On the way out a leader releases the Lease,
+// so that another replica takes it at once, and this replica deletes its
+// demand share, which stops counting at once (within ha.dial_timeout).
 func (b *kubeBackend) run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { b.el.watch(gctx); return nil })
 	g.Go(func() error { b.el.campaign(gctx); return nil })
 	g.Go(func() error { b.watchShares(gctx); return nil })
-	return g.Wait()
+	err := g.Wait()
+	b.mu.Lock()
+	rv := b.shareRV
+	b.mu.Unlock()
+	if rv != "" {
+		if derr := b.deleteConfigMap(context.WithoutCancel(ctx), b.shareName(b.r.name), rv); derr != nil {
+			b.r.log.DebugContext(ctx, "demand share not deleted on the way out; it stops counting within the lease duration", "err", derr)
+		}
+	}
+	return err
 }
 
 // labels are the labels of an HA ConfigMap of kind obj.
