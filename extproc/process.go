@@ -27,6 +27,8 @@ const (
 // Process handles one ext_proc stream. Envoy sends request headers, then
 // (BUFFERED) the whole request body, then response headers; every message
 // gets exactly one answer of the matching type, or an ImmediateResponse.
+// In FULL_DUPLEX_STREAMED mode (duplex.go) the request headers' answer
+// waits for the body, and body chunks are answered as duplex.go says.
 //
 // A stream over extproc.max_streams is refused at once
 // (RESOURCE_EXHAUSTED); one whose peer may not speak for the source it
@@ -128,9 +130,15 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			s.metrics.refused.WithLabelValues(refusedProtocol).Inc()
 			return err
 		}
-		if err := stream.Send(resp); err != nil {
-			return fmt.Errorf("extproc: send: %w", err)
+		if resp == nil { // a full-duplex chunk ILB keeps: answered later
+			continue
 		}
+		for _, r := range append([]*extprocv3.ProcessingResponse{resp}, x.more...) {
+			if err := stream.Send(r); err != nil {
+				return fmt.Errorf("extproc: send: %w", err)
+			}
+		}
+		x.more = x.more[:0]
 		if resp.GetImmediateResponse() != nil {
 			// Envoy answers the client with it and ends the stream: ILB
 			// owes nothing more, and keeps nothing open for a peer that

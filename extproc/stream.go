@@ -83,6 +83,17 @@ type exchange struct {
 	// trailers follow). Envoy tells the mode in protocol_config on the
 	// first message; Envoys that do not are taken as BUFFERED.
 	streamed bool
+	// duplexReq and duplexResp: Envoy sends the request (response) body
+	// FULL_DUPLEX_STREAMED (duplex.go): every chunk is answered with a
+	// StreamedBodyResponse, and the request headers' answer waits for
+	// the body ILB decides on.
+	duplexReq, duplexResp bool
+	// held: the request headers' answer is held until the body is read
+	// (duplexReq).
+	held bool
+	// more are answers to send after the one handle returns, in order
+	// (duplex: the headers' answer, then the body's).
+	more []*extprocv3.ProcessingResponse
 	// ticket books the request on the replica ILB chose (replica
 	// picking): its prefill until the response headers, its load until
 	// the stream ends.
@@ -109,6 +120,8 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		case extprocfilterv3.ProcessingMode_STREAMED, extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
 			x.streamed = true
 		}
+		x.duplexReq = pc.GetRequestBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+		x.duplexResp = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	}
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -117,18 +130,32 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			// again (nor its demand counted twice).
 			return nil, status.Errorf(codes.InvalidArgument, "ext_proc protocol error: a second request_headers message on one stream (request %s)", x.h.requestID)
 		}
-		return s.onRequestHeaders(ctx, x, r.RequestHeaders), nil
+		resp := s.onRequestHeaders(ctx, x, r.RequestHeaders)
+		if x.duplexReq && x.stage == awaitBody {
+			x.held = true // answered with the body's decision
+			return nil, nil
+		}
+		return resp, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if x.rec == nil {
 			return nil, status.Error(codes.InvalidArgument, "ext_proc protocol error: a request_body message before the request_headers message")
+		}
+		if x.duplexReq {
+			return s.onDuplexBody(ctx, x, r.RequestBody), nil
 		}
 		return s.onRequestBody(ctx, x, r.RequestBody), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		x.stage = awaitResponse
 		return s.onResponseHeaders(x, r.ResponseHeaders, req.GetMetadataContext()), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		if x.duplexResp {
+			return streamedBody(false, r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()), nil
+		}
 		return continueResponseBody, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if x.held {
+			return s.onDuplexTrailers(ctx, x), nil
+		}
 		x.stage = awaitResponse
 		return continueRequestTrailers, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -265,10 +292,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 		return bodyResponse(nil)
 	}
 	if len(x.body)+len(m.GetBody()) > s.opts.Config.ExtProc.MaxBodyBytes {
-		return s.reject(x, &RequestError{
-			Status: 413, Type: "invalid_request_error", Code: "request_too_large",
-			Msg: fmt.Sprintf("the request body is over %d bytes", s.opts.Config.ExtProc.MaxBodyBytes),
-		}, began)
+		return s.reject(x, s.tooLarge(), began)
 	}
 	data := m.GetBody()
 	if x.streamed {
@@ -279,10 +303,20 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 		data = x.body
 	}
 	x.stage = awaitResponse
-	b, err := parseBody(x.h.endpoint, data)
 	x.body = nil
-	if err != nil && x.h.endpoint != EndpointOther {
+	mut, err := s.decideBody(ctx, x, data, began)
+	if err != nil {
 		return s.reject(x, err, began)
+	}
+	return withEndpoint(bodyResponse(mut), x.endpoint)
+}
+
+// decideBody decides on the whole request body data; an error is the
+// request's refusal.
+func (s *Server) decideBody(ctx context.Context, x *exchange, data []byte, began time.Time) (*extprocv3.HeaderMutation, error) {
+	b, err := parseBody(x.h.endpoint, data)
+	if err != nil && x.h.endpoint != EndpointOther {
+		return nil, err
 	}
 	if err != nil {
 		// Not an OpenAI endpoint ILB knows: the body need not be JSON;
@@ -291,11 +325,19 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	}
 	mut, err := s.decide(x, &b)
 	if err != nil {
-		return s.reject(x, err, began)
+		return nil, err
 	}
 	s.spanDecided(ctx, x, mut)
 	s.decided(x, began)
-	return withEndpoint(bodyResponse(mut), x.endpoint)
+	return mut, nil
+}
+
+// tooLarge is the refusal of a body over extproc.max_body_bytes.
+func (s *Server) tooLarge() *RequestError {
+	return &RequestError{
+		Status: 413, Type: "invalid_request_error", Code: "request_too_large",
+		Msg: fmt.Sprintf("the request body is over %d bytes", s.opts.Config.ExtProc.MaxBodyBytes),
+	}
 }
 
 // decided logs and counts a routing decision.
