@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/auth"
@@ -86,6 +87,7 @@ type App struct {
 
 	log                       *slog.Logger
 	xdsLn, extprocLn, adminLn net.Listener
+	pickerLns                 []pickerListener
 	group                     *errgroup.Group
 	stopHAClose               func() bool
 	haSink                    *haSink
@@ -236,6 +238,13 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	}).Register(xdsGRPC)
 	extprocGRPC := grpcServer(au, auth.PortExtProc, ep.GRPCOptions()...)
 	ep.Register(extprocGRPC)
+	// An endpoint picker's listener per source with routing "picker":
+	// ext_proc for that source's streams alone.
+	pickerGRPC := make([]*grpc.Server, len(a.pickerLns))
+	for i, p := range a.pickerLns {
+		pickerGRPC[i] = grpcServer(au, auth.PortExtProc, append(ep.GRPCOptions(), grpc.ChainStreamInterceptor(extproc.AsSource(p.source)))...)
+		ep.Register(pickerGRPC[i])
+	}
 	reporter := &demand.Reporter{
 		Meter: meter, Sink: agg, Node: demand.ReporterNode("ilb-all-in-one"),
 		Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "demand"),
@@ -249,6 +258,14 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		}
 		return nil
 	})
+	for i, p := range a.pickerLns {
+		g.Go(func() error {
+			if err := serve.GRPC(gctx, pickerGRPC[i], p.ln); err != nil {
+				return fmt.Errorf("extproc: picker of source %s: %w", p.source, err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error { return serve.HTTP(gctx, adminSrv, secureAdmin(au, a.adminLn)) })
 	g.Go(func() error { return au.Run(gctx) })
 	if a.HA != nil {
@@ -294,7 +311,38 @@ func (a *App) listen(ctx context.Context) error {
 		bound = append(bound, ln)
 		*l.dst = ln
 	}
+	for i, s := range a.Config.Sources {
+		if s.Picker == nil {
+			continue
+		}
+		ln, err := lc.Listen(ctx, "tcp", s.Picker.Listen)
+		if err != nil {
+			for _, b := range bound {
+				_ = b.Close()
+			}
+			return fmt.Errorf("app: sources[%d].picker.listen %s: %w", i, s.Picker.Listen, err)
+		}
+		bound = append(bound, ln)
+		a.pickerLns = append(a.pickerLns, pickerListener{source: s.Name, ln: ln})
+	}
 	return nil
+}
+
+// pickerListener is an endpoint picker's listener (routing "picker").
+type pickerListener struct {
+	source string
+	ln     net.Listener
+}
+
+// PickerAddr is the bound address of source's endpoint-picker listener,
+// "" when it has none.
+func (a *App) PickerAddr(source string) string {
+	for _, p := range a.pickerLns {
+		if p.source == source {
+			return p.ln.Addr().String()
+		}
+	}
+	return ""
 }
 
 // Wait blocks until every server has stopped and returns the first error.

@@ -91,8 +91,15 @@ type Source struct {
 	// the weighted routes ILB serves pick the cluster) or "cluster" (it
 	// names the cluster in x-ilb-route-cluster: the Istio mode, where
 	// istiod owns the routes and ILB renders VirtualServices that match on
-	// that header).
+	// that header), or "picker": ILB is the Gateway API Inference
+	// Extension endpoint picker of one InferencePool (Picker), whose
+	// gateway has already routed the request to the pool; ILB picks the
+	// replica.
 	Routing Routing `yaml:"routing,omitempty" json:"routing,omitempty"`
+	// Picker is the InferencePool this source's gateways send to ILB as
+	// their endpoint picker; required with routing "picker", refused
+	// otherwise.
+	Picker *SourcePicker `yaml:"picker,omitempty" json:"picker,omitempty"`
 	// Debug allows clients of this source to ask for decision headers
 	// (x-ilb-debug: 1). Off by default: nothing internal reaches clients.
 	Debug bool `yaml:"debug,omitempty" json:"debug,omitempty"`
@@ -121,7 +128,22 @@ type Routing string
 const (
 	RoutingDraw    Routing = "draw"
 	RoutingCluster Routing = "cluster"
+	RoutingPicker  Routing = "picker"
 )
+
+// SourcePicker makes ILB the endpoint picker of an InferencePool (Gateway
+// API Inference Extension): the pool's endpointPickerRef names a Service
+// port that reaches Listen, where the gateway opens ext_proc streams with
+// no x-ilb-source (every stream on Listen is this source's). The pool's
+// replicas are the engine cluster Cluster's.
+type SourcePicker struct {
+	// Listen is the address of this pool's ext_proc listener, host:port.
+	Listen string `yaml:"listen" json:"listen"`
+	// Cluster is the engine cluster whose replicas are the pool's; it
+	// must pick replicas (replica_picking.enabled), and be the only
+	// cluster the source's models may be served by (allowed_regions).
+	Cluster string `yaml:"cluster" json:"cluster"`
+}
 
 // Model is a model clients may name in the OpenAI "model" field.
 type Model struct {

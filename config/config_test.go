@@ -267,7 +267,38 @@ func TestValidate(t *testing.T) {
 		},
 		{
 			"source routing", func(c *config.Config) { c.Sources[0].Routing = "header" },
-			[]string{`sources[0].routing: unknown routing "header": want draw or cluster`},
+			[]string{`sources[0].routing: unknown routing "header": want draw, cluster or picker`},
+		},
+		{
+			"picker routing without its section", func(c *config.Config) { c.Sources[1].Routing = config.RoutingPicker },
+			[]string{`sources[1].picker: routing is picker: name the InferencePool's listener and engine cluster`},
+		},
+		{
+			"picker section without picker routing", func(c *config.Config) {
+				c.Sources[1].Picker = &config.SourcePicker{Listen: "127.0.0.1:9002", Cluster: "eu-a"}
+			},
+			[]string{`sources[1].picker: is set while routing is "draw": want routing: picker`},
+		},
+		{
+			"picker on a bad listener, a cluster that picks no replica, or one other clusters share", func(c *config.Config) {
+				c.Sources[0].Routing, c.Sources[0].Picker = config.RoutingPicker, &config.SourcePicker{Listen: "9002", Cluster: "us-a"}
+				c.Sources[1].Routing, c.Sources[1].Picker = config.RoutingPicker, &config.SourcePicker{Listen: "127.0.0.1:9002", Cluster: "nope"}
+			},
+			[]string{
+				`sources[0].picker.listen: "9002" is not a valid address`,
+				`sources[0].picker.cluster: cluster "us-a" does not pick replicas: an endpoint picker must; set its replica_picking.enabled`,
+				`sources[0].picker.cluster: model "m1" of source "edge-us" may also be served by cluster "eu-a", which its InferencePool does not reach: restrict the source's allowed_regions to "us-a"'s`,
+				`sources[1].picker.cluster: unknown cluster "nope"`,
+			},
+		},
+		{
+			"two pickers on one listener", func(c *config.Config) {
+				c.Clusters[0].ReplicaPicking.Enabled, c.Clusters[1].ReplicaPicking.Enabled = true, true
+				c.Sources[0].AllowedRegions = []string{"us"}
+				c.Sources[0].Routing, c.Sources[0].Picker = config.RoutingPicker, &config.SourcePicker{Listen: "127.0.0.1:9002", Cluster: "us-a"}
+				c.Sources[1].Routing, c.Sources[1].Picker = config.RoutingPicker, &config.SourcePicker{Listen: "127.0.0.1:9002", Cluster: "eu-a"}
+			},
+			[]string{`sources[1].picker.listen: "127.0.0.1:9002" is also source "edge-us"'s picker listener: want one per source`},
 		},
 		{
 			"default priority", func(c *config.Config) { c.Sources[0].DefaultPriority = "urgent" },

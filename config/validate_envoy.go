@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // RetryOnHTTP are the retry_on conditions of Envoy's router for HTTP
@@ -112,9 +114,47 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 			p.addf(path+".service", "%+v: want a DNS host and a port in 1..65535", *e.Service)
 		}
 	}
+	listens := map[string]string{}
 	for i, s := range c.Sources {
-		if s.Routing != RoutingDraw && s.Routing != RoutingCluster {
-			p.addf(fmt.Sprintf("sources[%d].routing", i), "unknown routing %q: want draw or cluster", s.Routing)
+		path := fmt.Sprintf("sources[%d]", i)
+		switch {
+		case s.Routing != RoutingDraw && s.Routing != RoutingCluster && s.Routing != RoutingPicker:
+			p.addf(path+".routing", "unknown routing %q: want draw, cluster or picker", s.Routing)
+		case s.Routing == RoutingPicker && s.Picker == nil:
+			p.addf(path+".picker", "routing is picker: name the InferencePool's listener and engine cluster ({listen: host:port, cluster: NAME})")
+		case s.Routing != RoutingPicker && s.Picker != nil:
+			p.addf(path+".picker", "is set while routing is %q: want routing: picker", s.Routing)
+		case s.Picker != nil:
+			c.validatePicker(p, path+".picker", s, listens)
+		}
+	}
+}
+
+// validatePicker checks a source's endpoint-picker section: its listener
+// (a host:port of its own) and its cluster (known, picking replicas, the
+// only one the source's models may be served by).
+func (c *Config) validatePicker(p *problems, path string, s Source, listens map[string]string) {
+	pk := s.Picker
+	if err := checkHostPortZero(pk.Listen); err != nil {
+		p.addf(path+".listen", "%s is not a valid address: %v", bound.Quote(pk.Listen, bound.Excerpt), err)
+	} else if other, ok := listens[pk.Listen]; ok {
+		p.addf(path+".listen", "%q is also source %q's picker listener: want one per source", pk.Listen, other)
+	} else if !strings.HasSuffix(pk.Listen, ":0") {
+		listens[pk.Listen] = s.Name
+	}
+	e, ok := c.Cluster(pk.Cluster)
+	if !ok {
+		p.addf(path+".cluster", "unknown cluster %s", bound.Quote(pk.Cluster, bound.Excerpt))
+		return
+	}
+	if !e.ReplicaPicking.Enabled {
+		p.addf(path+".cluster", "cluster %q does not pick replicas: an endpoint picker must; set its replica_picking.enabled", e.Name)
+	}
+	for _, m := range e.Models {
+		for _, o := range c.Eligible(s, m) {
+			if o.Name != e.Name {
+				p.addf(path+".cluster", "model %q of source %q may also be served by cluster %q, which its InferencePool does not reach: restrict the source's allowed_regions to %q's", m, s.Name, o.Name, e.Name)
+			}
 		}
 	}
 }

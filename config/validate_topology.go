@@ -141,6 +141,11 @@ func (c *Config) validateReach(p *problems, path string, s Source, models map[st
 		if !models[m.Name] || len(c.servers(m.Name)) == 0 {
 			continue // reported once per model by validateServed
 		}
+		if pk := s.Picker; pk != nil {
+			if e, ok := c.Cluster(pk.Cluster); ok && !e.Serves(m.Name) {
+				continue // not the pool's model: refused by its picker
+			}
+		}
 		if len(c.Eligible(s, m.Name)) == 0 {
 			p.addf(path+".allowed_regions", "source %q may not reach model %q: no cluster serving it is in its allowed regions [%s] (served in: %s)",
 				s.Name, m.Name, strings.Join(s.AllowedRegions, ", "), strings.Join(c.servedRegions(m.Name), ", "))

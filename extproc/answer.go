@@ -107,14 +107,14 @@ func headersResponse(mut *extprocv3.HeaderMutation, rematch bool) *extprocv3.Pro
 }
 
 // bodyResponse answers a request body, applying mut and re-matching the
-// route when mut is set. Without mut the answer is shared: it must not
-// be changed.
-func bodyResponse(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+// route when mut is set and rematch. Without mut the answer is shared: it
+// must not be changed.
+func bodyResponse(mut *extprocv3.HeaderMutation, rematch bool) *extprocv3.ProcessingResponse {
 	if mut == nil {
 		return continueBody
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}},
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: rematch}},
 	}}
 }
 

@@ -62,6 +62,12 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		}
 	}
 	rec.Model = model
+	if src.pool != "" && !src.poolModels[model] {
+		return nil, &RequestError{
+			Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+			Msg: fmt.Sprintf("the model %s is not served by this InferencePool (engine cluster %s)", bound.Quote(model, bound.Excerpt), src.pool),
+		}
+	}
 	c := src.cells[model]
 	x.key = demand.Key{Source: src.name, Model: model, Priority: x.prio}
 	x.cost = s.tokenCost(st, model, h, body)

@@ -42,6 +42,11 @@ type sourceState struct {
 	defaultPriority weights.Priority
 	defaultModel    string
 	cells           map[string]*cell // by canonical model
+	// pool is the engine cluster of the InferencePool whose endpoint
+	// picker this source is (routing: picker), "" otherwise; poolModels
+	// the models it serves.
+	pool       string
+	poolModels map[string]bool
 }
 
 // cell is one (source, model): its targets as the route decision takes
@@ -90,6 +95,14 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 		ss := &sourceState{
 			name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{},
 			trustPriority: s.TrustPriorityHeader, defaultPriority: prio,
+		}
+		if s.Picker != nil {
+			ss.pool, ss.poolModels = s.Picker.Cluster, map[string]bool{}
+			if e, ok := c.Cluster(s.Picker.Cluster); ok {
+				for _, m := range e.Models {
+					ss.poolModels[m] = true
+				}
+			}
 		}
 		for _, m := range c.Models {
 			wc, ok := w.Cell(s.Name, m.Name)

@@ -102,6 +102,11 @@ type exchange struct {
 	endpoint string
 }
 
+// rematch reports whether a decision's answer makes Envoy match the route
+// again (on ILB's headers): not for an endpoint picker's source, whose
+// gateway already routed the request to its pool.
+func (x *exchange) rematch() bool { return x.src == nil || x.src.pool == "" }
+
 // sourceOf is the source a stream's metadata names, or def. It is
 // bounded to an excerpt (it reaches logs, records and errors), which
 // keeps every valid source name whole (they have at most 63 bytes).
@@ -204,7 +209,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		}
 		s.spanDecided(ctx, x, mut)
 		s.decided(x, began)
-		resp := withEndpoint(headersResponse(mut, true), x.endpoint)
+		resp := withEndpoint(headersResponse(mut, x.rematch()), x.endpoint)
 		if !m.GetEndOfStream() {
 			resp.ModeOverride = skipBody()
 		}
@@ -289,7 +294,7 @@ func (s *Server) admit(x *exchange) error {
 func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	began := time.Now()
 	if x.done || x.st == nil || x.rec.Chosen != "" {
-		return bodyResponse(nil)
+		return bodyResponse(nil, false)
 	}
 	if len(x.body)+len(m.GetBody()) > s.opts.Config.ExtProc.MaxBodyBytes {
 		return s.reject(x, s.tooLarge(), began)
@@ -298,7 +303,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	if x.streamed {
 		x.body = append(x.body, data...)
 		if !m.GetEndOfStream() {
-			return bodyResponse(nil) // a chunk: wait for the rest
+			return bodyResponse(nil, false) // a chunk: wait for the rest
 		}
 		data = x.body
 	}
@@ -308,7 +313,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	if err != nil {
 		return s.reject(x, err, began)
 	}
-	return withEndpoint(bodyResponse(mut), x.endpoint)
+	return withEndpoint(bodyResponse(mut, x.rematch()), x.endpoint)
 }
 
 // decideBody decides on the whole request body data; an error is the
