@@ -202,6 +202,21 @@ func TestChartRenders(t *testing.T) {
 			},
 		},
 		{
+			"an endpoint picker: its port on the pod and the Service",
+			map[string]any{"configYAML": strings.Replace(kubeDemo, "sources:\n", "sources:\n  - {name: gateway, region: us-east, allowed_regions: [us-east], routing: picker, picker: {listen: \"0.0.0.0:9002\", cluster: us-east-vllm}}\n", 1)},
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},
+			func(t *testing.T, docs []map[string]any) {
+				svc := fmt.Sprint(find(t, docs, "Service")["spec"].(map[string]any)["ports"])
+				if !strings.Contains(svc, "name:grpc-picker-0") || !strings.Contains(svc, "port:9002") {
+					t.Errorf("Service ports %s lack the picker's 9002", svc)
+				}
+				pod := find(t, docs, "Deployment")["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+				if ports := fmt.Sprint(pod["containers"].([]any)[0].(map[string]any)["ports"]); !strings.Contains(ports, "containerPort:9002") {
+					t.Errorf("container ports %s lack the picker's 9002", ports)
+				}
+			},
+		},
+		{
 			"static endpoints: no Role",
 			map[string]any{"configYAML": string(demo)},
 			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1},

@@ -107,3 +107,16 @@ keeps its HA group in Kubernetes (ha.kubernetes), else empty. */}}
 {{- $cfg := include "ilb.config" . | fromYaml -}}
 {{- ((get $cfg "ha" | default dict).kubernetes | default dict).namespace | default "" -}}
 {{- end -}}
+
+{{/* The ports of the endpoint pickers' listeners (sources with routing
+"picker": sources[].picker.listen), a list of numbers in source order. */}}
+{{- define "ilb.pickerPorts" -}}
+{{- $cfg := include "ilb.config" . | fromYaml -}}
+{{- $ports := list -}}
+{{- range $s := (get $cfg "sources" | default list) -}}
+{{- with (get $s "picker") -}}
+{{- $ports = append $ports (int (last (splitList ":" (toString .listen)))) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $ports -}}
+{{- end -}}
