@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds bench-extproc bench-replicas golden fuzz clean kube
+.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds bench-extproc bench-replicas golden fuzz clean kube istio
 
 all: build
 
@@ -47,6 +47,14 @@ ha-demo:
 ## without it (ILB_REQUIRE_KUBE=1 makes that a failure, as in CI)
 kube:
 	./hack/kube-apiserver.sh .tools/kube
+
+## istio: build a real istiod (pilot-discovery) from the Go module proxy
+## into .tools/istio, with Istio's CRDs (once; about 8 minutes and 2.3 GB
+## of memory on 2 cores): the Istio tests run it against the kube-apiserver
+## of `make kube`, and skip without it (ILB_REQUIRE_ISTIO=1 makes that a
+## failure, as in CI)
+istio:
+	./hack/istiod.sh .tools/istio
 
 ## bench: Go benchmarks of the request path and the controller
 bench:

@@ -65,7 +65,7 @@ func Binary() (string, error) {
 		}
 		return p, nil
 	}
-	if root, err := moduleRoot(); err == nil {
+	if root, err := ModuleRoot(); err == nil {
 		p := filepath.Join(root, ".tools", "kube", "kube-apiserver")
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
@@ -75,9 +75,9 @@ func Binary() (string, error) {
 		"run `make kube` (it builds one from the Go module proxy into .tools/kube, about 5 minutes), or set ILB_KUBE_APISERVER")
 }
 
-// moduleRoot is the nearest folder above the working directory with a
+// ModuleRoot is the nearest folder above the working directory with a
 // go.mod.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -1,0 +1,196 @@
+// Package istiotest runs a real istiod for tests: pilot-discovery built
+// from the Go module proxy (`make istio`, into .tools/istio, with Istio's
+// CRDs beside it), out of cluster against a kubetest API server
+// (--kubeconfig), every port on 127.0.0.1. Its plaintext xDS port serves
+// any proxy that connects (package istiotest's ADS client plays a gateway
+// or a sidecar).
+//
+// The binary is $ILB_ISTIOD (its CRDs $ILB_ISTIO_CRDS), else
+// .tools/istio/pilot-discovery at the module's root. Without it the test
+// is skipped, or fails when ILB_REQUIRE_ISTIO=1 (.ci/run builds it and
+// sets that).
+package istiotest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/internal/kubetest"
+)
+
+// StartTimeout bounds the wait for istiod to answer ready.
+const StartTimeout = 120 * time.Second
+
+// Istiod is a running istiod.
+type Istiod struct {
+	t                  testing.TB
+	dir                string
+	xdsAddr, readyAddr string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Binary returns istiod's binary and Istio's CRDs, or an error that says
+// how to build them.
+func Binary() (bin, crds string, err error) {
+	bin, crds = os.Getenv("ILB_ISTIOD"), os.Getenv("ILB_ISTIO_CRDS")
+	if bin == "" {
+		if root, err := kubetest.ModuleRoot(); err == nil {
+			bin = filepath.Join(root, ".tools", "istio", "pilot-discovery")
+			if crds == "" {
+				crds = filepath.Join(root, ".tools", "istio", "crd-all.gen.yaml")
+			}
+		}
+	}
+	for _, p := range []string{bin, crds} {
+		if _, err := os.Stat(p); p == "" || err != nil {
+			return "", "", errors.New("istiod is not built: the Istio tests run a real istiod; " +
+				"run `make istio` (it builds pilot-discovery from the Go module proxy into .tools/istio, about 8 minutes), or set ILB_ISTIOD and ILB_ISTIO_CRDS")
+		}
+	}
+	return bin, crds, nil
+}
+
+// Start installs Istio's CRDs and the istio-system namespace in k, runs
+// istiod against it and returns once istiod answers ready; it stops when
+// the test ends. env adds to istiod's environment (feature flags such as
+// ENABLE_GATEWAY_API_INFERENCE_EXTENSION=true). It skips the test without
+// the binary (fails it with ILB_REQUIRE_ISTIO=1).
+func Start(t testing.TB, k *kubetest.Server, env ...string) *Istiod {
+	t.Helper()
+	bin, crds, err := Binary()
+	if err != nil {
+		if os.Getenv("ILB_REQUIRE_ISTIO") != "1" {
+			t.Skipf("%v (ILB_REQUIRE_ISTIO=1 makes this a failure; .ci/run sets it)", err)
+		}
+		t.Fatal(err)
+	}
+	manifests, err := os.ReadFile(crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	if _, err := k.Apply(ctx, manifests); err != nil {
+		t.Fatalf("istiotest: Istio's CRDs: %v", err)
+	}
+	k.Namespace(t, "istio-system")
+	i := &Istiod{t: t, dir: t.TempDir()}
+	ports := make([]int, 5)
+	for n := range ports {
+		if ports[n], err = freePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	i.xdsAddr, i.readyAddr = addr(ports[0]), addr(ports[1])
+	args := []string{
+		"discovery", "--kubeconfig", k.Kubeconfig("istiod", ""),
+		"--grpcAddr", i.xdsAddr, "--httpAddr", i.readyAddr, "--secureGRPCAddr", addr(ports[2]),
+		"--monitoringAddr", addr(ports[3]), "--httpsAddr", addr(ports[4]),
+		"--domain", "cluster.local", "--log_output_level", "default:info",
+	}
+	cmd := exec.Command(bin, args...) //nolint:noctx // the process outlives this call: the cleanup stops it
+	cmd.Env = append(os.Environ(),
+		"POD_NAMESPACE=istio-system", "POD_NAME=istiod-test", "REVISION=default", "CLUSTER_ID=Kubernetes",
+		"PILOT_ENABLE_GATEWAY_API=true", "PILOT_ENABLE_GATEWAY_API_STATUS=false",
+		"PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER=false", "PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER=false",
+		"INJECTION_WEBHOOK_CONFIG_NAME=", "VALIDATION_WEBHOOK_CONFIG_NAME=", "ISTIOD_CUSTOM_HOST=istiod.istio-system.svc",
+		"PILOT_ENABLE_ANALYSIS=false", "ENABLE_CA_SERVER=false",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	logf, err := os.Create(filepath.Join(i.dir, "istiod.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("istiotest: start %s: %v", bin, err)
+	}
+	i.cmd, i.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(i.done) }()
+	t.Cleanup(i.stop)
+	if err := i.waitReady(); err != nil {
+		t.Fatalf("istiotest: %v\n%s", err, i.Tail())
+	}
+	return i
+}
+
+// waitReady polls /ready until it answers 200.
+func (i *Istiod) waitReady() error {
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	url := "http://" + i.readyAddr + "/ready"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-i.done:
+			return errors.New("istiod exited")
+		case <-ctx.Done():
+			return fmt.Errorf("istiod not ready within %s", StartTimeout)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// XDSAddr is istiod's plaintext xDS address, 127.0.0.1:port.
+func (i *Istiod) XDSAddr() string { return i.xdsAddr }
+
+func (i *Istiod) stop() {
+	i.mu.Lock()
+	cmd := i.cmd
+	i.cmd = nil
+	i.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-i.done
+	if i.t.Failed() {
+		i.t.Logf("--- istiod log tail:\n%s", i.Tail())
+	}
+}
+
+// Tail is the end of istiod's log, for a failure message.
+func (i *Istiod) Tail() string {
+	b, _ := os.ReadFile(filepath.Join(i.dir, "istiod.log"))
+	if len(b) > 8000 {
+		b = append([]byte("…"), b[len(b)-8000:]...)
+	}
+	return string(b)
+}
+
+// freePort returns a port the kernel just gave out on 127.0.0.1.
+func freePort() (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
