@@ -8,10 +8,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
@@ -47,7 +49,15 @@ const (
 //     before any filter runs (Envoy >= 1.36, Istio >= 1.28), and
 //     x-request-id on every response;
 //   - HTTP_FILTER INSERT_BEFORE the router: ILB's ext_proc filter, with
-//     x-ilb-source in its gRPC initial metadata;
+//     x-ilb-source in its gRPC initial metadata, and every processing mode
+//     off (SKIP, NONE): on the listener it does nothing, so other
+//     services sharing the port and the passthrough (allow_any) routes
+//     never reach ILB, as istiod does for an InferencePool's picker;
+//   - HTTP_ROUTE MERGE into each of allRoutes (the VirtualService's routes,
+//     by name, destinations or not: the route a request first matches is
+//     one of them): ext_proc's processing mode for that route
+//     (typed_per_filter_config, ExtProcPerRoute overrides), which turns
+//     ILB on for ILB's routes alone;
 //   - unless the source allows debug, HTTP_FILTER INSERT_FIRST: a header
 //     mutation filter that removes ILB's internal response headers after
 //     ext_proc has read them (first on the request, last on the
@@ -60,7 +70,7 @@ const (
 //   - when envoy.route_idle_timeout is set, HTTP_ROUTE MERGE of the idle
 //     timeout into each of routes (the VirtualService's routes with
 //     destinations, by name; the VirtualService cannot express it).
-func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
+func (r *renderer) envoyFilter(p plan, routes, allRoutes []string) (Object, bool) {
 	s, port := p.source, p.placement.ListenerPort
 	ev := r.c.Envoy
 	var patches []*networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch
@@ -94,10 +104,19 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 			Name:       wellknown.HTTPConnectionManager,
 			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(connectionManager(min(int(ev.RequestBufferBytes), r.c.ExtProc.MaxBodyBytes)))},
 		})
+		ep := envoy.ExtProc(r.extProcCluster(), s.Name, r.c.Envoy.MessageTimeout.Std())
+		mode := ep.ProcessingMode
+		ep.ProcessingMode = processingOff()
 		add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, wellknown.Router), opInsertBefore, &hcmv3.HttpFilter{
 			Name:       envoy.ExtProcFilter,
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(envoy.ExtProc(r.extProcCluster(), s.Name, r.c.Envoy.MessageTimeout.Std()))},
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(ep)},
 		})
+		on := &routev3.Route{TypedPerFilterConfig: map[string]*anypb.Any{envoy.ExtProcFilter: envoy.MustAny(&extprocfilterv3.ExtProcPerRoute{
+			Override: &extprocfilterv3.ExtProcPerRoute_Overrides{Overrides: &extprocfilterv3.ExtProcOverrides{ProcessingMode: mode}},
+		})}}
+		for _, name := range allRoutes {
+			add(applyHTTPRoute, anyRouteMatch(ctx, name), opMerge, on)
+		}
 		if !s.Debug {
 			add(applyHTTPFilter, listenerMatch(ctx, port, wellknown.HTTPConnectionManager, ""), opInsertFirst, &hcmv3.HttpFilter{
 				Name:       envoy.HeaderMutationFilter,
@@ -128,8 +147,33 @@ func (r *renderer) envoyFilter(p plan, routes []string) (Object, bool) {
 		Spec: &networkingv1alpha3.EnvoyFilter{
 			WorkloadSelector: &networkingv1alpha3.WorkloadSelector{Labels: maps.Clone(p.placement.WorkloadSelector)},
 			ConfigPatches:    patches,
+			Priority:         EnvoyFilterPriority,
 		},
 	}, true
+}
+
+// EnvoyFilterPriority orders ILB's EnvoyFilters after those of priority 0
+// (istiod applies lower priorities first): its relative patch (ext_proc
+// INSERT_BEFORE the router) then lands on the final filter chain, and
+// istioctl analyze has no IST0151 ("relative patch without a priority").
+const EnvoyFilterPriority = 10
+
+// processingOff is a processing mode that sends Envoy's ext_proc nothing:
+// the listener's filter, until a route turns it on.
+func processingOff() *extprocfilterv3.ProcessingMode {
+	return &extprocfilterv3.ProcessingMode{
+		RequestHeaderMode: extprocfilterv3.ProcessingMode_SKIP, ResponseHeaderMode: extprocfilterv3.ProcessingMode_SKIP,
+		RequestBodyMode: extprocfilterv3.ProcessingMode_NONE, ResponseBodyMode: extprocfilterv3.ProcessingMode_NONE,
+		RequestTrailerMode: extprocfilterv3.ProcessingMode_SKIP, ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+	}
+}
+
+// anyRouteMatch matches, in every virtual host of ctx, the routes named
+// name, whatever their action (a direct response too).
+func anyRouteMatch(ctx networkingv1alpha3.EnvoyFilter_PatchContext, name string) *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectMatch {
+	m := routeMatch(ctx, name)
+	m.GetRouteConfiguration().GetVhost().GetRoute().Action = networkingv1alpha3.EnvoyFilter_RouteConfigurationMatch_RouteMatch_ANY
+	return m
 }
 
 // extProcCluster is the cluster ext_proc's gRPC service names: ILB's own

@@ -78,7 +78,7 @@ func Objects(c *config.Config, w *weights.Weights, o Options) ([]Object, error) 
 		if ok {
 			vss = append(vss, vs)
 		}
-		if ef, ok := r.envoyFilter(p, routeNames(vs)); ok {
+		if ef, ok := r.envoyFilter(p, routeNames(vs, true), routeNames(vs, false)); ok {
 			efs = append(efs, ef)
 		}
 	}
@@ -161,16 +161,16 @@ func (r *renderer) meta(name, namespace string, annotations map[string]string, s
 	return Metadata{Name: n, Namespace: namespace, Labels: labels, Annotations: annotations}, true
 }
 
-// routeNames lists the names of the VirtualService's routes that have
-// destinations (not direct responses).
-func routeNames(vs Object) []string {
+// routeNames lists the names of the VirtualService's routes: those that
+// have destinations (not direct responses) when destinations, else all.
+func routeNames(vs Object, destinations bool) []string {
 	spec, ok := vs.Spec.(*networkingv1.VirtualService)
 	if !ok {
 		return nil
 	}
 	var out []string
 	for _, h := range spec.GetHttp() {
-		if len(h.GetRoute()) > 0 {
+		if !destinations || len(h.GetRoute()) > 0 {
 			out = append(out, h.GetName())
 		}
 	}

@@ -130,6 +130,7 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 	t.Helper()
 	ilbListener, ilbHCMConfig, ilbFilters := ilbHCM(t, c, w, source)
 	seen := map[string]bool{}
+	var ilbMode *extprocfilterv3.ProcessingMode // ILB's ext_proc's processing mode, turned on per route
 	for i, p := range ef.GetConfigPatches() {
 		name := fmt.Sprintf("patch %d (%s %s)", i, p.GetApplyTo(), p.GetPatch().GetOperation())
 		value := p.GetPatch().GetValue()
@@ -175,6 +176,14 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 					t.Errorf("%s: initial metadata %v, want %s: %s", name, md, header.Source, source)
 				}
 				g.GetEnvoyGrpc().ClusterName = c.Envoy.ExtProcCluster // ILB's own bootstrap cluster
+				if !proto.Equal(ep.GetProcessingMode(), processingOff()) {
+					t.Errorf("%s: ext_proc's listener mode %v, want every mode off (ILB's routes turn it on)", name, ep.GetProcessingMode())
+				}
+				var own extprocfilterv3.ExternalProcessor
+				if err := want.GetTypedConfig().UnmarshalTo(&own); err != nil {
+					t.Fatal(err)
+				}
+				ilbMode, ep.ProcessingMode = own.GetProcessingMode(), own.GetProcessingMode()
 			}
 			if !proto.Equal(typed, wantTyped) {
 				t.Errorf("%s: %s differs from ILB's:\n%v\n%v", name, f.GetName(), typed, wantTyped)
@@ -200,6 +209,20 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 			checkTLSCluster(t, name, cl)
 		case networkingv1alpha3.EnvoyFilter_HTTP_ROUTE:
 			r := decodeValue(t, name, value, &routev3.Route{})
+			if pf, ok := r.GetTypedPerFilterConfig()[envoy.ExtProcFilter]; ok {
+				var per extprocfilterv3.ExtProcPerRoute
+				if err := pf.UnmarshalTo(&per); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				validate(t, name, &per)
+				if ilbMode == nil || !proto.Equal(per.GetOverrides().GetProcessingMode(), ilbMode) {
+					t.Errorf("%s: route %s turns ext_proc on with %v, want ILB's mode %v", name, p.GetMatch().GetRouteConfiguration().GetVhost().GetRoute().GetName(), per.GetOverrides().GetProcessingMode(), ilbMode)
+				}
+				if a := p.GetMatch().GetRouteConfiguration().GetVhost().GetRoute().GetAction(); a != networkingv1alpha3.EnvoyFilter_RouteConfigurationMatch_RouteMatch_ANY {
+					t.Errorf("%s: matches routes of action %v, want any (a direct response too)", name, a)
+				}
+				continue
+			}
 			base := &routev3.Route{
 				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "outbound|8000||engine"}}},

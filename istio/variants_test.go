@@ -60,9 +60,17 @@ func TestVariants(t *testing.T) {
 			}
 			var applies []string
 			for _, p := range ef.GetConfigPatches() {
+				if p.GetApplyTo() == networkingv1alpha3.EnvoyFilter_HTTP_ROUTE { // ext_proc on, per route
+					applies = append(applies, "HTTP_ROUTE "+p.GetMatch().GetRouteConfiguration().GetVhost().GetRoute().GetName())
+					continue
+				}
 				applies = append(applies, p.GetApplyTo().String()+" "+p.GetPatch().GetValue().GetFields()["name"].GetStringValue())
 			}
-			want := []string{"LISTENER ", "NETWORK_FILTER envoy.filters.network.http_connection_manager", "HTTP_FILTER envoy.filters.http.ext_proc", "HTTP_FILTER envoy.filters.http.header_mutation", "CLUSTER "}
+			want := []string{"LISTENER ", "NETWORK_FILTER envoy.filters.network.http_connection_manager", "HTTP_FILTER envoy.filters.http.ext_proc"}
+			for _, h := range vs.GetHttp() { // no idle timeout: only ext_proc turned on, on every route
+				want = append(want, "HTTP_ROUTE "+h.GetName())
+			}
+			want = append(want, "HTTP_FILTER envoy.filters.http.header_mutation", "CLUSTER ")
 			if !slices.Equal(applies, want) {
 				t.Errorf("patches %v\nwant %v", applies, want)
 			}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/internal/istiotest"
 	"github.com/ilbproject/ilb/internal/kubetest"
 )
@@ -45,6 +48,11 @@ apiVersion: v1
 kind: Service
 metadata: {name: istio-ingressgateway, namespace: istio-ingress}
 spec: {ports: [{name: http2, port: 80, targetPort: 8080}], selector: {istio: ingressgateway}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: llm, namespace: inference}
+spec: {ports: [{name: http, port: 80}], selector: {app: llm}}
 ---
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -126,4 +134,143 @@ func TestIstiodServesTheRender(t *testing.T) {
 		t.Errorf("ILB's routes on the gateway %v, want %v (all routes: %v)", got, want, routes)
 	}
 	t.Logf("gateway filters %v; routes %v", filters, routes)
+}
+
+// TestIstiodScopesExtProc: what istiod sends a client sidecar of edge-us
+// (examples/istio/edge-us.yaml, ILB on the mesh's port 80, where
+// eu-west-tgi, llm and the passthrough allow_any share the listener):
+// ILB's ext_proc filter is on the port-80 listener with every processing
+// mode off, and turned on (typed_per_filter_config, ILB's processing
+// mode) on every route of ILB's VirtualService and on no other route of
+// any listener. A gateway of edge-eu gets the same on its listener.
+func TestIstiodScopesExtProc(t *testing.T) {
+	k := kubetest.Start(t)
+	for _, ns := range []string{"inference", "ilb-system", "istio-ingress", "apps"} {
+		k.Namespace(t, ns)
+	}
+	istiod := istiotest.Start(t, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := k.Apply(ctx, []byte(istioWorld)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"../examples/istio/edge-us.yaml", "../examples/istio/edge-eu.yaml"} {
+		render, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Apply(ctx, render); err != nil {
+			t.Fatalf("the API server refused %s: %v", f, err)
+		}
+	}
+	tests := []struct {
+		name  string
+		proxy istiotest.Proxy
+		port  uint32   // the listener ILB's filter is on
+		host  string   // the virtual host of ILB's routes
+		share []string // other virtual hosts on that listener's routes, left alone
+	}{
+		{"client sidecar, mesh port 80", istiotest.Proxy{
+			Type: "sidecar", Name: "client-0", Namespace: "apps", IP: "10.9.1.1", Labels: map[string]string{"app": "client", "ilb/source": "edge-us"},
+		}, 80, "llm.inference.svc.cluster.local", []string{"allow_any", "eu-west-tgi.inference.svc.cluster.local:80"}},
+		{"ingress gateway", istiotest.Proxy{
+			Type: "router", Name: "istio-ingressgateway-0", Namespace: "istio-ingress", IP: "10.9.0.1", Labels: map[string]string{"istio": "ingressgateway", "ilb/source": "edge-eu"},
+		}, 8080, "llm.example.com", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var on, others, vhosts []string
+			var mode string
+			waitUntil(t, "ILB's routes turned on", time.Minute, func() bool {
+				res, err := istiod.Fetch(ctx, tt.proxy)
+				if err != nil {
+					t.Logf("fetch: %v", err)
+					return false
+				}
+				on, others, mode = extProcScope(t, res, tt.port, tt.host)
+				vhosts = nil
+				for _, rc := range res.Routes {
+					for _, vh := range rc.GetVirtualHosts() {
+						vhosts = append(vhosts, vh.GetName())
+					}
+				}
+				return len(on) > 0
+			})
+			if mode != "off" {
+				t.Errorf("ext_proc on the port-%d listener: %s, want every mode off", tt.port, mode)
+			}
+			if len(others) > 0 {
+				t.Errorf("routes outside ILB's virtual host with ext_proc on: %v", others)
+			}
+			for _, v := range tt.share {
+				if !slices.Contains(vhosts, v) {
+					t.Errorf("no virtual host %s beside ILB's (virtual hosts: %v): the test would prove nothing", v, vhosts)
+				}
+			}
+			for _, r := range on {
+				if !strings.HasPrefix(r, "ilb-") {
+					t.Errorf("route %s of ILB's host has ext_proc on but is not ILB's", r)
+				}
+			}
+			t.Logf("ext_proc on for %v", on)
+		})
+	}
+}
+
+// extProcScope reads, from what istiod sent a proxy: the processing mode
+// of ext_proc on the listener on port ("off", "on" or "missing"); the
+// routes of the virtual host host with ext_proc turned on per route,
+// failing the test for a route of that host left off; and the routes of
+// any other virtual host turned on.
+func extProcScope(t *testing.T, res *istiotest.Resources, port uint32, host string) (on, others []string, mode string) {
+	t.Helper()
+	mode = "missing"
+	for _, l := range res.Listeners {
+		if l.GetAddress().GetSocketAddress().GetPortValue() != port {
+			continue
+		}
+		for _, hcm := range istiotest.HCMs(l) {
+			for _, f := range hcm.GetHttpFilters() {
+				if f.GetName() != envoy.ExtProcFilter {
+					continue
+				}
+				var ep extprocfilterv3.ExternalProcessor
+				if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+					t.Fatal(err)
+				}
+				mode = "on"
+				if ep.GetProcessingMode().GetRequestHeaderMode() == extprocfilterv3.ProcessingMode_SKIP {
+					mode = "off"
+				}
+			}
+		}
+	}
+	var off []string
+	for _, rc := range res.Routes {
+		for _, vh := range rc.GetVirtualHosts() {
+			ilb := slices.Contains(vh.GetDomains(), host)
+			for _, r := range vh.GetRoutes() {
+				pf, ok := r.GetTypedPerFilterConfig()[envoy.ExtProcFilter]
+				var per extprocfilterv3.ExtProcPerRoute
+				if ok {
+					if err := pf.UnmarshalTo(&per); err != nil {
+						t.Fatal(err)
+					}
+				}
+				turnedOn := per.GetOverrides().GetProcessingMode().GetRequestHeaderMode() == extprocfilterv3.ProcessingMode_SEND
+				switch {
+				case ilb && turnedOn:
+					on = append(on, r.GetName())
+				case ilb:
+					off = append(off, r.GetName())
+				case turnedOn:
+					others = append(others, rc.GetName()+"/"+vh.GetName()+"/"+r.GetName())
+				}
+			}
+		}
+	}
+	if len(off) > 0 && len(on) > 0 {
+		t.Errorf("routes of ILB's host %s with ext_proc off: %v", host, off)
+	}
+	return on, others, mode
 }
