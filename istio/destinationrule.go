@@ -90,6 +90,15 @@ func (r *renderer) trafficPolicy(e config.EngineCluster) *networkingv1.TrafficPo
 		// below the 1.28 the early header mutation needs anyway.
 		lb.Warmup = &networkingv1.WarmupConfiguration{Duration: r.duration("envoy.slow_start", ev.SlowStart)}
 	}
+	if e.ReplicaPicking.Enabled {
+		// The EnvoyFilter merges the override_host policy into the
+		// cluster; istiod's locality weighting (a mesh-wide
+		// localityLbSetting) would stay beside it, which Envoy refuses
+		// (locality_weighted_lb_config with load_balancing_policy) and a
+		// MERGE cannot clear: turn it off for this service. The fallback
+		// is least request over every replica, as ILB's own clusters.
+		lb.LocalityLbSetting = &networkingv1.LocalityLoadBalancerSetting{Enabled: wrapperspb.Bool(false)}
+	}
 	cb := ev.CircuitBreakers
 	http := &networkingv1.ConnectionPoolSettings_HTTPSettings{
 		Http1MaxPendingRequests: int32Of(cb.MaxPendingRequests),

@@ -3,6 +3,7 @@ package istio
 import (
 	"fmt"
 	"maps"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -63,10 +64,11 @@ const (
 //     ext_proc has read them (first on the request, last on the
 //     response), also when ext_proc is down;
 //   - for each engine cluster with replica_picking, CLUSTER MERGE of the
-//     override_host load-balancing policy into the service's outbound
-//     cluster (a DestinationRule cannot express it; Envoy >= 1.35 then
-//     ignores the rule's LEAST_REQUEST lb_policy and uses least request
-//     as override_host's fallback);
+//     override_host load-balancing policy and lb_policy CLUSTER_PROVIDED
+//     into the service's outbound cluster (a DestinationRule cannot
+//     express it; least request is override_host's fallback; the rule
+//     turns locality weighting off for that service, which a MERGE could
+//     not clear);
 //   - when envoy.route_idle_timeout is set, HTTP_ROUTE MERGE of the idle
 //     timeout into each of routes (the VirtualService's routes with
 //     destinations, by name; the VirtualService cannot express it).
@@ -125,8 +127,7 @@ func (r *renderer) envoyFilter(p plan, routes, allRoutes []string) (Object, bool
 		}
 		for _, e := range r.c.Clusters {
 			if e.ReplicaPicking.Enabled && e.Service != nil && s.Allows(e.Region) {
-				add(applyCluster, serviceClusterMatch(ctx, e.Service), opMerge,
-					&clusterv3.Cluster{LoadBalancingPolicy: envoy.OverrideHostPolicy(ev.SlowStart.Std())})
+				add(applyCluster, serviceClusterMatch(ctx, e.Service), opMerge, pickingCluster(ev.SlowStart.Std()))
 			}
 		}
 		if ev.RouteIdleTimeout > 0 {
@@ -150,6 +151,15 @@ func (r *renderer) envoyFilter(p plan, routes, allRoutes []string) (Object, bool
 			Priority:         EnvoyFilterPriority,
 		},
 	}, true
+}
+
+// pickingCluster is what is merged into an engine service's cluster
+// where ILB picks replicas: the override_host policy, and lb_policy
+// CLUSTER_PROVIDED, as istiod sets it for an InferencePool's cluster
+// (Envoy then reads load_balancing_policy; the DestinationRule's least
+// request is the policy's fallback).
+func pickingCluster(slowStart time.Duration) *clusterv3.Cluster {
+	return &clusterv3.Cluster{LbPolicy: clusterv3.Cluster_CLUSTER_PROVIDED, LoadBalancingPolicy: envoy.OverrideHostPolicy(slowStart)}
 }
 
 // EnvoyFilterPriority orders ILB's EnvoyFilters after those of priority 0

@@ -196,7 +196,7 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 				for _, e := range c.Clusters {
 					picking = picking || e.ReplicaPicking.Enabled && e.Service != nil && e.Service.Host == svc
 				}
-				want := &clusterv3.Cluster{LoadBalancingPolicy: envoy.OverrideHostPolicy(c.Envoy.SlowStart.Std())}
+				want := &clusterv3.Cluster{LbPolicy: clusterv3.Cluster_CLUSTER_PROVIDED, LoadBalancingPolicy: envoy.OverrideHostPolicy(c.Envoy.SlowStart.Std())}
 				if !picking || p.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_MERGE || !proto.Equal(cl, want) {
 					t.Errorf("%s: CLUSTER patch of %s (replica picking %v): %v, want a MERGE of the override_host policy", name, svc, picking, cl)
 				}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
 	"github.com/ilbproject/ilb/envoy"
@@ -74,7 +75,7 @@ func TestIstiodServesTheRender(t *testing.T) {
 	for _, ns := range []string{"inference", "ilb-system", "istio-ingress"} {
 		k.Namespace(t, ns)
 	}
-	istiod := istiotest.Start(t, k)
+	istiod := istiotest.Start(t, k, istiotest.Options{})
 	render, err := os.ReadFile("../examples/istio/edge-eu.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func TestIstiodScopesExtProc(t *testing.T) {
 	for _, ns := range []string{"inference", "ilb-system", "istio-ingress", "apps"} {
 		k.Namespace(t, ns)
 	}
-	istiod := istiotest.Start(t, k)
+	istiod := istiotest.Start(t, k, istiotest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := k.Apply(ctx, []byte(istioWorld)); err != nil {
@@ -273,4 +274,69 @@ func extProcScope(t *testing.T, res *istiotest.Resources, port uint32, host stri
 		t.Errorf("routes of ILB's host %s with ext_proc off: %v", host, off)
 	}
 	return on, others, mode
+}
+
+// TestIstiodPickingClusterWithLocality: with a mesh-wide locality
+// distribute setting, the outbound cluster of an engine service where ILB
+// picks replicas (us-east-vllm) is what Envoy accepts: the override_host
+// policy, lb_policy CLUSTER_PROVIDED and no locality-weighted config
+// beside it (the rendered DestinationRule turns locality off for that
+// service), and it passes Envoy's proto validation; a cluster where ILB
+// does not pick (us-west-sglang) keeps the mesh's locality weighting,
+// which shows the setting is in force.
+func TestIstiodPickingClusterWithLocality(t *testing.T) {
+	k := kubetest.Start(t)
+	for _, ns := range []string{"inference", "ilb-system", "istio-ingress", "apps"} {
+		k.Namespace(t, ns)
+	}
+	istiod := istiotest.Start(t, k, istiotest.Options{Mesh: `
+localityLbSetting:
+  enabled: true
+  distribute:
+    - from: "us-east/*"
+      to: {"us-east/*": 80, "eu-west/*": 20}
+`})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := k.Apply(ctx, []byte(istioWorld)); err != nil {
+		t.Fatal(err)
+	}
+	render, err := os.ReadFile("../examples/istio/edge-us.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Apply(ctx, render); err != nil {
+		t.Fatal(err)
+	}
+	client := istiotest.Proxy{
+		Type: "sidecar", Name: "client-0", Namespace: "apps", IP: "10.9.1.1", Region: "us-east",
+		Labels: map[string]string{"app": "client", "ilb/source": "edge-us"},
+	}
+	const picking, plain = "outbound|8000||us-east-vllm.inference.svc.cluster.local", "outbound|30000||us-west-sglang.inference.svc.cluster.local"
+	var got map[string]*clusterv3.Cluster
+	waitUntil(t, "the engine clusters, override_host merged", time.Minute, func() bool {
+		res, err := istiod.Fetch(ctx, client)
+		if err != nil {
+			t.Logf("fetch: %v", err)
+			return false
+		}
+		got = map[string]*clusterv3.Cluster{}
+		for _, c := range res.Clusters {
+			got[c.GetName()] = c
+		}
+		return got[picking].GetLoadBalancingPolicy() != nil && got[plain] != nil
+	})
+	c := got[picking]
+	if err := c.ValidateAll(); err != nil {
+		t.Errorf("%s fails Envoy's proto validation: %v", picking, err)
+	}
+	if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED || c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil {
+		t.Errorf("%s: lb_policy %v, locality_weighted_lb_config %v; want CLUSTER_PROVIDED and none beside load_balancing_policy", picking, c.GetLbPolicy(), c.GetCommonLbConfig().GetLocalityWeightedLbConfig())
+	}
+	if name := c.GetLoadBalancingPolicy().GetPolicies()[0].GetTypedExtensionConfig().GetName(); name != envoy.OverrideHostPolicyName {
+		t.Errorf("%s: load_balancing_policy %s, want %s", picking, name, envoy.OverrideHostPolicyName)
+	}
+	if got[plain].GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
+		t.Errorf("%s has no locality weighting: the mesh's distribute setting is not in force, and the test proves nothing", plain)
+	}
 }

@@ -26,6 +26,7 @@ type Proxy struct {
 	Namespace string
 	IP        string
 	Labels    map[string]string
+	Region    string // the proxy's locality region, "": none
 }
 
 // Resources is what istiod sent a proxy: every listener and cluster, and
@@ -48,11 +49,15 @@ func (p Proxy) node() (*corev3.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &corev3.Node{
+	n := &corev3.Node{
 		Id:       fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", p.Type, p.IP, p.Name, p.Namespace, p.Namespace),
 		Cluster:  p.Name + "." + p.Namespace,
 		Metadata: md,
-	}, nil
+	}
+	if p.Region != "" {
+		n.Locality = &corev3.Locality{Region: p.Region, Zone: p.Region + "-a"}
+	}
+	return n, nil
 }
 
 // Fetch connects to istiod's xDS as p (state of the world, over ADS),

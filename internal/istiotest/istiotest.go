@@ -64,12 +64,21 @@ func Binary() (bin, crds string, err error) {
 	return bin, crds, nil
 }
 
+// Options adjust istiod.
+type Options struct {
+	// Env adds to istiod's environment (feature flags such as
+	// ENABLE_GATEWAY_API_INFERENCE_EXTENSION=true).
+	Env []string
+	// Mesh is the mesh configuration (MeshConfig YAML, e.g. a
+	// localityLbSetting); empty: Istio's defaults.
+	Mesh string
+}
+
 // Start installs Istio's CRDs and the istio-system namespace in k, runs
 // istiod against it and returns once istiod answers ready; it stops when
-// the test ends. env adds to istiod's environment (feature flags such as
-// ENABLE_GATEWAY_API_INFERENCE_EXTENSION=true). It skips the test without
-// the binary (fails it with ILB_REQUIRE_ISTIO=1).
-func Start(t testing.TB, k *kubetest.Server, env ...string) *Istiod {
+// the test ends. It skips the test without the binary (fails it with
+// ILB_REQUIRE_ISTIO=1).
+func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 	t.Helper()
 	bin, crds, err := Binary()
 	if err != nil {
@@ -103,6 +112,13 @@ func Start(t testing.TB, k *kubetest.Server, env ...string) *Istiod {
 		"--monitoringAddr", addr(ports[3]), "--httpsAddr", addr(ports[4]),
 		"--domain", "cluster.local", "--log_output_level", "default:info",
 	}
+	if o.Mesh != "" {
+		mesh := filepath.Join(i.dir, "mesh.yaml")
+		if err := os.WriteFile(mesh, []byte(o.Mesh), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--meshConfig", mesh)
+	}
 	cmd := exec.Command(bin, args...) //nolint:noctx // the process outlives this call: the cleanup stops it
 	cmd.Env = append(os.Environ(),
 		"POD_NAMESPACE=istio-system", "POD_NAME=istiod-test", "REVISION=default", "CLUSTER_ID=Kubernetes",
@@ -111,7 +127,7 @@ func Start(t testing.TB, k *kubetest.Server, env ...string) *Istiod {
 		"INJECTION_WEBHOOK_CONFIG_NAME=", "VALIDATION_WEBHOOK_CONFIG_NAME=", "ISTIOD_CUSTOM_HOST=istiod.istio-system.svc",
 		"PILOT_ENABLE_ANALYSIS=false", "ENABLE_CA_SERVER=false",
 	)
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(cmd.Env, o.Env...)
 	logf, err := os.Create(filepath.Join(i.dir, "istiod.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 // ready.
 func TestIstiodStarts(t *testing.T) {
 	k := kubetest.Start(t)
-	i := istiotest.Start(t, k)
+	i := istiotest.Start(t, k, istiotest.Options{})
 	if i.XDSAddr() == "" {
 		t.Fatal("no xDS address")
 	}
