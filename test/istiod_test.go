@@ -1,8 +1,10 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,9 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/internal/istiotest"
@@ -135,6 +140,66 @@ func TestIstiodServesTheRender(t *testing.T) {
 		t.Errorf("ILB's routes on the gateway %v, want %v (all routes: %v)", got, want, routes)
 	}
 	t.Logf("gateway filters %v; routes %v", filters, routes)
+
+	// `ilb validate --envoy` reads what istiod sent (TypedStruct, Istio's
+	// ALPN filter) and checks it.
+	res, err := istiod.Fetch(ctx, gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "istiod-gateway.json")
+	if err := os.WriteFile(path, resourceFile(t, res), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := envoy.LoadBundle(path)
+	if err != nil {
+		t.Fatalf("ilb validate --envoy cannot read istiod's output: %v", err)
+	}
+	for _, p := range b.Check() {
+		if !p.Warning {
+			t.Errorf("istiod's output: %s", p)
+		} else {
+			t.Logf("istiod's output: %s", p)
+		}
+	}
+}
+
+// resourceFile writes what istiod sent as the resource file `ilb validate
+// --envoy` reads: lists of clusters, routes and listeners, proto JSON.
+func resourceFile(t *testing.T, res *istiotest.Resources) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	list := func(key string, ms []proto.Message, last bool) {
+		b.WriteString(`"` + key + `": [`)
+		for i, m := range ms {
+			js, err := protojson.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.Write(js)
+		}
+		b.WriteString("]")
+		if !last {
+			b.WriteString(",")
+		}
+	}
+	b.WriteString("{")
+	list("clusters", protos(res.Clusters), false)
+	list("routes", protos(res.Routes), false)
+	list("listeners", protos(res.Listeners), true)
+	b.WriteString("}")
+	return b.Bytes()
+}
+
+func protos[M proto.Message](ms []M) []proto.Message {
+	out := make([]proto.Message, len(ms))
+	for i, m := range ms {
+		out[i] = m
+	}
+	return out
 }
 
 // TestIstiodScopesExtProc: what istiod sends a client sidecar of edge-us
