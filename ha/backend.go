@@ -28,15 +28,16 @@ type backend interface {
 	// written, and the leader's name ("" when none). An error means the
 	// backend did not answer: the replica is fail-static.
 	readCurrent(ctx context.Context) (current, error)
-	// fetch reads and decodes the content of version v; a failure to read
-	// is wrapped with errRetry, a content that is not v's is not.
-	fetch(ctx context.Context, v string) (*weights.Weights, error)
+	// fetch reads and decodes the content rec names (its version, and
+	// its stored encoding where the backend keeps several); a failure to
+	// read is wrapped with errRetry, a content that is not rec's is not.
+	fetch(ctx context.Context, rec record) (*weights.Weights, error)
 	// history reads up to n records of the last publications, newest
 	// first.
 	history(ctx context.Context, n int) ([][]byte, error)
 	// write publishes rec (the term's next record, naming w) with w's
 	// content, fenced: once the term has ended the backend itself
-	// refuses it (ErrFenced).
+	// refuses it (ErrFenced). It may fill rec.Content.
 	write(ctx context.Context, t *term, rec record, w *weights.Weights) error
 	// collect deletes what no kept history record names (best effort).
 	collect(ctx context.Context, t *term)

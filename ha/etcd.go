@@ -101,8 +101,9 @@ func (b *etcdBackend) readCurrent(ctx context.Context) (current, error) {
 	return out, nil
 }
 
-// fetch reads and decodes the content of version v in one read.
-func (b *etcdBackend) fetch(ctx context.Context, v string) (*weights.Weights, error) {
+// fetch reads and decodes the content of rec's version in one read.
+func (b *etcdBackend) fetch(ctx context.Context, rec record) (*weights.Weights, error) {
+	v := rec.Version
 	tctx, cancel := context.WithTimeout(ctx, b.r.timeout)
 	defer cancel()
 	resp, err := b.cli.Get(tctx, b.keys.version(v), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))

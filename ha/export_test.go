@@ -21,3 +21,13 @@ func (r *Replica) StaleTerm() func(ctx context.Context, w *weights.Weights) erro
 		return r.write(ctx, t, w)
 	}
 }
+
+// HolderIdentity is how r names itself as a leader: with Kubernetes the
+// Lease's holderIdentity (its name and process instance), with etcd its
+// name.
+func (r *Replica) HolderIdentity() string {
+	if k, ok := r.b.(*kubeBackend); ok {
+		return k.el.id
+	}
+	return r.name
+}

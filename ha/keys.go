@@ -60,6 +60,10 @@ type record struct {
 	Policy   string    `json:"policy"`
 	Computed time.Time `json:"computed"`
 	Status   string    `json:"status,omitempty"`
+	// Content names the stored encoding of the version's content where
+	// one version may be stored more than once (Kubernetes: the first 16
+	// hex digits of its SHA-256); "" with etcd.
+	Content string `json:"content,omitempty"`
 }
 
 // Bounds of what is read from etcd.
@@ -78,6 +82,9 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	if !versionPattern.MatchString(r.Version) {
 		return r, fmt.Errorf("record: version %s is not a weights version (16 hex digits)", bound.Quote(r.Version, bound.Excerpt))
+	}
+	if r.Content != "" && !versionPattern.MatchString(r.Content) {
+		return r, fmt.Errorf("record: content %s is not a content name (16 hex digits)", bound.Quote(r.Content, bound.Excerpt))
 	}
 	r.Leader, r.Policy, r.Config = bound.String(r.Leader, bound.Name), bound.String(r.Policy, bound.Name), bound.String(r.Config, bound.Name)
 	r.Status = bound.String(r.Status, maxStatusBytes)

@@ -27,8 +27,9 @@ import (
 //	                          history, written only by updates of the
 //	                          Lease that the API server applies while it
 //	                          still names the leader (resourceVersion)
-//	ConfigMap L-v-<v>-<i>     chunk i of version v's content (immutable;
-//	                          chunk 0 also holds its meta)
+//	ConfigMap L-v-<v>-<c>-<i> chunk i of content c (an encoding, named by
+//	                          its hash) of version v; immutable, chunk 0
+//	                          also holds its meta
 //	ConfigMap L-demand-<r>    replica r's demand share
 //	ConfigMap L-store-<h>     a Store namespace (h: a hash of its name)
 //
@@ -46,9 +47,10 @@ type kubeBackend struct {
 
 	// mu guards shareRV: the resourceVersion of this replica's demand
 	// ConfigMap as last written (or read when it was another process's).
-	mu      sync.Mutex
-	shareRV string
-	foreign string // the resourceVersion of another process's share, as last read
+	mu          sync.Mutex
+	shareRV     string
+	foreign     string // the resourceVersion of another process's share, as last read
+	foreignSeen bool
 	// seenShares is the share watch's view (for the leader's collection).
 	seenShares map[string]shareSeen
 }
@@ -60,6 +62,7 @@ const (
 	labelGroup       = "ilb.dev/ha-group"
 	labelObject      = "ilb.dev/object"
 	labelVersion     = "ilb.dev/version"
+	labelContent     = "ilb.dev/content"
 	annotCurrent     = "ilb.dev/current"
 	annotHistory     = "ilb.dev/history"
 	annotInstance    = "ilb.dev/instance"
@@ -92,6 +95,13 @@ func newKube(r *Replica, rc *rest.Config) (*kubeBackend, error) {
 	}
 	if !config.KubeReplicaName(r.name) {
 		return nil, fmt.Errorf("ha: replica name %q cannot name a Kubernetes object: set ha.replica to the pod's name (lower case letters, digits, '-' and '.')", r.name)
+	}
+	if rc.QPS == 0 {
+		// client-go's default (5/s, bursts of 10) is shared by the HA
+		// group's every request: a content of many chunks, collection,
+		// demand shares and the store would queue behind each other.
+		rc = rest.CopyConfig(rc)
+		rc.QPS, rc.Burst = 50, 100
 	}
 	cs, err := kube.NewClients(rc)
 	if err != nil {
@@ -152,9 +162,7 @@ func (b *kubeBackend) readCurrent(ctx context.Context) (current, error) {
 	// Not handed to the election: a read may answer after a newer watch
 	// event, and the election dates what it sees.
 	var out current
-	if l.Spec.HolderIdentity != nil {
-		out.leader = *l.Spec.HolderIdentity
-	}
+	out.leader = replicaOf(str(l.Spec.HolderIdentity))
 	if v, ok := l.Annotations[annotCurrent]; ok {
 		out.rec, out.token = []byte(v), v
 	}

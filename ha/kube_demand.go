@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // A demand share in Kubernetes is the ConfigMap L-demand-<replica>,
@@ -167,13 +170,23 @@ func (b *kubeBackend) writeShare(ctx context.Context, v []byte) error {
 		return gerr
 	}
 	b.mu.Lock()
-	other := cur.Annotations[annotInstance] != b.instance && b.foreign != cur.ResourceVersion
-	b.foreign = cur.ResourceVersion
-	b.mu.Unlock()
-	if other {
-		return &conflictError{holder: "process " + cur.Annotations[annotInstance]}
+	defer b.mu.Unlock()
+	switch {
+	case cur.Annotations[annotInstance] == b.instance:
+		// Ours (an answer lost): write over it on the next tick.
+	case b.foreign == "" || b.foreign != cur.ResourceVersion && b.foreignSeen:
+		// Another process's: first seen (a predecessor of this name that
+		// died, or a live twin), or seen changing since: wait a tick.
+		conflict := b.foreign != "" && b.foreignSeen
+		b.foreign, b.foreignSeen = cur.ResourceVersion, true
+		if conflict {
+			return &conflictError{holder: "process " + bound.String(cur.Annotations[annotInstance], bound.Name)}
+		}
+		return fmt.Errorf("demand share %s was written by process %s: taking it over if it stays unchanged for a tick", name, bound.String(cur.Annotations[annotInstance], bound.Name))
 	}
-	b.setShareRV(cur.ResourceVersion) // ours, or abandoned: the next tick writes over it
+	// Ours, or another's left unchanged for a tick: the next tick writes
+	// over it.
+	b.shareRV, b.foreign, b.foreignSeen = cur.ResourceVersion, "", false
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,11 @@ import (
 // clocks run at one rate (they need not agree).
 type election struct {
 	b *kubeBackend
+	// id is this process's holder identity: the replica's name and its
+	// instance ("name_instance", as client-go's "hostname_uuid"), so that
+	// a restarted process, or a second one of the same name, waits for
+	// the Lease to expire instead of taking it from a live holder.
+	id string
 
 	mu sync.Mutex
 	// seen is the newest Lease read or watched; observed is when its spec
@@ -42,18 +48,29 @@ type election struct {
 	// mine is the Lease as this replica's last successful write returned
 	// it, while it leads (the base of every write of its term).
 	mine *coordinationv1.Lease
-	// mineSent is when the request that wrote mine was sent: no other
-	// replica takes the Lease before mineSent plus its duration.
+	// mineSent is when the request that wrote mine was sent: every write
+	// of a term renews the Lease (its renewTime), so no other replica
+	// takes it before mineSent plus its duration.
 	mineSent time.Time
-	changed  chan struct{} // poked when seen changes
+	// deletedAt is when a Lease seen before was seen gone: candidates
+	// wait a lease duration before creating it again.
+	deletedAt time.Time
+	changed   chan struct{} // poked when seen changes
 	// endTerm ends the term this replica leads (nil while it does not)
-	// once a Lease of a later term is seen.
+	// once a Lease of a later term, another Lease (a new UID) or none is
+	// seen (l nil: deleted).
 	endTerm func(l *coordinationv1.Lease)
 }
 
 func (e *election) init(b *kubeBackend) {
-	e.b = b
+	e.b, e.id = b, b.r.name+"_"+b.instance
 	e.changed = make(chan struct{}, 1)
+}
+
+// replicaOf is the replica name of a holder identity ("" for none).
+func replicaOf(holder string) string {
+	name, _, _ := strings.Cut(holder, "_")
+	return name
 }
 
 // Errors of a Kubernetes term.
@@ -86,10 +103,17 @@ func (e *election) see(l *coordinationv1.Lease) {
 	}
 }
 
-// forget notes the Lease is gone.
+// forget notes the Lease is gone: a term on it ends, and a Lease seen
+// before is created again only a lease duration later.
 func (e *election) forget() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.seen != nil {
+		e.deletedAt = e.b.now()
+	}
+	if e.endTerm != nil {
+		e.endTerm(nil)
+	}
 	e.seen, e.observed = nil, e.b.now()
 	select {
 	case e.changed <- struct{}{}:
@@ -151,20 +175,23 @@ func (e *election) watch(ctx context.Context) {
 }
 
 // state returns what campaign decides on: the Lease seen (nil: none),
-// when it was observed, and whether it is free for this replica: absent,
-// released (no holder), expired by this replica's observation, or held
-// under this replica's own name (an earlier process of it that died).
+// when it expires, and whether it is free for this replica: absent (a
+// lease duration after it was deleted, at once if it never existed),
+// released (no holder), held by this process, or expired by this
+// replica's observation.
 func (e *election) state() (l *coordinationv1.Lease, expires time.Time, free bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	l = e.seen
+	now := e.b.now()
 	if l == nil {
-		return nil, time.Time{}, true
+		expires = e.deletedAt.Add(e.b.r.ttl)
+		return nil, expires, e.deletedAt.IsZero() || !now.Before(expires)
 	}
 	holder := str(l.Spec.HolderIdentity)
 	d := time.Duration(i32(l.Spec.LeaseDurationSeconds)) * time.Second
 	expires = e.observed.Add(d)
-	return l, expires, holder == "" || holder == e.b.r.name || !e.b.now().Before(expires)
+	return l, expires, holder == "" || holder == e.id || !now.Before(expires)
 }
 
 // campaign takes the Lease whenever it is free and leads with it, until
@@ -193,8 +220,12 @@ func (e *election) campaign(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.DebugContext(ctx, "Lease: cannot take it", "err", err, "retry_in", backoff)
-			if apierrors.IsConflict(err) {
+			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+				r.log.WarnContext(ctx, "Lease: not allowed to take it: this replica cannot lead (give it get, list, watch, create and update on leases)", "err", err, "retry_in", backoff)
+			} else {
+				r.log.DebugContext(ctx, "Lease: cannot take it", "err", err, "retry_in", backoff)
+			}
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 				e.refresh(ctx) // someone wrote first: look again at once
 				continue
 			}
@@ -236,7 +267,7 @@ func (e *election) refresh(ctx context.Context) {
 func (e *election) acquire(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	b := e.b
 	now := metav1.NewMicroTime(b.now())
-	name := b.r.name
+	name := e.id
 	d := int32(b.r.ttl / time.Second)
 	if l == nil {
 		next := &coordinationv1.Lease{
@@ -272,10 +303,12 @@ func (b *kubeBackend) writeLease(ctx context.Context, l *coordinationv1.Lease, c
 	return &out, nil
 }
 
-// lead runs one term on the Lease held: numbered after the version in
-// force, renewed every D/4, ended when a renewal is refused because
-// another replica wrote the Lease, when no renewal succeeded for D*2/3,
-// when ctx is done or Lead returns.
+// lead runs one term on the Lease held (acquired by a request sent at
+// sent): numbered after the version in force, renewed every D/4, ended
+// when a renewal is refused because another replica wrote the Lease,
+// when a later term, another Lease or none is seen, when no write of the
+// term has succeeded for D*2/3 (a timer: a request that hangs does not
+// hold the term), when ctx is done or Lead returns.
 func (e *election) lead(ctx context.Context, held *coordinationv1.Lease, sent time.Time) error {
 	r := e.b.r
 	t := &term{key: held.Name, rev: int64(i32(held.Spec.LeaseTransitions))}
@@ -290,16 +323,21 @@ func (e *election) lead(ctx context.Context, held *coordinationv1.Lease, sent ti
 		e.mine = nil
 		e.mu.Unlock()
 	}()
-	renewed := e.b.now()
+	deadline := r.ttl * 2 / 3
 	return r.runTerm(ctx, t, func(ctx context.Context, cancel context.CancelCauseFunc) {
 		// A Lease of a later term (its transitions count is higher: every
 		// acquisition raises it, so an event older than this term's
-		// acquisition never is) ends this one at once, not at the next
-		// renewal.
+		// acquisition never is), another Lease (recreated: a new UID) or
+		// none ends this one at once, not at the next renewal.
 		e.mu.Lock()
 		e.endTerm = func(l *coordinationv1.Lease) {
-			if n := int64(i32(l.Spec.LeaseTransitions)); n > t.rev {
-				cancel(fmt.Errorf("%w: the Lease is held by %s in term %d", errDeposed, str(l.Spec.HolderIdentity), n))
+			switch {
+			case l == nil:
+				cancel(fmt.Errorf("%w: the Lease was deleted", errDeposed))
+			case l.UID != held.UID:
+				cancel(fmt.Errorf("%w: the Lease was replaced", errDeposed))
+			case int64(i32(l.Spec.LeaseTransitions)) > t.rev:
+				cancel(fmt.Errorf("%w: the Lease is held by %s in term %d", errDeposed, replicaOf(str(l.Spec.HolderIdentity)), i32(l.Spec.LeaseTransitions)))
 			}
 		}
 		if e.seen != nil {
@@ -311,6 +349,27 @@ func (e *election) lead(ctx context.Context, held *coordinationv1.Lease, sent ti
 			e.endTerm = nil
 			e.mu.Unlock()
 		}()
+		// The renewal deadline, checked by a timer against the last write
+		// that succeeded (renewals and publications alike).
+		var timer *time.Timer // guarded by e.mu
+		check := func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			left := deadline - e.b.now().Sub(e.mineSent)
+			if left <= 0 {
+				cancel(errRenewDeadline)
+				return
+			}
+			timer.Reset(left)
+		}
+		e.mu.Lock()
+		timer = time.AfterFunc(deadline, check)
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			timer.Stop()
+			e.mu.Unlock()
+		}()
 		tick := time.NewTicker(r.ttl / 4)
 		defer tick.Stop()
 		for {
@@ -319,19 +378,16 @@ func (e *election) lead(ctx context.Context, held *coordinationv1.Lease, sent ti
 				return
 			case <-tick.C:
 			}
-			sent := e.b.now()
-			err := e.update(ctx, t, func(l *coordinationv1.Lease) {
-				now := metav1.NewMicroTime(sent)
-				l.Spec.RenewTime = &now
-			})
+			e.mu.Lock()
+			until := e.mineSent.Add(deadline)
+			e.mu.Unlock()
+			rctx, rcancel := context.WithDeadline(ctx, until) // a renewal never outlives the term
+			err := e.update(rctx, t, func(*coordinationv1.Lease) {})
+			rcancel()
 			switch {
 			case err == nil:
-				renewed = sent
 			case errors.Is(err, ErrFenced):
 				cancel(fmt.Errorf("%w: %w", errDeposed, err))
-				return
-			case e.b.now().Sub(renewed) >= r.ttl*2/3:
-				cancel(fmt.Errorf("%w: %w", errRenewDeadline, err))
 				return
 			default:
 				r.log.DebugContext(ctx, "Lease: renewal failed", "err", err)
@@ -340,22 +396,27 @@ func (e *election) lead(ctx context.Context, held *coordinationv1.Lease, sent ti
 	})
 }
 
-// update applies change to the Lease as this replica last wrote it and
-// writes it, fenced: the API server applies it only if nobody else wrote
-// the Lease since. When someone did (an operator's annotation, say), it
-// reads the Lease again and retries once if it still names t (this
-// replica, t's transitions); else the term is over (ErrFenced).
+// update applies change to the Lease as this replica last wrote it,
+// with a new renewTime (every write of a term renews it), and writes it,
+// fenced: the API server applies it only if nobody else wrote the Lease
+// since. When someone did (an operator's annotation, a concurrent write
+// of this term), it reads the Lease again and retries while it still
+// names t (this process, t's transitions); else the term is over
+// (ErrFenced).
 func (e *election) update(ctx context.Context, t *term, change func(l *coordinationv1.Lease)) error {
+	const tries = 5
 	for try := 0; ; try++ {
 		e.mu.Lock()
 		base := e.mine
 		e.mu.Unlock()
-		if base == nil || !names(base, e.b.r.name, t.rev) {
-			return ErrFenced
+		if base == nil || !names(base, e.id, t.rev) {
+			return fmt.Errorf("%w: this replica's last write of the Lease does not name its term", ErrFenced)
 		}
 		next := base.DeepCopy()
 		change(next)
 		sent := e.b.now()
+		renew := metav1.NewMicroTime(sent)
+		next.Spec.RenewTime = &renew
 		out, err := e.b.writeLease(ctx, next, false)
 		if err == nil {
 			e.mu.Lock()
@@ -373,8 +434,11 @@ func (e *election) update(ctx context.Context, t *term, change func(l *coordinat
 			return gerr
 		}
 		e.see(cur)
-		if try > 0 || !names(cur, e.b.r.name, t.rev) {
-			return fmt.Errorf("%w: %w", ErrFenced, err)
+		if !names(cur, e.id, t.rev) || cur.UID != base.UID {
+			return fmt.Errorf("%w: the Lease is held by %s in term %d", ErrFenced, replicaOf(str(cur.Spec.HolderIdentity)), i32(cur.Spec.LeaseTransitions))
+		}
+		if try == tries-1 {
+			return fmt.Errorf("Lease %s/%s: %d conflicting writes in a row: %w", e.b.ns, e.b.lease, tries, err)
 		}
 		e.mu.Lock()
 		if e.mine != nil {
@@ -384,9 +448,9 @@ func (e *election) update(ctx context.Context, t *term, change func(l *coordinat
 	}
 }
 
-// names reports whether l is held by name in term transitions.
-func names(l *coordinationv1.Lease, name string, transitions int64) bool {
-	return str(l.Spec.HolderIdentity) == name && int64(i32(l.Spec.LeaseTransitions)) == transitions
+// names reports whether l is held by identity id in term transitions.
+func names(l *coordinationv1.Lease, id string, transitions int64) bool {
+	return str(l.Spec.HolderIdentity) == id && int64(i32(l.Spec.LeaseTransitions)) == transitions
 }
 
 // release gives the Lease up on the way out (within ha.dial_timeout), as
@@ -400,8 +464,8 @@ func (e *election) release(ctx context.Context) {
 	if base == nil {
 		base = e.seen
 	}
-	if base == nil || str(base.Spec.HolderIdentity) != e.b.r.name {
-		return
+	if base == nil || str(base.Spec.HolderIdentity) != e.id {
+		return // only this process's own hold is released
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.b.r.timeout)
 	defer cancel()
@@ -422,7 +486,7 @@ func (e *election) release(ctx context.Context) {
 func (e *election) safe(t *term) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.mine != nil && names(e.mine, e.b.r.name, t.rev) && e.b.now().Sub(e.mineSent) < e.b.r.ttl/3
+	return e.mine != nil && names(e.mine, e.id, t.rev) && e.b.now().Sub(e.mineSent) < e.b.r.ttl/3
 }
 
 // leaseOf is the Lease as the term's leader last wrote it, if it still
@@ -430,7 +494,7 @@ func (e *election) safe(t *term) bool {
 func (e *election) leaseOf(t *term) (*coordinationv1.Lease, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.mine == nil || !names(e.mine, e.b.r.name, t.rev) {
+	if e.mine == nil || !names(e.mine, e.id, t.rev) {
 		return nil, false
 	}
 	return e.mine, true

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,12 +17,14 @@ import (
 // The Store in Kubernetes: namespace ns is the ConfigMap
 // L-store-<first 12 hex digits of SHA-256(ns)> (annotated with ns), a
 // key one entry of its binaryData. A ConfigMap key allows letters,
-// digits, '-', '_' and '.': a store key's '_', '/' and ':' are written
-// "__", "_s" and "_c". Writes are read-modify-write updates conditioned
-// on the resourceVersion read, retried on conflict; a namespace holds at
-// most maxConfigMapData bytes. PutIfLeader checks, right before its
-// write, that the Lease still names this replica's term: unlike etcd's,
-// that check and the write are two requests.
+// digits, '-', '_' and '.' (not "." or ".."): a store key's '_', '/',
+// ':' and '.' are written "__", "_s", "_c" and "_d", and a key whose
+// escaped form is over 253 bytes is refused. Writes are read-modify-write
+// updates conditioned on the resourceVersion read, retried on conflict; a
+// namespace holds at most maxConfigMapData bytes. PutIfLeader writes only
+// while this replica's last write of the Lease in its term is recent
+// enough that no other replica can have taken it (election.safe): unlike
+// etcd's, that check and the write are not one request.
 
 const storeRetries = 5
 
@@ -30,9 +34,18 @@ func (b *kubeBackend) storeName(ns string) string {
 }
 
 var (
-	storeKeyEscaper   = strings.NewReplacer("_", "__", "/", "_s", ":", "_c")
-	storeKeyUnescaper = strings.NewReplacer("__", "_", "_s", "/", "_c", ":")
+	storeKeyEscaper   = strings.NewReplacer("_", "__", "/", "_s", ":", "_c", ".", "_d")
+	storeKeyUnescaper = strings.NewReplacer("__", "_", "_s", "/", "_c", ":", "_d", ".")
 )
+
+// storeKey is key as a ConfigMap key.
+func storeKey(key string) (string, error) {
+	k := storeKeyEscaper.Replace(key)
+	if len(k) > 253 {
+		return "", fmt.Errorf("key %q is %d bytes escaped for a ConfigMap: want at most 253 (fewer '_', '/', ':' and '.')", key, len(k))
+	}
+	return k, nil
+}
 
 // storeMap reads namespace ns's ConfigMap; nil when there is none.
 func (b *kubeBackend) storeMap(ctx context.Context, ns string) (*corev1.ConfigMap, error) {
@@ -51,19 +64,20 @@ func (b *kubeBackend) storeMap(ctx context.Context, ns string) (*corev1.ConfigMa
 
 // modify applies change to namespace ns's entries and writes them back,
 // retrying when another writer came first.
-func (b *kubeBackend) modify(ctx context.Context, t *term, ns string, change func(map[string][]byte)) error {
+func (b *kubeBackend) modify(ctx context.Context, t *term, ns string, del bool, change func(map[string][]byte)) error {
 	var err error
 	for range storeRetries {
-		if t != nil {
-			if _, ok := b.el.leaseOf(t); !ok {
-				return ErrFenced
-			}
+		if t != nil && !b.el.safe(t) {
+			return fmt.Errorf("%w: this replica's term may have ended (its last write of the Lease is over a third of its duration old)", ErrFenced)
 		}
 		var cm *corev1.ConfigMap
 		if cm, err = b.storeMap(ctx, ns); err != nil {
 			return err
 		}
 		create := cm == nil
+		if create && del {
+			return nil // nothing to delete
+		}
 		if create {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 				Name: b.storeName(ns), Namespace: b.ns, Labels: b.labels(objStore),
@@ -94,15 +108,23 @@ func (b *kubeBackend) modify(ctx context.Context, t *term, ns string, change fun
 }
 
 func (b *kubeBackend) put(ctx context.Context, t *term, ns, key string, value []byte) error {
-	return b.modify(ctx, t, ns, func(m map[string][]byte) { m[storeKeyEscaper.Replace(key)] = value })
+	k, err := storeKey(key)
+	if err != nil {
+		return err
+	}
+	return b.modify(ctx, t, ns, false, func(m map[string][]byte) { m[k] = value })
 }
 
 func (b *kubeBackend) get(ctx context.Context, ns, key string) ([]byte, bool, error) {
+	k, err := storeKey(key)
+	if err != nil {
+		return nil, false, err
+	}
 	cm, err := b.storeMap(ctx, ns)
 	if err != nil || cm == nil {
 		return nil, false, err
 	}
-	v, ok := cm.BinaryData[storeKeyEscaper.Replace(key)]
+	v, ok := cm.BinaryData[k]
 	return v, ok, nil
 }
 
@@ -112,15 +134,19 @@ func (b *kubeBackend) list(ctx context.Context, ns string) (map[string][]byte, b
 		return map[string][]byte{}, false, err
 	}
 	out := make(map[string][]byte, min(len(cm.BinaryData), MaxStoreList))
-	for k, v := range cm.BinaryData {
+	for _, k := range slices.Sorted(maps.Keys(cm.BinaryData)) {
 		if len(out) == MaxStoreList {
 			return out, true, nil
 		}
-		out[storeKeyUnescaper.Replace(k)] = v
+		out[storeKeyUnescaper.Replace(k)] = cm.BinaryData[k]
 	}
 	return out, false, nil
 }
 
 func (b *kubeBackend) del(ctx context.Context, ns, key string) error {
-	return b.modify(ctx, nil, ns, func(m map[string][]byte) { delete(m, storeKeyEscaper.Replace(key)) })
+	k, err := storeKey(key)
+	if err != nil {
+		return err
+	}
+	return b.modify(ctx, nil, ns, true, func(m map[string][]byte) { delete(m, k) })
 }

@@ -60,8 +60,8 @@ func TestKubeObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := *lease.Spec.HolderIdentity; h != "a" || !strings.Contains(lease.Annotations["ilb.dev/current"], vs[3]) {
-		t.Errorf("Lease: holder %q, current %s; want a and %s", h, lease.Annotations["ilb.dev/current"], vs[3])
+	if h := *lease.Spec.HolderIdentity; !strings.HasPrefix(h, "a_") || !strings.Contains(lease.Annotations["ilb.dev/current"], vs[3]) {
+		t.Errorf("Lease: holder %q, current %s; want a_<instance> and %s", h, lease.Annotations["ilb.dev/current"], vs[3])
 	}
 	if got := a.Versions(10); len(got) != 2 || got[0].Version != vs[3] || got[1].Version != vs[2] {
 		t.Errorf("history = %v; want the last 2 versions, newest first", summaryVersions(got))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,22 +19,27 @@ import (
 	"github.com/ilbproject/ilb/weights"
 )
 
-// versionName is the ConfigMap of chunk i of version v.
-func (b *kubeBackend) versionName(v string, i int) string {
-	return objectName(b.lease, "v", v, strconv.Itoa(i))
+// versionName is the ConfigMap of chunk i of version v's encoding c. A
+// version's encodings differ (each computation has its own time, status
+// and explanations): each is stored under its own name, so a chunk 0
+// never meets another encoding's chunks.
+func (b *kubeBackend) versionName(v, c string, i int) string {
+	return objectName(b.lease, "v", v, c, strconv.Itoa(i))
 }
 
 // write stores w's content in immutable ConfigMaps unless they are there
-// (content addressed: whoever wrote them, a reader checks them against
-// v), then the record and the history in the Lease's annotations, an
-// update fenced by the term.
+// (addressed by its hash: whoever wrote them, a reader checks them
+// against the record), then the record (naming that content) and the
+// history in the Lease's annotations, an update fenced by the term.
 func (b *kubeBackend) write(ctx context.Context, t *term, rec record, w *weights.Weights) error {
 	if _, ok := b.el.leaseOf(t); !ok {
-		return ErrFenced
+		return fmt.Errorf("%w: this replica's last write of the Lease does not name its term", ErrFenced)
 	}
-	if err := b.writeContent(ctx, w); err != nil {
+	content, err := b.writeContent(ctx, w)
+	if err != nil {
 		return err
 	}
+	rec.Content = content
 	rb, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -49,43 +55,51 @@ func (b *kubeBackend) write(ctx context.Context, t *term, rec record, w *weights
 
 // writeContent creates the ConfigMaps of w's content, the last chunk
 // first and chunk 0 (with the meta) last: a reader that finds chunk 0
-// finds them all.
-func (b *kubeBackend) writeContent(ctx context.Context, w *weights.Weights) error {
+// finds them all. It returns the content's name (the first 16 hex digits
+// of its SHA-256).
+func (b *kubeBackend) writeContent(ctx context.Context, w *weights.Weights) (string, error) {
 	v := w.Version()
-	if _, err := b.getConfigMap(ctx, b.versionName(v, 0)); err == nil {
-		return nil
-	} else if !isNotFound(err) {
-		return err
-	}
 	blob, m, err := encodeWeights(w)
 	if err != nil {
-		return err
+		return "", err
+	}
+	c := m.SHA256[:16]
+	if _, err := b.getConfigMap(ctx, b.versionName(v, c, 0)); err == nil {
+		return c, nil
+	} else if !isNotFound(err) {
+		return "", err
 	}
 	mb, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cs := chunks(blob)
 	for i := len(cs) - 1; i >= 0; i-- {
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: b.versionName(v, i), Namespace: b.ns, Labels: b.labels(objVersion)},
+			ObjectMeta: metav1.ObjectMeta{Name: b.versionName(v, c, i), Namespace: b.ns, Labels: b.labels(objVersion)},
 			Immutable:  new(true),
 			BinaryData: map[string][]byte{"chunk": cs[i]},
 		}
-		cm.Labels[labelVersion] = v
+		cm.Labels[labelVersion], cm.Labels[labelContent] = v, c
 		if i == 0 {
 			cm.Data = map[string]string{metaKey: string(mb)}
 		}
+		// Already there: the same bytes (its name is their hash), left by
+		// a write cut short.
 		if _, err := b.createConfigMap(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return c, nil
 }
 
-// fetch reads version v's ConfigMaps and decodes them.
-func (b *kubeBackend) fetch(ctx context.Context, v string) (*weights.Weights, error) {
-	first, err := b.getConfigMap(ctx, b.versionName(v, 0))
+// fetch reads the ConfigMaps of the content rec names and decodes them.
+func (b *kubeBackend) fetch(ctx context.Context, rec record) (*weights.Weights, error) {
+	v, c := rec.Version, rec.Content
+	if c == "" {
+		return nil, fmt.Errorf("version %s: the record names no content", v)
+	}
+	first, err := b.getConfigMap(ctx, b.versionName(v, c, 0))
 	if isNotFound(err) {
 		return nil, fmt.Errorf("version %s: no content in the API server (collected, or never written)", v)
 	}
@@ -96,9 +110,12 @@ func (b *kubeBackend) fetch(ctx context.Context, v string) (*weights.Weights, er
 	if err != nil {
 		return nil, fmt.Errorf("version %s: %w", v, err)
 	}
+	if !strings.HasPrefix(m.SHA256, c) {
+		return nil, fmt.Errorf("version %s: %w: its meta's SHA-256 is not content %s", v, ErrContentMismatch, c)
+	}
 	blob := append([]byte(nil), first.BinaryData["chunk"]...)
 	for i := 1; i < m.Chunks; i++ {
-		cm, err := b.getConfigMap(ctx, b.versionName(v, i))
+		cm, err := b.getConfigMap(ctx, b.versionName(v, c, i))
 		if isNotFound(err) {
 			return nil, fmt.Errorf("version %s: chunk %d of %d missing", v, i, m.Chunks)
 		}
@@ -113,27 +130,35 @@ func (b *kubeBackend) fetch(ctx context.Context, v string) (*weights.Weights, er
 	return decodeWeights(v, m, blob)
 }
 
-// collect deletes the content of versions the history no longer names,
-// and the demand shares of replicas gone for long (shareCollectAfter).
+// collect deletes the content the history no longer names (listing only
+// those ConfigMaps: a label selector leaves out every kept content), and
+// the demand shares of replicas gone for long (shareCollectAfter).
 func (b *kubeBackend) collect(ctx context.Context, t *term) {
 	r := b.r
 	l, ok := b.el.leaseOf(t)
 	if !ok {
 		return
 	}
-	keep := map[string]bool{t.published: true}
+	keep := map[string]bool{}
 	recs, _ := decodeHistory(l.Annotations[annotHistory])
+	if cur, ok := l.Annotations[annotCurrent]; ok {
+		recs = append(recs, []byte(cur))
+	}
 	for _, raw := range recs {
-		if rec, err := decodeRecord(raw); err == nil {
-			keep[rec.Version] = true
+		if rec, err := decodeRecord(raw); err == nil && rec.Content != "" {
+			keep[rec.Content] = true
 		}
 	}
-	list, err := b.listConfigMaps(ctx, objVersion, "")
+	notIn := ""
+	if len(keep) > 0 {
+		notIn = labelContent + " notin (" + strings.Join(slices.Sorted(maps.Keys(keep)), ",") + ")"
+	}
+	list, err := b.listConfigMaps(ctx, objVersion, notIn)
 	if err != nil {
 		r.log.DebugContext(ctx, "collect: list the versions", "err", err)
 		return
 	}
-	// Chunk 0 of a version first: a collection cut short never leaves a
+	// Chunk 0 of a content first: a collection cut short never leaves a
 	// chunk 0 whose other chunks are gone (writeContent takes chunk 0 as
 	// the sign that the whole content is there).
 	items := list.Items
@@ -141,10 +166,10 @@ func (b *kubeBackend) collect(ctx context.Context, t *term) {
 		return cmp.Compare(chunkIndex(x.Name), chunkIndex(y.Name))
 	})
 	for _, cm := range items {
-		if v := cm.Labels[labelVersion]; keep[v] {
+		if keep[cm.Labels[labelContent]] {
 			continue
 		}
-		// Another term's version could be deleted once another replica
+		// Another term's content could be deleted once another replica
 		// may lead: stop while this term surely holds no more.
 		if !b.el.safe(t) {
 			return
@@ -166,7 +191,8 @@ func chunkIndex(name string) int {
 
 // pushHistory puts rec first in the history annotation h, keeping at most
 // n records and maxHistoryAnnot bytes; a record's status is cut to
-// maxHistoryStatus there.
+// maxHistoryStatus there. A record of rec's sequence number already there
+// (a write retried after its answer was lost) is replaced.
 func pushHistory(h string, rec record, n int) string {
 	recs, _ := decodeHistory(h) // an unreadable history starts again
 	rec.Status = bound.String(rec.Status, maxHistoryStatus)
@@ -176,6 +202,9 @@ func pushHistory(h string, rec record, n int) string {
 	for _, raw := range recs {
 		if len(out) >= n || size+len(raw)+1 > maxHistoryAnnot {
 			break
+		}
+		if old, err := decodeRecord(raw); err == nil && old.Seq == rec.Seq {
+			continue
 		}
 		out = append(out, raw)
 		size += len(raw) + 1
@@ -190,11 +219,11 @@ func decodeHistory(h string) ([][]byte, error) {
 		return nil, nil
 	}
 	if len(h) > 2*maxHistoryAnnot {
-		return nil, fmt.Errorf("history annotation of %d bytes: over %d", len(h), 2*maxHistoryAnnot)
+		return nil, fmt.Errorf("the Lease's %s annotation of %d bytes: over %d", annotHistory, len(h), 2*maxHistoryAnnot)
 	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal([]byte(h), &raws); err != nil {
-		return nil, fmt.Errorf("history annotation: %w", err)
+		return nil, fmt.Errorf("the Lease's %s annotation: %w", annotHistory, err)
 	}
 	out := make([][]byte, len(raws))
 	for i, r := range raws {

@@ -108,7 +108,7 @@ func (r *Replica) installRecord(ctx context.Context, rec record) error {
 	w := r.published.Load() // this replica's own publication: no need to read it back
 	if w == nil || w.Version() != rec.Version {
 		var err error
-		if w, err = r.fetch(ctx, rec.Version); err != nil {
+		if w, err = r.b.fetch(ctx, rec); err != nil {
 			return err
 		}
 	}
@@ -118,11 +118,6 @@ func (r *Replica) installRecord(ctx context.Context, rec record) error {
 	r.m.installs.WithLabelValues("installed").Inc()
 	r.log.InfoContext(ctx, "weights installed", "version", rec.Version, "seq", rec.Seq, "leader", rec.Leader)
 	return nil
-}
-
-// fetch reads version v's content.
-func (r *Replica) fetch(ctx context.Context, v string) (*weights.Weights, error) {
-	return r.b.fetch(ctx, v)
 }
 
 // refreshHistory reads the history records and builds the summaries,
@@ -150,7 +145,7 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 		}
 		cells, ok := cache[rec.Version]
 		if !ok {
-			w, err := r.fetch(ctx, rec.Version)
+			w, err := r.b.fetch(ctx, rec)
 			if err != nil {
 				r.log.DebugContext(ctx, "history: version content", "version", rec.Version, "err", err)
 				complete = complete && !errors.Is(err, errRetry)

@@ -362,11 +362,12 @@ func (g *group) depose(t *testing.T, m, next *member) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if *l.Spec.HolderIdentity != m.name {
+		if *l.Spec.HolderIdentity != m.HolderIdentity() {
 			t.Fatalf("the Lease names %s, want %s", *l.Spec.HolderIdentity, m.name)
 		}
 		n := *l.Spec.LeaseTransitions + 1
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = &next.name, &n
+		id := next.HolderIdentity()
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = &id, &n
 		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}

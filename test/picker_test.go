@@ -93,6 +93,15 @@ func TestEndpointPicker(t *testing.T) {
 // picked ("" when ILB picked none); Envoy serves its first.
 func playPicker(t *testing.T, client extprocv3.ExternalProcessorClient, claim, id, body string) ([]string, string) {
 	t.Helper()
+	return playPickerMode(t, client, &extprocfilterv3.ProcessingMode{
+		RequestBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+	}, claim, id, body)
+}
+
+// playPickerMode is playPicker with the body modes of mode (what the
+// protocol_config of Envoy's first message says).
+func playPickerMode(t *testing.T, client extprocv3.ExternalProcessorClient, mode *extprocfilterv3.ProcessingMode, claim, id, body string) ([]string, string) {
+	t.Helper()
 	ctx := context.Background()
 	if claim != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, header.Source, claim)
@@ -104,9 +113,7 @@ func playPicker(t *testing.T, client extprocv3.ExternalProcessorClient, claim, i
 	hdrs := &extprocv3.ProcessingRequest{
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(
 			":method", "POST", ":path", "/v1/chat/completions", ":authority", "gateway", header.RequestID, id, "content-type", "application/json")}},
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{
-			RequestBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		},
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: mode.GetRequestBodyMode(), ResponseBodyMode: mode.GetResponseBodyMode()},
 	}
 	send := func(m *extprocv3.ProcessingRequest) {
 		if err := stream.Send(m); err != nil && !errors.Is(err, io.EOF) {

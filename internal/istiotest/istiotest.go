@@ -72,6 +72,10 @@ type Options struct {
 	// Mesh is the mesh configuration (MeshConfig YAML, e.g. a
 	// localityLbSetting); empty: Istio's defaults.
 	Mesh string
+	// GatewayAPI installs the Gateway API and Inference Extension CRDs
+	// (of the versions istiod builds with) and turns on istiod's
+	// InferencePool support (ENABLE_GATEWAY_API_INFERENCE_EXTENSION).
+	GatewayAPI bool
 }
 
 // Start installs Istio's CRDs and the istio-system namespace in k, runs
@@ -95,6 +99,16 @@ func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 	defer cancel()
 	if _, err := k.Apply(ctx, manifests); err != nil {
 		t.Fatalf("istiotest: Istio's CRDs: %v", err)
+	}
+	if o.GatewayAPI {
+		gw, err := os.ReadFile(filepath.Join(filepath.Dir(crds), "gateway-api-crds.yaml"))
+		if err != nil {
+			t.Fatalf("istiotest: the Gateway API CRDs (make istio writes them beside Istio's): %v", err)
+		}
+		if _, err := k.Apply(ctx, gw); err != nil {
+			t.Fatalf("istiotest: Gateway API CRDs: %v", err)
+		}
+		o.Env = append(o.Env, "ENABLE_GATEWAY_API_INFERENCE_EXTENSION=true")
 	}
 	k.Namespace(t, "istio-system")
 	i := &Istiod{t: t, dir: t.TempDir()}
