@@ -438,7 +438,7 @@ func (e *election) update(ctx context.Context, t *term, change func(l *coordinat
 			return fmt.Errorf("%w: the Lease is held by %s in term %d", ErrFenced, replicaOf(str(cur.Spec.HolderIdentity)), i32(cur.Spec.LeaseTransitions))
 		}
 		if try == tries-1 {
-			return fmt.Errorf("Lease %s/%s: %d conflicting writes in a row: %w", e.b.ns, e.b.lease, tries, err)
+			return fmt.Errorf("the Lease %s/%s: %d conflicting writes in a row: %w", e.b.ns, e.b.lease, tries, err)
 		}
 		e.mu.Lock()
 		if e.mine != nil {
