@@ -2,10 +2,13 @@ package ha_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ilbproject/ilb/weights"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -73,4 +76,66 @@ func TestKubeObjects(t *testing.T) {
 		cms, err := g.kube.Client().CoreV1().ConfigMaps("ilb-ha").List(ctx, metav1.ListOptions{LabelSelector: "ilb.dev/ha-group=ilb-test,ilb.dev/object=demand"})
 		return err == nil && len(cms.Items) == 1 && cms.Items[0].Name == "ilb-test-demand-a"
 	})
+}
+
+// TestKubeVersionEncodings: one version stored twice, from two
+// computations (another computed time: other bytes), the first left
+// without its chunk 0 (a collection cut short): every replica serves the
+// version published again, read from its own chunks. Each encoding has
+// ConfigMaps of its own, named after its hash, and the record names the
+// one it publishes.
+func TestKubeVersionEncodings(t *testing.T) {
+	g := newKubeGroup(t)
+	a, b := g.start("a", memberOpts{}), g.start("b", memberOpts{})
+	l := leaderOf(t, a, b)
+	big := func(computed time.Time) *weights.Weights {
+		rng := rand.New(rand.NewPCG(3, 4))
+		cells := make([]weights.Cell, 0, 30000)
+		for i := range cap(cells) {
+			w := uint32(1 + rng.IntN(weights.Total-1))
+			cells = append(cells, weights.Cell{
+				Source: fmt.Sprintf("src-%05d", i), Model: fmt.Sprintf("model-%016x", rng.Uint64()),
+				Targets: []weights.Target{{Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: w}, {Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: weights.Total - w}},
+			})
+		}
+		w, err := weights.New("test", computed, cells)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	v1 := big(time.Unix(1000, 0))
+	publish(t, l, v1)
+	serving(t, v1.Version(), a, b)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	cms := g.kube.Client().CoreV1().ConfigMaps("ilb-ha")
+	list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: "ilb.dev/version=" + v1.Version()})
+	if err != nil || len(list.Items) < 2 {
+		t.Fatalf("version %s: %d ConfigMaps (err %v), want several chunks", v1.Version(), len(list.Items), err)
+	}
+	for _, cm := range list.Items {
+		if strings.HasSuffix(cm.Name, "-0") {
+			if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	other := routing(t, 4000, time.Now())
+	publish(t, l, other)
+	serving(t, other.Version(), a, b)
+	again := big(time.Unix(2000, 0)) // the same routing: the same version, other bytes
+	if again.Version() != v1.Version() {
+		t.Fatalf("versions %s and %s: the routing is the same", again.Version(), v1.Version())
+	}
+	publish(t, l, again)
+	serving(t, v1.Version(), a, b)
+	for _, m := range []*member{a, b} {
+		if got := m.Current().Computed(); !got.Equal(time.Unix(2000, 0)) {
+			t.Errorf("replica %s serves the encoding computed at %v, want the one published last", m.name, got)
+		}
+	}
+	if !strings.Contains(string(g.current(t)), `"content":"`) {
+		t.Errorf("the record %s names no content", g.current(t))
+	}
 }
