@@ -54,26 +54,30 @@
 // With Kubernetes (kube*.go), the same roles are played by API objects
 // in ha.kubernetes.namespace, named after the Lease L:
 //
-//   - the election is on Lease L: the holder renews it every quarter of
-//     its duration; a candidate watches it and takes it (an update
+//   - the election is on Lease L, held as "<replica>_<instance>": the
+//     holder renews it every quarter of its duration (every write of its
+//     term renews it); a candidate watches it and takes it (an update
 //     conditioned on the resourceVersion it read, raising its
 //     transitions count: the term) once it saw no change for the lease
-//     duration. A leader ends its term when a renewal has not succeeded
-//     for two thirds of the duration, or at once when it sees a later
-//     term. On the way out it releases the Lease (no holder).
+//     duration. A timer ends a leader's term two thirds of the duration
+//     after its last successful write; a later term, or the Lease
+//     replaced or deleted, ends it at once. On the way out it releases
+//     its own hold (no holder).
 //   - fencing: the record of the version in force and the history are
 //     annotations of the Lease, and every publication is an update of
 //     the Lease based on the leader's own last write: the API server
 //     refuses it once anyone else wrote the Lease (a conflict), so a
 //     deposed leader's publication never lands.
-//   - content: ConfigMaps L-v-<version>-<i>, immutable, addressed by the
-//     content hash and checked against it by every reader (as in etcd);
-//     one not named by a record is never installed and is collected.
+//   - content: ConfigMaps L-v-<version>-<c>-<i>, immutable, c the hash of
+//     that encoding's bytes (a version's encodings differ), named by the
+//     record and checked by every reader; one no record names is never
+//     installed and is collected.
 //   - demand: each replica rewrites ConfigMap L-demand-<replica> every
 //     tick (with the time of the write, so each write changes it); a
 //     share counts from a change seen by watch, for the lease duration
 //     (or three ticks) after it, as an etcd lease would expire.
 //   - store: ConfigMap L-store-<hash of the namespace>, updated with
-//     resourceVersion preconditions; PutIfLeader checks the term before
-//     its write, which is not atomic with it (unlike etcd's).
+//     resourceVersion preconditions; PutIfLeader writes only within a
+//     third of the lease of the term's last write (no other replica can
+//     have taken it), a check not atomic with the write (unlike etcd's).
 package ha
