@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ilbproject/ilb/weights"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ilbproject/ilb/weights"
 )
 
 // TestKubeFailStatic: with the API server stopped every replica keeps
