@@ -2,8 +2,6 @@ package ha_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -89,22 +87,7 @@ func TestKubeVersionEncodings(t *testing.T) {
 	g := newKubeGroup(t)
 	a, b := g.start("a", memberOpts{}), g.start("b", memberOpts{})
 	l := leaderOf(t, a, b)
-	big := func(computed time.Time) *weights.Weights {
-		rng := rand.New(rand.NewPCG(3, 4))
-		cells := make([]weights.Cell, 0, 30000)
-		for i := range cap(cells) {
-			w := uint32(1 + rng.IntN(weights.Total-1))
-			cells = append(cells, weights.Cell{
-				Source: fmt.Sprintf("src-%05d", i), Model: fmt.Sprintf("model-%016x", rng.Uint64()),
-				Targets: []weights.Target{{Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: w}, {Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: weights.Total - w}},
-			})
-		}
-		w, err := weights.New("test", computed, cells)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	big := func(computed time.Time) *weights.Weights { return bigRouting(t, 3, computed) }
 	v1 := big(time.Unix(1000, 0))
 	publish(t, l, v1)
 	serving(t, v1.Version(), a, b)

@@ -3,14 +3,11 @@ package ha_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ilbproject/ilb/ha"
-	"github.com/ilbproject/ilb/weights"
 )
 
 // TestStore: values put by one replica are read by another; names and
@@ -79,29 +76,17 @@ func TestLargeVersion(t *testing.T) {
 	eachBackend(t, 3, func(t *testing.T, g *group) {
 		a, b := g.start("a", memberOpts{}), g.start("b", memberOpts{})
 		l := leaderOf(t, a, b)
-		rng := rand.New(rand.NewPCG(1, 2))
-		cells := make([]weights.Cell, 0, 30000)
-		for i := range cap(cells) {
-			w := uint32(1 + rng.IntN(weights.Total-1))
-			cells = append(cells, weights.Cell{
-				Source: fmt.Sprintf("src-%05d", i), Model: fmt.Sprintf("model-%016x", rng.Uint64()),
-				Targets: []weights.Target{{Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: w}, {Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: weights.Total - w}},
-			})
-		}
-		big, err := weights.New("test", time.Now(), cells)
-		if err != nil {
-			t.Fatal(err)
-		}
+		big := bigRouting(t, 1, time.Now())
 		publish(t, l, big)
 		serving(t, big.Version(), a, b)
 		f := without([]*member{a, b}, l)[0]
-		if got := f.Current(); len(got.Cells()) != len(cells) {
-			t.Fatalf("the follower serves %d cells, want %d", len(got.Cells()), len(cells))
+		if got := f.Current(); len(got.Cells()) != len(big.Cells()) {
+			t.Fatalf("the follower serves %d cells, want %d", len(got.Cells()), len(big.Cells()))
 		}
 		n := g.contentObjects(t, big.Version())
 		if n < 3 {
 			t.Fatalf("the content takes %d objects; want several chunks (>= 3)", n)
 		}
-		t.Logf("%d cells: %d objects", len(cells), n)
+		t.Logf("%d cells: %d objects", len(big.Cells()), n)
 	})
 }

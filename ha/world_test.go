@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -429,4 +430,24 @@ func (g *group) contentObjects(t *testing.T, v string) int {
 		t.Fatal(err)
 	}
 	return int(n.Count)
+}
+
+// bigRouting is a routing of 30,000 cells (seeded), computed at computed:
+// its content takes several chunks.
+func bigRouting(t testing.TB, seed uint64, computed time.Time) *weights.Weights {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	cells := make([]weights.Cell, 0, 30000)
+	for i := range cap(cells) {
+		w := uint32(1 + rng.IntN(weights.Total-1))
+		cells = append(cells, weights.Cell{
+			Source: fmt.Sprintf("src-%05d", i), Model: fmt.Sprintf("model-%016x", rng.Uint64()),
+			Targets: []weights.Target{{Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: w}, {Cluster: fmt.Sprintf("c-%016x", rng.Uint64()), Weight: weights.Total - w}},
+		})
+	}
+	w, err := weights.New("test", computed, cells)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -114,7 +113,7 @@ func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 	i := &Istiod{t: t, dir: t.TempDir()}
 	ports := make([]int, 5)
 	for n := range ports {
-		if ports[n], err = freePort(); err != nil {
+		if ports[n], err = kubetest.FreePort(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,15 +211,4 @@ func (i *Istiod) Tail() string {
 		b = append([]byte("…"), b[len(b)-8000:]...)
 	}
 	return string(b)
-}
-
-// freePort returns a port the kernel just gave out on 127.0.0.1.
-func freePort() (int, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

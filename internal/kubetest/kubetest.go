@@ -115,7 +115,7 @@ func Start(t testing.TB) *Server {
 	}
 	t.Cleanup(s.kill)
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
@@ -309,8 +309,8 @@ func (s *Server) tail() string {
 	return l
 }
 
-// freePort returns a port the kernel just gave out on 127.0.0.1.
-func freePort() (int, error) {
+// FreePort returns a port the kernel just gave out on 127.0.0.1.
+func FreePort() (int, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
