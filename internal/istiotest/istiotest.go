@@ -73,7 +73,8 @@ type Options struct {
 	Mesh string
 	// GatewayAPI installs the Gateway API and Inference Extension CRDs
 	// (of the versions istiod builds with) and turns on istiod's
-	// InferencePool support (ENABLE_GATEWAY_API_INFERENCE_EXTENSION).
+	// InferencePool support (ENABLE_GATEWAY_API_INFERENCE_EXTENSION) with
+	// its gateway deployment controller and status.
 	GatewayAPI bool
 }
 
@@ -107,7 +108,12 @@ func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 		if _, err := k.Apply(ctx, gw); err != nil {
 			t.Fatalf("istiotest: Gateway API CRDs: %v", err)
 		}
-		o.Env = append(o.Env, "ENABLE_GATEWAY_API_INFERENCE_EXTENSION=true")
+		// The deployment controller is the one that makes an
+		// InferencePool's shadow Service (without it the pool's route
+		// names an UnknownService); it also writes route status. It makes
+		// Deployments nobody runs here: no kubelet.
+		o.Env = append(o.Env, "ENABLE_GATEWAY_API_INFERENCE_EXTENSION=true",
+			"PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER=true", "PILOT_ENABLE_GATEWAY_API_STATUS=true")
 	}
 	k.Namespace(t, "istio-system")
 	i := &Istiod{t: t, dir: t.TempDir()}
