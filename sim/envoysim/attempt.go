@@ -202,7 +202,7 @@ func (s *stream) newUpstreamBody(buffering bool, touch func()) *requestBody {
 		b = newRequestBody(bytes.NewReader(s.body), s.lc.bufferLimit, buffering, touch)
 		b.complete = true
 	case s.hasBody:
-		b = newRequestBody(s.r.Body, s.lc.bufferLimit, buffering, touch)
+		b = newRequestBody(s.requestBodySource(), s.lc.bufferLimit, buffering, touch)
 	default:
 		b = newRequestBody(nil, s.lc.bufferLimit, buffering, touch)
 	}

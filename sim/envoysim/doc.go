@@ -219,15 +219,29 @@
 // host_rewrite_literal; request/response headers to add and remove at every
 // level with Envoy's order and append actions; header values with
 // %UPSTREAM_HOST%, %UPSTREAM_CLUSTER%, %REQ(name)% and "%%" (any other
-// operator is refused); ExtProcPerRoute{disabled}.
+// operator is refused); ExtProcPerRoute, merged from the route
+// configuration to the weighted cluster entry (FilterConfigPerRoute):
+// disabled, or overrides of the processing mode, the gRPC service, its
+// initial metadata, the metadata namespaces and failure_mode_allow.
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_routing
 //
 // # ext_proc
 //
 // One gRPC stream per request, opened on the first message to a host of the
 // grpc_service.envoy_grpc cluster, with initial_metadata as gRPC metadata.
-// Modes: header modes DEFAULT/SEND/SKIP, body modes NONE/BUFFERED, trailer
-// modes DEFAULT/SKIP. Messages carry every header (pseudo headers included)
+// Modes: header modes DEFAULT/SEND/SKIP, body modes NONE, BUFFERED and
+// FULL_DUPLEX_STREAMED, trailer modes DEFAULT/SKIP (and SEND with a
+// full-duplex body, which Envoy requires; fail-open is refused with it, as
+// config.cc does). FULL_DUPLEX_STREAMED (ext_proc.cc
+// handleDataStreamedModeBase, processor_state.cc): the headers message,
+// then every body chunk as it arrives without waiting; no message timer
+// runs; the headers' answer must come first; when the whole body had
+// arrived by then the headers wait for the body's answers, otherwise they
+// go on at once; every body answer must be a streamed_response (anything
+// else is spurious) whose bytes become the body the next filter, the
+// router or the client gets, its end_of_stream ending it; content-length
+// is removed; server-sent events flow chunk by chunk. Messages carry every
+// header (pseudo headers included)
 // with raw_value, end_of_stream, protocol_config on the first one. Each wait
 // is bounded by message_timeout (override_message_timeout honoured up to
 // max_message_timeout). Header mutations read raw_value only, apply the
@@ -276,8 +290,9 @@
 // active_request_bias, TCP and custom health checks, health check jitter and
 // payloads, endpoint health_check_config, the local origin split of outlier
 // detection, per-host circuit breakers, priorities other than 0, ext_proc
-// STREAMED, BUFFERED_PARTIAL and FULL_DUPLEX_STREAMED bodies, trailer SEND
-// modes, CONTINUE_AND_REPLACE (an error response), observability mode,
+// STREAMED and BUFFERED_PARTIAL bodies, trailer SEND modes without a
+// full-duplex body, a mode_override to or from FULL_DUPLEX_STREAMED,
+// CONTINUE_AND_REPLACE (an error response), observability mode,
 // forward_rules, request/response attributes, request_timeout other than 0,
 // normalize_path, merge_slashes, layered runtime, header_prefix.
 //
@@ -311,5 +326,12 @@
 // paces repeated NACKs of the same version (up to 5 s) so that a control
 // plane that resends a rejected snapshot does not spin. Response trailers are
 // forwarded to HTTP/2 clients only. gRPC-specific local replies (grpc-status)
-// are not generated.
+// are not generated. Trailers do not go through ext_proc: a full-duplex
+// request or response carrying trailers under trailer mode SEND is reset
+// (ExtProcStats.UnmodelledTrailers). When a full-duplex exchange fails
+// after the headers went on (the processor answered them before the body
+// ended), the body being forwarded fails and the router treats it as an
+// upstream failure where Envoy sends status_on_error; request body
+// messages sent then carry the metadata as it was, and a clear_route_cache
+// in their answers is not applied (the route is already used).
 package envoysim

@@ -2,6 +2,7 @@ package envoysim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -51,23 +52,31 @@ type extProcFilter struct {
 	// grpcInfo is the stream info of the filter's gRPC stream, which its
 	// retries share (the override_host filter state of its picks).
 	grpcInfo streamInfo
+	// reqDuplex is the request direction of a full-duplex exchange whose
+	// body is still being answered while the router runs; respHeaders
+	// the response headers a full-duplex answer mutates.
+	reqDuplex   *duplex
+	respHeaders *headerMap
 }
 
 // merge applies the per-route configuration once, at the first call
 // (Filter::mergePerRouteConfig): it asks for the route, which computes and
-// caches it, and ExtProcPerRoute{disabled: true} turns both header modes to
-// SKIP and both body modes to NONE.
+// caches it, merges the levels' ExtProcPerRoute and applies the result
+// (extproc_route.go): disabled turns both header modes to SKIP and both
+// body modes to NONE; overrides replace the mode, the gRPC service and
+// the other overridden values for this stream.
 func (f *extProcFilter) merge() {
 	if f.merged {
 		return
 	}
 	f.merged = true
-	f.mode = modeFromProto(f.cfg.mode)
+	mode := f.cfg.mode
 	if rt := f.s.route(); rt != nil {
-		if pf, ok := rt.perFilter(f.cfg.filterName); ok && pf.disabled {
-			f.mode = processingMode{}
+		if pr := rt.perFilter(f.cfg.filterName); pr != nil {
+			f.cfg, mode = pr.apply(f.cfg)
 		}
 	}
+	f.mode = modeFromProto(mode)
 }
 
 // noResponseProcessing is EncodingProcessorState::noExternalProcess.
@@ -81,6 +90,9 @@ func (f *extProcFilter) noResponseProcessing() bool {
 // or nil to continue.
 func (f *extProcFilter) decode(ctx context.Context) *localReply {
 	f.merge()
+	if f.mode.reqBody == fullDuplex {
+		return f.decodeDuplex(ctx)
+	}
 	s := f.s
 	// ProcessorState::shouldRemoveContentLength, evaluated when decodeHeaders returns.
 	if !f.complete && f.mode.reqBody == extprocfilterv3.ProcessingMode_BUFFERED && !f.mode.sendReqHeaders {
@@ -109,6 +121,14 @@ func (f *extProcFilter) decode(ctx context.Context) *localReply {
 // A returned local reply is sent directly, bypassing the filters.
 func (f *extProcFilter) encode(ctx context.Context, h *headerMap, body *responseBody) *localReply {
 	f.merge()
+	if f.mode.respBody == fullDuplex {
+		return f.encodeDuplex(ctx, h, body)
+	}
+	if rd := f.reqDuplex; rd != nil {
+		if lr := rd.finish(ctx); lr != nil {
+			return lr
+		}
+	}
 	if !f.complete && f.mode.sendRespHeaders {
 		if lr := f.processHeaders(ctx, dirResponse, h, !body.has); lr != nil {
 			return lr
@@ -297,7 +317,11 @@ func (f *extProcFilter) modeOverride(resp *extprocv3.ProcessingResponse) error {
 		f.s.e.log.Debug("ext_proc mode_override not in allowed_override_modes; ignored")
 		return nil
 	}
-	if err := checkModelledMode(eff); err != nil {
+	err := checkModelledMode(eff)
+	if eff.GetRequestBodyMode() == fullDuplex || eff.GetResponseBodyMode() == fullDuplex {
+		err = errors.Join(err, errors.New("a mode_override to FULL_DUPLEX_STREAMED is not modelled"))
+	}
+	if err != nil {
 		f.s.e.stats.extProc(func(s *ExtProcStats) { s.UnsupportedModeOverride++ })
 		f.s.e.log.Error("ext_proc mode_override requests a mode envoysim does not model", "error", err)
 		return fmt.Errorf("envoysim: mode_override not modelled: %w", err)

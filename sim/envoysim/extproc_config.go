@@ -13,43 +13,70 @@ const defaultMessageTimeout = 200 * time.Millisecond
 
 // processingMode is the effective ProcessingMode of one direction pair, as
 // ProcessorState keeps it (processor_state.cc setProcessingModeInternal):
-// headers are sent unless SKIP, trailers only when SEND (refused by
-// envoysim), bodies per their BodySendMode.
+// headers are sent unless SKIP, trailers only when SEND, bodies per their
+// BodySendMode.
 type processingMode struct {
-	sendReqHeaders  bool
-	sendRespHeaders bool
-	reqBody         extprocfilterv3.ProcessingMode_BodySendMode
-	respBody        extprocfilterv3.ProcessingMode_BodySendMode
+	sendReqHeaders   bool
+	sendRespHeaders  bool
+	sendReqTrailers  bool
+	sendRespTrailers bool
+	reqBody          extprocfilterv3.ProcessingMode_BodySendMode
+	respBody         extprocfilterv3.ProcessingMode_BodySendMode
 }
 
 func modeFromProto(m *extprocfilterv3.ProcessingMode) processingMode {
 	return processingMode{
-		sendReqHeaders:  m.GetRequestHeaderMode() != extprocfilterv3.ProcessingMode_SKIP,
-		sendRespHeaders: m.GetResponseHeaderMode() != extprocfilterv3.ProcessingMode_SKIP,
-		reqBody:         m.GetRequestBodyMode(),
-		respBody:        m.GetResponseBodyMode(),
+		sendReqHeaders:   m.GetRequestHeaderMode() != extprocfilterv3.ProcessingMode_SKIP,
+		sendRespHeaders:  m.GetResponseHeaderMode() != extprocfilterv3.ProcessingMode_SKIP,
+		sendReqTrailers:  m.GetRequestTrailerMode() == extprocfilterv3.ProcessingMode_SEND,
+		sendRespTrailers: m.GetResponseTrailerMode() == extprocfilterv3.ProcessingMode_SEND,
+		reqBody:          m.GetRequestBodyMode(),
+		respBody:         m.GetResponseBodyMode(),
 	}
 }
 
+const fullDuplex = extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+
 // checkModelledMode reports the parts of m envoysim does not model: body
-// modes other than NONE and BUFFERED, trailer modes SEND.
+// modes STREAMED and BUFFERED_PARTIAL, and trailer mode SEND in a
+// direction whose body mode is not FULL_DUPLEX_STREAMED (trailers are
+// modelled with full-duplex bodies only, see extproc_duplex.go).
 func checkModelledMode(m *extprocfilterv3.ProcessingMode) error {
 	var errs []error
-	for _, b := range []struct {
-		name string
-		mode extprocfilterv3.ProcessingMode_BodySendMode
-	}{{"request_body_mode", m.GetRequestBodyMode()}, {"response_body_mode", m.GetResponseBodyMode()}} {
-		if b.mode != extprocfilterv3.ProcessingMode_NONE && b.mode != extprocfilterv3.ProcessingMode_BUFFERED {
-			errs = append(errs, fmt.Errorf("%s %s is not supported by envoysim (NONE, BUFFERED)", b.name, b.mode))
+	for _, d := range []struct {
+		body, trailer string
+		mode          extprocfilterv3.ProcessingMode_BodySendMode
+		trailers      extprocfilterv3.ProcessingMode_HeaderSendMode
+	}{
+		{"request_body_mode", "request_trailer_mode", m.GetRequestBodyMode(), m.GetRequestTrailerMode()},
+		{"response_body_mode", "response_trailer_mode", m.GetResponseBodyMode(), m.GetResponseTrailerMode()},
+	} {
+		switch d.mode {
+		case extprocfilterv3.ProcessingMode_NONE, extprocfilterv3.ProcessingMode_BUFFERED, fullDuplex:
+		default:
+			errs = append(errs, fmt.Errorf("%s %s is not supported by envoysim (NONE, BUFFERED, FULL_DUPLEX_STREAMED)", d.body, d.mode))
+		}
+		if d.trailers == extprocfilterv3.ProcessingMode_SEND && d.mode != fullDuplex {
+			errs = append(errs, fmt.Errorf("%s SEND is supported by envoysim with %s FULL_DUPLEX_STREAMED only", d.trailer, d.body))
 		}
 	}
-	for _, t := range []struct {
-		name string
-		mode extprocfilterv3.ProcessingMode_HeaderSendMode
-	}{{"request_trailer_mode", m.GetRequestTrailerMode()}, {"response_trailer_mode", m.GetResponseTrailerMode()}} {
-		if t.mode == extprocfilterv3.ProcessingMode_SEND {
-			errs = append(errs, fmt.Errorf("%s SEND is not supported by envoysim", t.name))
-		}
+	return errors.Join(errs...)
+}
+
+// verifyProcessingMode is config.cc verifyProcessingModeConfig, which
+// Envoy applies to the filter's own configuration (not to per-route
+// overrides): a FULL_DUPLEX_STREAMED body needs its direction's trailer
+// mode SEND, and fail-open is refused with either body in that mode.
+func verifyProcessingMode(m *extprocfilterv3.ProcessingMode, failOpen bool) error {
+	var errs []error
+	if m.GetRequestBodyMode() == fullDuplex && m.GetRequestTrailerMode() != extprocfilterv3.ProcessingMode_SEND {
+		errs = append(errs, errors.New("request_body_mode FULL_DUPLEX_STREAMED needs request_trailer_mode SEND (Envoy refuses it)"))
+	}
+	if m.GetResponseBodyMode() == fullDuplex && m.GetResponseTrailerMode() != extprocfilterv3.ProcessingMode_SEND {
+		errs = append(errs, errors.New("response_body_mode FULL_DUPLEX_STREAMED needs response_trailer_mode SEND (Envoy refuses it)"))
+	}
+	if (m.GetRequestBodyMode() == fullDuplex || m.GetResponseBodyMode() == fullDuplex) && failOpen {
+		errs = append(errs, errors.New("failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body (Envoy refuses it)"))
 	}
 	return errors.Join(errs...)
 }
@@ -99,7 +126,7 @@ func compileExtProc(name string, c *extprocfilterv3.ExternalProcessor) (*extProc
 	if cfg.mode == nil {
 		cfg.mode = &extprocfilterv3.ProcessingMode{}
 	}
-	if err := checkModelledMode(cfg.mode); err != nil {
+	if err := errors.Join(checkModelledMode(cfg.mode), verifyProcessingMode(cfg.mode, cfg.failOpen)); err != nil {
 		errs = append(errs, fmt.Errorf("processing_mode: %w", err))
 	}
 	for _, hv := range c.GetGrpcService().GetInitialMetadata() {

@@ -71,6 +71,10 @@ func (f *extProcFilter) destroy() {
 		return
 	}
 	st.cancel()
+	if d := f.reqDuplex; d != nil {
+		d.mu.Lock() // a body pump still driving the exchange is done with it
+		defer d.mu.Unlock()
+	}
 	<-st.done
 	if st.grace != nil {
 		st.grace.Stop()
@@ -163,7 +167,8 @@ func (f *extProcFilter) exchangeOnce(ctx context.Context, req *extprocv3.Process
 }
 
 // open starts the gRPC stream to a host of the filter's cluster, with
-// grpc_service.initial_metadata as request metadata, and its receiver.
+// grpc_service.initial_metadata as request metadata, and its receiver. A
+// zero deadline sets no timer.
 func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeResult, bool) {
 	e := f.s.e
 	cl := f.s.snap.clusters[f.cfg.clusterName]
@@ -186,9 +191,14 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 	sctx, cancel := context.WithCancel(ctx)
 	sctx = withMetadata(sctx, f.cfg.initialMetadata)
 	var timedOut atomic.Bool
-	t := time.AfterFunc(time.Until(deadline), func() { timedOut.Store(true); cancel() })
+	var t *time.Timer
+	if !deadline.IsZero() { // zero: no message timer (FULL_DUPLEX_STREAMED)
+		t = time.AfterFunc(time.Until(deadline), func() { timedOut.Store(true); cancel() })
+	}
 	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(sctx)
-	t.Stop()
+	if t != nil {
+		t.Stop()
+	}
 	if err != nil {
 		cancel()
 		switch {

@@ -110,6 +110,9 @@ type responseBody struct {
 	buf      []byte
 	buffered bool
 	has      bool // the response has a body (no end_stream on headers)
+	// trailers reports, once r is read to its end, whether trailers
+	// follow (nil: never).
+	trailers func() bool
 }
 
 // bufferAll reads the whole body, failing past limit bytes.

@@ -3,6 +3,7 @@ package envoysim
 import (
 	"slices"
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -14,8 +15,11 @@ import (
 // streamInfo is the part of Envoy's StreamInfo (source/common/stream_info/
 // stream_info_impl.h) envoysim models for a request: its dynamic metadata
 // and the override_host load balancer's filter state. It belongs to the
-// request's goroutine, like the stream.
+// request's goroutine, like the stream, except that a full-duplex ext_proc
+// exchange still running while the router works (extproc_duplex.go) reads
+// and writes the metadata too: mu guards metadata.
 type streamInfo struct {
+	mu       sync.Mutex
 	metadata dynamicMetadata
 	// overrideHosts is the filter state
 	// "envoy.extensions.load_balancing_policies.override_host.filter_state"
@@ -115,6 +119,8 @@ func compileMetadataOptions(o *extprocfilterv3.MetadataOptions) metadataOptions 
 // context is an empty Metadata, as in Envoy.
 func (f *extProcFilter) metadataContext() *corev3.Metadata {
 	md := &corev3.Metadata{}
+	f.s.info.mu.Lock()
+	defer f.s.info.mu.Unlock()
 	for _, ns := range f.cfg.meta.forwardUntyped {
 		if s, ok := f.s.info.metadata[ns]; ok {
 			if md.FilterMetadata == nil {
@@ -155,7 +161,9 @@ func (f *extProcFilter) receiveMetadata(resp *extprocv3.ProcessingResponse) {
 		if s == nil {
 			s = &structpb.Struct{}
 		}
+		f.s.info.mu.Lock()
 		f.s.info.metadata.set(ns, s)
+		f.s.info.mu.Unlock()
 	}
 }
 

@@ -288,7 +288,9 @@ func (c *cluster) chooseHost(rand func() uint64, lc *lbContext) *host {
 		h = c.chooseHostBase(rand, lc)
 	}
 	if h != nil && o.selectedHostKey != nil && len(o.selectedHostKey.path) > 0 { // a path is required by validation, and checked by Envoy too
+		req.info.mu.Lock()
 		req.info.metadata.set(o.selectedHostKey.key, nestedString(o.selectedHostKey.path, hostMapKey(h.addr)))
+		req.info.mu.Unlock()
 	}
 	return h
 }
@@ -308,7 +310,9 @@ func (o *overrideHostConfig) selectedHosts(req *lbRequest) []string {
 				continue
 			}
 		} else {
+			req.info.mu.Lock()
 			sv, ok := req.info.metadata.value(*src.metadata).GetKind().(*structpb.Value_StringValue)
+			req.info.mu.Unlock()
 			if !ok {
 				continue
 			}

@@ -298,7 +298,9 @@ func newFieldPolicy() fieldPolicy {
 		"request_body_mode", "response_body_mode", "request_trailer_mode", "response_trailer_mode")
 	mod("envoy.config.common.mutation_rules.v3.HeaderMutationRules", "allow_all_routing", "allow_envoy",
 		"disallow_system", "disallow_all", "allow_expression", "disallow_expression", "disallow_is_error")
-	mod("envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute", "disabled")
+	mod("envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute", "disabled", "overrides")
+	mod("envoy.extensions.filters.http.ext_proc.v3.ExtProcOverrides", "processing_mode", "grpc_service",
+		"grpc_initial_metadata", "metadata_options", "failure_mode_allow")
 
 	// Routes.
 	mod("envoy.config.route.v3.RouteConfiguration", "virtual_hosts", "response_headers_to_add",

@@ -20,15 +20,9 @@ const defaultRouteTimeout = 15 * time.Second
 // unset (source/common/router/config_impl.cc).
 const defaultMaxDirectResponseBody = 4096
 
-// perFilterConfig is the per-route configuration of one HTTP filter; only
-// ExtProcPerRoute{disabled} is modelled.
-type perFilterConfig struct {
-	disabled bool
-}
-
 // perFilterConfigs maps an HTTP filter name (HttpFilter.name) to its
-// per-route configuration.
-type perFilterConfigs map[string]perFilterConfig
+// per-route configuration; only ExtProcPerRoute is modelled.
+type perFilterConfigs map[string]*extProcPerRoute
 
 func compilePerFilter(m map[string]*anypb.Any) (perFilterConfigs, error) {
 	if len(m) == 0 {
@@ -47,7 +41,12 @@ func compilePerFilter(m map[string]*anypb.Any) (perFilterConfigs, error) {
 			errs = append(errs, fmt.Errorf("typed_per_filter_config[%s]: type %T is not supported by envoysim (only ExtProcPerRoute)", name, msg))
 			continue
 		}
-		out[name] = perFilterConfig{disabled: pr.GetDisabled()}
+		c, err := compileExtProcPerRoute(pr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("typed_per_filter_config[%s]: %w", name, err))
+			continue
+		}
+		out[name] = c
 	}
 	return out, errors.Join(errs...)
 }

@@ -10,18 +10,25 @@ type routeResult struct {
 	weighted *clusterWeight // the picked entry of weighted_clusters, or nil
 }
 
-// perFilter returns the most specific per-filter configuration for the
-// filter named name: weighted cluster entry, route, virtual host, route
-// configuration (RouteEntryImplBase::perFilterConfigs; for ExtProcPerRoute
-// the most specific "disabled" wins, ext_proc.cc mergePerRouteConfig).
-func (rr *routeResult) perFilter(name string) (perFilterConfig, bool) {
+// perFilter returns the per-route configuration of the filter named name,
+// merged from the least specific level to the most specific one: route
+// configuration, virtual host, route, weighted cluster entry
+// (traversePerFilterConfig, then FilterConfigPerRoute's merge in
+// ext_proc.cc mergePerRouteConfig); nil when no level has one.
+func (rr *routeResult) perFilter(name string) *extProcPerRoute {
 	r := rr.route
-	for _, m := range []perFilterConfigs{rr.weightedPerFilter(), r.perFilter, r.vh.perFilter, r.vh.table.perFilter} {
-		if c, ok := m[name]; ok {
-			return c, true
+	var merged *extProcPerRoute
+	for _, m := range []perFilterConfigs{r.vh.table.perFilter, r.vh.perFilter, r.perFilter, rr.weightedPerFilter()} {
+		c, ok := m[name]
+		switch {
+		case !ok:
+		case merged == nil:
+			merged = c
+		default:
+			merged = mergeExtProcPerRoute(merged, c)
 		}
 	}
-	return perFilterConfig{}, false
+	return merged
 }
 
 func (rr *routeResult) weightedPerFilter() perFilterConfigs {

@@ -140,7 +140,7 @@ func (p *proxyRun) forward(ctx, upCtx context.Context, res attemptResult, touch 
 		rh.set("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(p.start).Milliseconds(), 10))
 	}
 	p.route.finalizeResponseHeaders(rh, s.formatContext())
-	body := &responseBody{r: resp.Body, has: responseHasBody(resp, s.r.Method)}
+	body := &responseBody{r: resp.Body, has: responseHasBody(resp, s.r.Method), trailers: func() bool { return hasTrailers(resp.Trailer) }}
 	if !s.encode(ctx, rh, body) {
 		return
 	}
@@ -152,7 +152,7 @@ func (p *proxyRun) forward(ctx, upCtx context.Context, res attemptResult, touch 
 			s.e.stats.update(func(st *Stats) { st.UpstreamTimeouts++ })
 		case errors.Is(cause, errIdleTimeout):
 			s.e.stats.update(func(st *Stats) { st.StreamIdleTimeouts++ })
-		case ctx.Err() == nil && errors.Is(err, errUpstreamBody):
+		case ctx.Err() == nil && errors.Is(err, errUpstreamBody) && !errors.Is(err, errDuplexFailed):
 			p.cl.rt.putStatus(p.h.st, http.StatusServiceUnavailable)
 		}
 		panic(http.ErrAbortHandler) // reset the downstream stream
@@ -217,4 +217,15 @@ func (rt *clusterRuntime) immediateHCFail(hs *hostState) {
 	if changed {
 		rt.onChange()
 	}
+}
+
+// hasTrailers reports whether a response's trailers hold a value (keys
+// announced in a Trailer header have none until the body ended).
+func hasTrailers(t http.Header) bool {
+	for _, vs := range t {
+		if len(vs) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -107,6 +107,7 @@ type ExtProcStats struct {
 	OverrideTimeoutReceived uint64
 	OverrideTimeoutIgnored  uint64
 	UnsupportedModeOverride uint64 // mode_override to a mode envoysim does not model
+	UnmodelledTrailers      uint64 // streams reset: trailers under trailer mode SEND (extproc_duplex.go)
 }
 
 // statsRegistry guards the counters.

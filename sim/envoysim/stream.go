@@ -35,6 +35,9 @@ type stream struct {
 	// upBody is the body the router's attempts read (nil before the
 	// router ran): it owns the downstream body from then on.
 	upBody *requestBody
+	// duplexBody is the request body as a full-duplex ext_proc exchange
+	// streams it back (nil: none); it owns the downstream body.
+	duplexBody *duplex
 	// closing: the response went before the request was complete, so
 	// the HTTP/1 connection closes after it.
 	closing bool
@@ -294,14 +297,14 @@ func (s *stream) readRequestBody() *localReply {
 		return nil
 	}
 	limit := s.lc.bufferLimit
-	data, err := io.ReadAll(io.LimitReader(s.r.Body, int64(limit)+1))
+	data, err := io.ReadAll(io.LimitReader(s.requestBodySource(), int64(limit)+1))
 	if err != nil {
 		return &localReply{abort: true}
 	}
 	if len(data) > limit {
 		return &localReply{status: http.StatusRequestEntityTooLarge, body: "Payload Too Large", details: "request_payload_too_large"}
 	}
-	s.body, s.buffered = data, true
+	s.body, s.buffered, s.duplexBody = data, true, nil
 	return nil
 }
 
@@ -336,6 +339,8 @@ func (s *stream) remoteComplete() bool {
 		return true
 	case s.upBody != nil:
 		return s.upBody.received()
+	case s.duplexBody != nil:
+		return s.duplexBody.received()
 	}
 	rc := http.NewResponseController(s.w)
 	_ = rc.SetReadDeadline(time.Now().Add(settleGrace))
