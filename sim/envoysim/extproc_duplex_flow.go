@@ -121,4 +121,3 @@ func (s *stream) requestBodySource() io.Reader {
 	}
 	return s.r.Body
 }
-
