@@ -13,8 +13,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/istiotest"
@@ -79,7 +79,10 @@ spec:
 // envoy.lb x-gateway-destination-endpoint (override_host) and writes the
 // served one back. Then ILB's picker listener (demo world, a source with
 // routing picker) is played the stream that processing mode makes Envoy
-// send, 50 times: every request gets a replica of the pool's cluster.
+// send, 50 times; and istiod's own wiring (listener filter, per-route
+// override, pool load balancing, as fetched) runs in envoysim in front of
+// ILB and the engines: 200 chat requests, each served by the replica ILB
+// picked.
 func TestIstiodInferencePool(t *testing.T) {
 	k := kubetest.Start(t)
 	k.Namespace(t, "inference")
@@ -94,6 +97,7 @@ func TestIstiodInferencePool(t *testing.T) {
 		Labels: map[string]string{"gateway.networking.k8s.io/gateway-name": "inference-gateway"},
 	}
 	var per *extprocfilterv3.ExtProcOverrides
+	var perAny *anypb.Any
 	var listenerFilter *extprocfilterv3.ExternalProcessor
 	var pool *clusterv3.Cluster
 	waitUntil(t, "istiod's InferencePool wiring for the gateway", time.Minute, func() bool {
@@ -123,7 +127,7 @@ func TestIstiodInferencePool(t *testing.T) {
 						if err := a.UnmarshalTo(&pr); err != nil {
 							t.Fatal(err)
 						}
-						per = pr.GetOverrides()
+						per, perAny = pr.GetOverrides(), a
 					}
 				}
 			}
@@ -160,21 +164,19 @@ func TestIstiodInferencePool(t *testing.T) {
 		t.Errorf("override_host %v: ILB sets %s/%s and reads the served host from %s", &oh, header.LBNamespace, header.DestinationEndpoint, header.DestinationEndpointServed)
 	}
 
-	// ILB, as that pool's picker, played the stream of that mode.
-	s := startWorld(t, nil, func(c *config.Config) {
-		c.Sources = append(c.Sources, config.Source{
-			Name: "gateway-us", Region: "us-east", AllowedRegions: []string{"us-east"}, FailMode: config.FailClosed,
-			DefaultModel: "llama-3.1-8b-instruct", DefaultPriority: "standard",
-			Routing: config.RoutingPicker, Picker: &config.SourcePicker{Listen: "127.0.0.1:0", Cluster: "us-east-vllm"},
-		})
-	})
+	// ILB, as that pool's picker, played the stream of that mode; then
+	// istiod's wiring itself (its listener filter, its per-route
+	// override, its pool cluster's load balancing) in envoysim in front
+	// of ILB and the engines: 200 chat requests, each served by the
+	// replica ILB picked.
+	s := startPickerWorld(t)
 	conn, err := grpc.NewClient(s.App.PickerAddr("gateway-us"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	client := extprocv3.NewExternalProcessorClient(conn)
-	replicas, _ := s.App.Config.Cluster("us-east-vllm")
+	replicas := mustCluster(t, s, "us-east-vllm")
 	for i := range 50 {
 		body := fmt.Sprintf(`{"model":"llama3-8b","messages":[{"role":"user","content":"q%d"}],"stream":%v}`, i, i%2 == 0)
 		kinds, list := playPickerMode(t, client, m, "", fmt.Sprintf("pool-%d", i), body)
@@ -182,4 +184,8 @@ func TestIstiodInferencePool(t *testing.T) {
 			t.Fatalf("request %d: answers %v, picked %q; want a replica of %v", i, kinds, list, replicas.Endpoints)
 		}
 	}
+	wiring := poolWiring{listenerFilter: listenerFilter, perRoute: perAny, lb: pool.GetLoadBalancingPolicy(), pickerCluster: per.GetGrpcService().GetEnvoyGrpc().GetClusterName()}
+	url, _ := startPoolGateway(t, wiring, replicas.Endpoints, s.App.PickerAddr("gateway-us"))
+	served := playPool(t, s, url, 200)
+	t.Logf("istiod's wiring in envoysim: 200 requests served by %v", served)
 }
