@@ -98,10 +98,14 @@ bench-routing:
 ## process whose own CPU time is read, over real gRPC on loopback, with a
 ## client playing Envoy's filter (headers, BUFFERED body, response headers):
 ## 1 KiB and 256 KiB chat bodies, 16 and 64 streams, EXTPROC_REQUESTS each;
-## prints the ILB/floor ratios (targets 1.3 and 1.5)
+## prints the ILB/floor ratios (targets 1.3 and 1.5). Then the same for
+## ILB as an InferencePool's endpoint picker (istiod's full-duplex stream,
+## 32 tokens streamed back) against a floor echoing every body chunk, both
+## pinned to the last CPU (target 1.3)
 EXTPROC_REQUESTS ?= 20000
 bench-extproc:
 	$(GO) test -run '^$$' -bench ServerCPU -benchtime $(EXTPROC_REQUESTS)x -count 1 ./extproc/
+	$(GO) test -run '^$$' -bench PickerCPU -benchtime $(EXTPROC_REQUESTS)x -count 1 ./extproc/
 
 ## bench-replicas: replica picking side by side — Envoy's least request
 ## and round robin, a session hash, a GIE/llm-d-style prefix scorer and

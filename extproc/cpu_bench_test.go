@@ -148,6 +148,9 @@ type child struct {
 	conn   *grpc.ClientConn
 	client extprocv3.ExternalProcessorClient
 	seq    atomic.Int64
+	// duplex: play the full-duplex stream of an endpoint picker
+	// (playDuplex, no x-ilb-source) instead of BUFFERED.
+	duplex bool
 }
 
 // startChild starts this test binary as a server of kind and connects to
@@ -221,6 +224,11 @@ func (c *child) measure(b *testing.B, body []byte, streams, n int) time.Duration
 func (c *child) drive(b *testing.B, body []byte, streams, n int) {
 	b.Helper()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), header.Source, "edge-us")
+	play := c.play
+	if c.duplex {
+		ctx = context.Background() // istiod's wiring sends no initial metadata
+		play = func(ctx context.Context, body []byte) error { return c.playDuplex(ctx, body, 32) }
+	}
 	var left atomic.Int64
 	left.Store(int64(n))
 	var wg sync.WaitGroup
@@ -228,7 +236,7 @@ func (c *child) drive(b *testing.B, body []byte, streams, n int) {
 	for range streams {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
-				if err := c.play(ctx, body); err != nil {
+				if err := play(ctx, body); err != nil {
 					errs <- err
 					return
 				}

@@ -6,10 +6,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,10 +34,23 @@ const (
 	childEnv   = "ILB_BENCH_EXTPROC_SERVER"
 	childILB   = "ilb"
 	childFloor = "floor"
+	// childPicker is ILB serving an InferencePool's picker source on its
+	// picker listener; childDuplexFloor the full-duplex floor
+	// (BenchmarkPickerCPU).
+	childPicker      = "picker"
+	childDuplexFloor = "duplex-floor"
+	// pickerSource is the picker source childPicker serves.
+	pickerSource = "gateway-us"
 )
 
 func TestMain(m *testing.M) {
 	if kind := os.Getenv(childEnv); kind != "" {
+		if cpu := os.Getenv(childEnv + "_CPU"); cpu != "" {
+			if err := pinProcess(cpu); err != nil {
+				fmt.Fprintln(os.Stderr, "bench server:", err)
+				os.Exit(1)
+			}
+		}
 		if err := profiled(kind, func() error { return serveChild(kind) }); err != nil {
 			fmt.Fprintln(os.Stderr, "bench server:", err)
 			os.Exit(1)
@@ -95,6 +110,16 @@ func serveChild(kind string) error {
 	if err != nil {
 		return err
 	}
+	if kind == childPicker || kind == childDuplexFloor {
+		c.Sources = append(c.Sources, config.Source{
+			Name: pickerSource, Region: "us-east", AllowedRegions: []string{"us-east"}, FailMode: config.FailClosed,
+			DefaultModel: "llama-3.1-8b-instruct", DefaultPriority: "standard",
+			Routing: config.RoutingPicker, Picker: &config.SourcePicker{Listen: "127.0.0.1:0", Cluster: "us-east-vllm"},
+		})
+		if err := c.Validate(); err != nil {
+			return err
+		}
+	}
 	srv, err := extproc.New(extproc.Options{
 		Config: c, Registry: prometheus.NewRegistry(), Meter: demand.NewMeter(time.Now()),
 		TracerProvider: noop.NewTracerProvider(), // what ilb serve passes when tracing is off
@@ -113,13 +138,23 @@ func serveChild(kind string) error {
 	}
 	live := &extproc.Live{Clusters: map[string]extproc.ClusterLive{}}
 	for i, cl := range c.Clusters {
-		live.Clusters[cl.Name] = extproc.ClusterLive{
+		cs := extproc.ClusterLive{
 			Pressure: 0.1 * float64(i), PressureKnown: true, TTFT: 0.05 + 0.01*float64(i), TTFTKnown: true, FirstTokensPerSecond: 20,
 		}
+		if kind == childPicker { // the pool's replicas, as the signals monitor reports them
+			for _, ep := range cl.Endpoints {
+				cs.Replicas = append(cs.Replicas, extproc.ReplicaLive{Address: ep, Ramp: 1, Running: 2, ScrapedAt: time.Now()})
+			}
+		}
+		live.Clusters[cl.Name] = cs
 	}
-	g := grpc.NewServer(srv.GRPCOptions()...)
+	opts := srv.GRPCOptions()
+	if kind == childPicker || kind == childDuplexFloor { // the picker listener's server, as app.go builds it
+		opts = append(opts, grpc.ChainStreamInterceptor(extproc.AsSource(pickerSource)))
+	}
+	g := grpc.NewServer(opts...)
 	switch kind {
-	case childILB:
+	case childILB, childPicker:
 		srv.Register(g)
 		go func() { // the signals monitor's cadence
 			t := time.NewTicker(time.Second)
@@ -127,6 +162,17 @@ func serveChild(kind string) error {
 			for {
 				l := *live
 				l.At = time.Now()
+				l.Clusters = maps.Clone(live.Clusters)
+				for name, cs := range l.Clusters {
+					if len(cs.Replicas) > 0 {
+						reps := slices.Clone(cs.Replicas)
+						for i := range reps {
+							reps[i].ScrapedAt = l.At
+						}
+						cs.Replicas = reps
+						l.Clusters[name] = cs
+					}
+				}
 				srv.SetLive(&l)
 				select {
 				case <-ctx.Done():
@@ -137,6 +183,8 @@ func serveChild(kind string) error {
 		}()
 	case childFloor:
 		extprocv3.RegisterExternalProcessorServer(g, floorServer{})
+	case childDuplexFloor:
+		extprocv3.RegisterExternalProcessorServer(g, duplexFloorServer{})
 	default:
 		return fmt.Errorf("unknown server kind %q", kind)
 	}

@@ -139,6 +139,10 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			}
 		}
 		x.more = x.more[:0]
+		if x.release != nil { // the held body went out: its buffer is free
+			x.release()
+			x.release = nil
+		}
 		if resp.GetImmediateResponse() != nil {
 			// Envoy answers the client with it and ends the stream: ILB
 			// owes nothing more, and keeps nothing open for a peer that

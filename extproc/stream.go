@@ -94,6 +94,9 @@ type exchange struct {
 	// more are answers to send after the one handle returns, in order
 	// (duplex: the headers' answer, then the body's).
 	more []*extprocv3.ProcessingResponse
+	// release returns the pooled buffer of a held full-duplex body once
+	// its answers went out (nil: none).
+	release func()
 	// ticket books the request on the replica ILB chose (replica
 	// picking): its prefill until the response headers, its load until
 	// the stream ends.

@@ -1,0 +1,4 @@
+package extproc
+
+// DuplexChunk is duplexChunk, for the external tests.
+const DuplexChunk = duplexChunk
