@@ -201,7 +201,7 @@ func playPool(t *testing.T, s *stack.Stack, url string, n int) map[string]int {
 	waitUntil(t, "ILB's picker knowing the pool's replicas", time.Minute, func() bool {
 		warm++
 		id := fmt.Sprintf("warm-up-%d", warm)
-		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`))
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`))
 		req.Header.Set(header.RequestID, id)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -218,7 +218,7 @@ func playPool(t *testing.T, s *stack.Stack, url string, n int) map[string]int {
 		streamed := i%2 == 0
 		body := fmt.Sprintf(`{"model":"llama3-8b","messages":[{"role":"system","content":"%s"},{"role":"user","content":"question %d"}],"max_tokens":8,"stream":%v}`,
 			strings.Repeat(fmt.Sprintf("shared context %d ", i%5), 40), i, streamed)
-		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("content-type", "application/json")
 		req.Header.Set(header.RequestID, id)
 		resp, err := client.Do(req)

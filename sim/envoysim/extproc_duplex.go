@@ -160,7 +160,7 @@ func (d *duplex) sendPiece(ctx context.Context, p bodyPiece) *localReply {
 	}
 	if p.trailers && d.sendTrailers() {
 		f.s.e.stats.extProc(func(s *ExtProcStats) { s.UnmodelledTrailers++ })
-		f.s.e.log.Error("envoysim: trailers through a FULL_DUPLEX_STREAMED ext_proc exchange are not modelled; resetting the stream")
+		f.s.e.log.ErrorContext(ctx, "envoysim: trailers through a FULL_DUPLEX_STREAMED ext_proc exchange are not modelled; resetting the stream")
 		return &localReply{abort: true}
 	}
 	if f.complete {

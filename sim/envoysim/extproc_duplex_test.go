@@ -221,7 +221,7 @@ func TestFullDuplex(t *testing.T) {
 				_, _ = io.WriteString(pw, half)
 				_ = pw.Close()
 			}()
-			req, _ := http.NewRequest("POST", h.url("main", "/v1/chat/completions"), pr)
+			req, _ := http.NewRequest(http.MethodPost, h.url("main", "/v1/chat/completions"), pr)
 			req.Header.Set("content-type", "application/json")
 			resp := send(t, req)
 			want := addrs[1] + "|" + addrs[1] + "||" + strings.ToUpper(half+half)
@@ -244,7 +244,7 @@ func TestFullDuplex(t *testing.T) {
 			}
 
 			// Streamed tokens: the first event arrives before the upstream writes the second.
-			req, _ = http.NewRequest("POST", h.url("main", "/v1/stream"), strings.NewReader(`{"stream":true}`))
+			req, _ = http.NewRequest(http.MethodPost, h.url("main", "/v1/stream"), strings.NewReader(`{"stream":true}`))
 			sresp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
