@@ -184,7 +184,7 @@ func serveChild(kind string) error {
 	case childFloor:
 		extprocv3.RegisterExternalProcessorServer(g, floorServer{})
 	case childDuplexFloor:
-		extprocv3.RegisterExternalProcessorServer(g, duplexFloorServer{})
+		extprocv3.RegisterExternalProcessorServer(g, floorServer{echo: true})
 	default:
 		return fmt.Errorf("unknown server kind %q", kind)
 	}
@@ -212,29 +212,40 @@ func serveChild(kind string) error {
 }
 
 // floorServer answers every ext_proc message with an empty response of
-// its type: CONTINUE, nothing changed. Its cost is grpc-go's.
+// its type: CONTINUE, nothing changed. Its cost is grpc-go's. With echo
+// (the full-duplex floor) each body chunk is answered with itself as a
+// StreamedBodyResponse instead: the least an endpoint picker sends.
 type floorServer struct {
 	extprocv3.UnimplementedExternalProcessorServer
+	echo bool
 }
 
 var _ extprocv3.ExternalProcessorServer = floorServer{}
 
-func (floorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+func (f floorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	body := func(b *extprocv3.HttpBody) *extprocv3.BodyResponse {
+		if !f.echo {
+			return &extprocv3.BodyResponse{}
+		}
+		return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}},
+		}}}
+	}
 	for {
 		req, err := stream.Recv()
 		if err != nil {
 			return nil //nolint:nilerr // the stream ended: io.EOF or cancelled
 		}
 		resp := &extprocv3.ProcessingResponse{}
-		switch req.GetRequest().(type) {
+		switch r := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			resp.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}
 		case *extprocv3.ProcessingRequest_RequestBody:
-			resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}
+			resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: body(r.RequestBody)}
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			resp.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp.Response = &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}
+			resp.Response = &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: body(r.ResponseBody)}
 		case *extprocv3.ProcessingRequest_RequestTrailers:
 			resp.Response = &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}
 		case *extprocv3.ProcessingRequest_ResponseTrailers:

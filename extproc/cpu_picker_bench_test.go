@@ -9,11 +9,9 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -59,29 +57,7 @@ func BenchmarkPickerCPU(b *testing.B) {
 		for _, streams := range []int{16, 64} {
 			name := fmt.Sprintf("body=%dKiB/streams=%d", size>>10, streams)
 			b.Run(name, func(b *testing.B) {
-				warm := min(b.N, 500)
-				for _, c := range []*child{ilb, floor} {
-					c.drive(b, body, streams, warm)
-				}
-				var ilbCPU, floorCPU time.Duration
-				var ratios []float64
-				for round := range rounds {
-					n := b.N/rounds + boolInt(round < b.N%rounds)
-					if n == 0 {
-						continue
-					}
-					i, f := ilb.measure(b, body, streams, n), floor.measure(b, body, streams, n)
-					ilbCPU, floorCPU = ilbCPU+i, floorCPU+f
-					ratios = append(ratios, float64(i)/float64(f))
-				}
-				slices.Sort(ratios)
-				r := cpuResult{
-					name: name, ilb: ilbCPU / time.Duration(b.N), floor: floorCPU / time.Duration(b.N),
-					ratio: ratios[len(ratios)/2], low: ratios[0], high: ratios[len(ratios)-1],
-				}
-				b.ReportMetric(float64(r.ilb.Nanoseconds())/1e3, "ilb-us/req")
-				b.ReportMetric(float64(r.floor.Nanoseconds())/1e3, "floor-us/req")
-				b.ReportMetric(r.ratio, "ilb/floor")
+				r := compareRounds(b, name, ilb, floor, body, streams)
 				b.ReportMetric(float64(duplexMessages(len(body), tokens)), "msgs/req")
 				if b.N >= 100 {
 					results = append(results, r)
@@ -275,45 +251,4 @@ func (c *child) playDuplex(ctx context.Context, body []byte, tokens int) error {
 		return fmt.Errorf("stream end: %w", err)
 	}
 	return nil
-}
-
-// duplexFloorServer answers a full-duplex stream with the least an
-// endpoint picker must send: each body chunk echoed as a
-// StreamedBodyResponse, every other message an empty answer of its kind.
-type duplexFloorServer struct {
-	extprocv3.UnimplementedExternalProcessorServer
-}
-
-var _ extprocv3.ExternalProcessorServer = duplexFloorServer{}
-
-func (duplexFloorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	echo := func(b *extprocv3.HttpBody) *extprocv3.BodyResponse {
-		return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}},
-		}}}
-	}
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return nil //nolint:nilerr // the stream ended: io.EOF or cancelled
-		}
-		resp := &extprocv3.ProcessingResponse{}
-		switch r := req.GetRequest().(type) {
-		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}
-		case *extprocv3.ProcessingRequest_RequestBody:
-			resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: echo(r.RequestBody)}
-		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}
-		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp.Response = &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: echo(r.ResponseBody)}
-		case *extprocv3.ProcessingRequest_RequestTrailers:
-			resp.Response = &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}
-		case *extprocv3.ProcessingRequest_ResponseTrailers:
-			resp.Response = &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
 }
