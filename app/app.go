@@ -121,7 +121,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	}
 	xs, err := xds.New(ctx, xds.Options{
 		Config: c, Logger: o.Logger.With("component", "xds"), Registry: reg, TracerProvider: o.TracerProvider,
-		Authorizer: au.Authorizer(auth.PortXDS),
+		Authorizer: au.Authorizer(auth.PortXDS), Voter: au.Authorizer(auth.PortXDS).Voter,
 	})
 	if err != nil {
 		return nil, err

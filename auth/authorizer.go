@@ -93,3 +93,23 @@ func (a *Auth) logRefusal(ctx context.Context, port Port, reason, addr, identity
 	a.log.WarnContext(ctx, "auth: peer refused", "port", string(port), "reason", reason, "peer", addr,
 		"identity", identity, "source", source, "suppressed", suppressed)
 }
+
+// Voter names the stream's peer for a quorum of Envoys (the xDS NACK
+// quorum): its verified identity and IP address ("spiffe://…/edge-us@
+// 10.1.2.3"), or its IP address alone without a verified certificate.
+// One process holding a certificate counts once however many node ids it
+// claims; Envoys sharing an identity count once per address (one per pod,
+// the usual deployment). Without TLS nothing is verified: the address is
+// the only thing a peer cannot choose freely on an established
+// connection.
+func (z *Authorizer) Voter(ctx context.Context) string {
+	leaf, addr := verifiedLeaf(ctx)
+	ip := addrString(addr)
+	if host, _, err := net.SplitHostPort(ip); err == nil {
+		ip = host
+	}
+	if leaf == nil {
+		return ip
+	}
+	return z.a.ids.get(z.a.cfg, leaf).id.Name + "@" + ip
+}

@@ -95,7 +95,9 @@ type Rollout struct {
 	Soak Duration `yaml:"soak" json:"soak"`
 	// NACKQuorum: a version is banned for the whole source, and the
 	// source rolled back, when more than this share of the source's
-	// connected Envoys (distinct node ids) rejected it; below it, only the
+	// connected voters rejected it (a voter is a peer's verified identity
+	// and IP address, or its IP address without client certificates: one
+	// peer claiming many node ids is one vote); below it, only the
 	// Envoys that rejected it keep their last accepted version (and get
 	// nothing new until the content changes). A canary's rejection always
 	// holds a canary rollout. In [0, 1): 0 bans on any rejection; default

@@ -10,9 +10,10 @@ import (
 	"github.com/ilbproject/ilb/internal/bound"
 )
 
-// This file keeps the encoding/json implementation parseBody replaced,
-// unchanged but for its name (parseBodyStd): the oracle of the
-// differential fuzz test (FuzzBodyMatchesEncodingJSON).
+// This file keeps the encoding/json implementation parseBody replaced
+// (parseBodyStd), with the ambiguity rules added since computed its own
+// way (ambiguousStd: encoding/json's tokens, strings.EqualFold): the
+// oracle of the differential fuzz test (FuzzBodyMatchesEncodingJSON).
 
 // openAIBody is the subset of the request JSON ILB decodes. Prompt parts
 // stay raw: ILB only needs their size.
@@ -35,9 +36,16 @@ func parseBodyStd(ep Endpoint, data []byte) (Body, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return Body{}, badRequest("", "invalid_json", "the request body is empty: want a JSON object")
 	}
-	if err := json.Unmarshal(data, &raw); err != nil {
+	err := json.Unmarshal(data, &raw)
+	var se *json.SyntaxError
+	if err == nil || !errors.As(err, &se) {
+		// Valid JSON: keys an engine could read otherwise come first.
+		if name, key := ambiguousStd(data); name != "" {
+			return Body{}, ambiguousKey(name, key)
+		}
+	}
+	if err != nil {
 		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te):
 			if te.Field == "" {
@@ -62,6 +70,9 @@ func parseBodyStd(ep Endpoint, data []byte) (Body, error) {
 		if b.Model == "" {
 			return Body{}, badRequest("model", "missing_required_parameter", "field \"model\" is empty: name a model")
 		}
+	}
+	if raw.MaxTokens != nil && raw.MaxCompletionTokens != nil && *raw.MaxTokens != *raw.MaxCompletionTokens {
+		return Body{}, conflictingMax(fmt.Sprint(*raw.MaxTokens), fmt.Sprint(*raw.MaxCompletionTokens))
 	}
 	if raw.Stream != nil {
 		b.Stream = *raw.Stream
@@ -127,4 +138,38 @@ func jsonKind(goType string) string {
 		return "a string"
 	}
 	return "another type"
+}
+
+// ambiguousStd walks the top-level object of valid JSON data with
+// encoding/json's tokenizer and returns the first key, in order, that
+// matches a field ILB reads (case-insensitively, as encoding/json
+// matches) but is a repeat or not spelled exactly: the field's name and
+// the key. "" when there is none (or data is not an object).
+func ambiguousStd(data []byte) (name, key string) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", ""
+		}
+		k, _ := t.(string)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", ""
+		}
+		for _, n := range fieldNames[1:] {
+			if !strings.EqualFold(k, n) {
+				continue
+			}
+			if seen[n] || k != n {
+				return n, k
+			}
+			seen[n] = true
+		}
+	}
+	return "", ""
 }

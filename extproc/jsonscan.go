@@ -104,6 +104,24 @@ type bodyScan struct {
 	// could not store in its field (or the top-level value, when it is not
 	// an object); nil if none.
 	typeErr *typeError
+	// ambiguous is the first field, in document order, whose key an
+	// engine could read otherwise than ILB: a second key matching the
+	// same field, or a key matching it only case-insensitively (Python's
+	// json, vLLM's and SGLang's, is exact and keeps the last duplicate;
+	// encoding/json folds case). ambiguousKey is that key, decoded.
+	ambiguous    bodyField
+	ambiguousKey string
+	seen         [numFields]bool
+}
+
+// noteKey records a top-level key that matched field f (raw: quoted, as
+// in the body), and the first ambiguity.
+func (b *bodyScan) noteKey(f bodyField, raw []byte) {
+	exact := string(raw[1:len(raw)-1]) == fieldNames[f] || unquote(raw) == fieldNames[f]
+	if b.ambiguous == fieldNone && (b.seen[f] || !exact) {
+		b.ambiguous, b.ambiguousKey = f, unquote(raw)
+	}
+	b.seen[f] = true
 }
 
 // typeError is encoding/json's UnmarshalTypeError as parseBody reports
@@ -254,7 +272,9 @@ func scanBody(data []byte) (bodyScan, *syntaxError) {
 				return out, err
 			}
 			if len(stack) == 1 {
-				field = matchField(data[start:i])
+				if field = matchField(data[start:i]); field != fieldNone {
+					out.noteKey(field, data[start:i])
+				}
 			}
 			if i = skipSpace(data, i); i == len(data) {
 				return out, errUnexpectedEnd(data)

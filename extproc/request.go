@@ -66,6 +66,9 @@ func parseBody(ep Endpoint, data []byte) (Body, error) {
 	if serr != nil {
 		return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is not valid JSON: %s (at byte %d)", serr.msg, serr.offset))
 	}
+	if f := sc.ambiguous; f != fieldNone {
+		return Body{}, ambiguousKey(fieldNames[f], sc.ambiguousKey)
+	}
 	if te := sc.typeErr; te != nil {
 		if te.field == fieldNone {
 			return Body{}, badRequest("", "invalid_json", fmt.Sprintf("the request body is a JSON %s: want a JSON object", bound.String(te.value, bound.Excerpt)))
@@ -86,6 +89,9 @@ func parseBody(ep Endpoint, data []byte) (Body, error) {
 		}
 	}
 	// The fields' types were checked: a value is null (absent) or fits.
+	if v, w := sc.vals[fieldMaxTokens], sc.vals[fieldMaxCompletionTokens]; !absent(v) && !absent(w) && string(v) != string(w) {
+		return Body{}, conflictingMax(string(v), string(w))
+	}
 	b.Stream = string(sc.vals[fieldStream]) == "true"
 	for _, f := range []bodyField{fieldMaxCompletionTokens, fieldMaxTokens} {
 		if v := sc.vals[f]; v != nil && v[0] != 'n' {
@@ -136,4 +142,25 @@ func promptField(ep Endpoint, sc *bodyScan) (bodyField, []byte) {
 // null, "" or [].
 func absent(v []byte) bool {
 	return len(v) == 0 || string(v) == "null" || string(v) == "[]" || string(v) == `""`
+}
+
+// ambiguousKey is the error of a body whose top-level key (decoded) an
+// engine could read otherwise than ILB: a second key for field name, or a
+// case variant of it. Python's json (vLLM's, SGLang's) keeps the last of
+// duplicates and matches keys exactly; ILB would route on another value.
+func ambiguousKey(name, key string) error {
+	what := fmt.Sprintf("key %q appears more than once", name)
+	if key != name {
+		what = fmt.Sprintf("key %s is a case variant of %q", bound.Quote(key, bound.Excerpt), name)
+	}
+	return badRequest(name, "ambiguous_key", what+": an engine could read another value than the one ILB routes on; send each key once, spelled exactly")
+}
+
+// conflictingMax is the error of a body with both max_tokens and
+// max_completion_tokens (raw JSON) of different values: engines pick
+// between them differently (vLLM takes max_completion_tokens unless it
+// is 0), so the output ILB books could differ from what is generated.
+func conflictingMax(maxTokens, maxCompletion string) error {
+	return badRequest("max_completion_tokens", "ambiguous_key",
+		fmt.Sprintf("max_tokens is %s and max_completion_tokens is %s: engines choose between them differently; send one", bound.String(maxTokens, bound.Excerpt), bound.String(maxCompletion, bound.Excerpt)))
 }

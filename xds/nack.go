@@ -25,9 +25,11 @@ import (
 //     source rolled back to its newest snapshot that a node acknowledged
 //     in full and that holds no banned version, only when more than
 //     envoy.rollout.nack_quorum × connected (and at least one) of the
-//     source's connected nodes (distinct node ids with an open stream)
-//     rejected it: their last rejection of that type is this version. The
-//     count is taken when a NACK arrives, over the nodes connected then.
+//     source's connected voters (Options.Voter: the peers of the nodes
+//     with an open stream, one vote however many node ids a peer claims)
+//     rejected it: a node of theirs last rejected that type at this
+//     version. The count is taken when a NACK arrives, over the nodes
+//     connected then.
 //   - Below the quorum, only the node is held: Envoy keeps the version it
 //     last accepted, and the holding cache does not send that node the
 //     version it rejected again; it gets something new of that type when

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/weights"
@@ -46,10 +47,11 @@ func connect(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func
 }
 
 // dial connects a fakeEnvoy whose NACKs carry message ("fake envoy
-// refuses <version>" when empty).
-func dial(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func(typ, version string) bool, message string) *fakeEnvoy {
+// refuses <version>" when empty); md are gRPC metadata pairs its stream
+// sends.
+func dial(t *testing.T, conn *grpc.ClientConn, node *corev3.Node, reject func(typ, version string) bool, message string, md ...string) *fakeEnvoy {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), md...))
 	t.Cleanup(cancel)
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {

@@ -50,6 +50,12 @@ type Options struct {
 	// given is node.cluster as sent (not bounded, not yet checked against
 	// the configuration).
 	Authorizer Authorizer
+	// Voter names who a stream's peer is for the NACK quorum
+	// (envoy.rollout.nack_quorum): the nodes of one voter count as one
+	// rejector and one connected Envoy, however many node ids it
+	// claims. ILB's is the verified identity and IP address of the peer
+	// (auth.Authorizer.Voter); nil: every node id is a voter.
+	Voter func(ctx context.Context) string
 	// Now is the clock of node records (NACK times, node_ttl) and of
 	// canary soaks; nil: time.Now.
 	Now func() time.Time
@@ -117,6 +123,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	acks := newACKQueue()
 	t := newTracker(o.Config, o.Logger, m, o.Now, o.Authorizer, acks)
+	t.voter = o.Voter
 	key := nodeKey{o.Config.Envoy.Rollout.CanaryPercent}
 	c := &holdingCache{
 		SnapshotCache: cache.NewSnapshotCache(true, key, newCacheLogger(o.Logger, o.Now)),

@@ -119,13 +119,15 @@ func (s *Server) Nodes() []NodeStatus {
 }
 
 // NodeCounts are how many Envoys ILB knows (connected, or gone and not
-// yet forgotten) and how many of them are connected. O(sources).
+// yet forgotten) and how many of them are connected. O(voters).
 func (s *Server) NodeCounts() (known, connected int) {
 	t := s.tracker
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, n := range t.connected {
-		connected += n
+	for _, votes := range t.connected {
+		for _, n := range votes {
+			connected += n
+		}
 	}
 	return len(t.records), connected
 }

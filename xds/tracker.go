@@ -29,6 +29,9 @@ type tracker struct {
 	m    *metrics
 	now  func() time.Time
 	auth Authorizer // nil: every peer may speak for any source
+	// voter names a stream's peer for the NACK quorum (Options.Voter);
+	// nil: the node id. Set once before serving.
+	voter func(ctx context.Context) string
 	// refusals limits the log lines of refused unknown sources: one per
 	// distinct value per minute, for at most 256 values at a time.
 	refusals *logLimiter
@@ -36,13 +39,14 @@ type tracker struct {
 	mu      sync.Mutex
 	streams map[streamID]*streamState
 	records map[nodeRef]*nodeState
-	// connected counts, per source, the nodes with an open stream;
-	// rejecting, per snapshot key and "type version", the connected nodes
-	// of that key whose last rejection of the type is that version. Both
-	// are kept as streams open and close and answers come, so that a
-	// NACK's quorum is counted in O(1).
-	connected map[string]int
-	rejecting map[rejection]int
+	// connected counts, per source and voter, the nodes with an open
+	// stream; rejecting, per snapshot key and "type version", and per
+	// voter, the connected nodes of that key whose last rejection of the
+	// type is that version. Both are kept as streams open and close and
+	// answers come, so that a NACK's quorum (distinct voters) is counted
+	// in O(voters).
+	connected map[string]map[string]int
+	rejecting map[rejection]map[string]int
 	// departed lists the nodes whose last stream closed, in that order
 	// (entries of nodes that came back, or were forgotten, are skipped);
 	// gone counts the records without an open stream. Past maxDeparted
@@ -77,6 +81,7 @@ type nodeRef struct{ source, id string }
 // nodeState is what ILB knows of one node. Guarded by tracker.mu.
 type nodeState struct {
 	ref     nodeRef
+	voter   string // who it votes as while connected (tracker.voter)
 	key     string // its snapshot key: the source, or the source's canary key
 	canary  bool
 	streams int       // open streams that named it
@@ -126,8 +131,8 @@ func newTracker(c *config.Config, l *slog.Logger, m *metrics, now func() time.Ti
 		refusals:  newLogLimiter(time.Minute, 256),
 		streams:   map[streamID]*streamState{},
 		records:   map[nodeRef]*nodeState{},
-		connected: map[string]int{},
-		rejecting: map[rejection]int{},
+		connected: map[string]map[string]int{},
+		rejecting: map[rejection]map[string]int{},
 	}
 }
 
@@ -193,16 +198,29 @@ func (t *tracker) closed(id streamID) {
 // count adds d (+1 or -1) to the counts of a node that connects (its
 // first open stream) or leaves (its last one closed). Called under mu.
 func (t *tracker) count(n *nodeState, d int) {
-	t.connected[n.ref.source] += d
+	addVote(t.connected, n.ref.source, n.voter, d)
 	for typ, r := range n.rejected {
-		t.reject(n.key, typ, r.Version, d)
+		t.reject(n, typ, r.Version, d)
 	}
 }
 
-func (t *tracker) reject(key, typ, version string, d int) {
-	k := rejection{key, typ + " " + version}
-	if t.rejecting[k] += d; t.rejecting[k] <= 0 {
-		delete(t.rejecting, k)
+// reject adds d to the rejections of typ's version by n's voter.
+func (t *tracker) reject(n *nodeState, typ, version string, d int) {
+	addVote(t.rejecting, rejection{n.key, typ + " " + version}, n.voter, d)
+}
+
+// addVote adds d nodes of voter under k, dropping what falls to zero.
+func addVote[K comparable](m map[K]map[string]int, k K, voter string, d int) {
+	votes := m[k]
+	if votes == nil {
+		votes = map[string]int{}
+		m[k] = votes
+	}
+	if votes[voter] += d; votes[voter] <= 0 {
+		delete(votes, voter)
+	}
+	if len(votes) == 0 {
+		delete(m, k)
 	}
 }
 
@@ -298,8 +316,12 @@ func (t *tracker) request(id streamID, a answer) error {
 		if err := t.admit(ctx, a.node); err != nil {
 			return err
 		}
+		voter := boundedID(a.node.GetId())
+		if t.voter != nil {
+			voter = t.voter(ctx)
+		}
 		t.mu.Lock()
-		st.node = t.attach(a.node)
+		st.node = t.attach(a.node, voter)
 	} else if a.node != nil && (a.node.GetCluster() != st.node.ref.source || boundedID(a.node.GetId()) != st.node.ref.id) {
 		t.mu.Unlock()
 		return status.Error(codes.InvalidArgument, "xds: a stream may not change its node: node.id and node.cluster must stay those of its first request")
@@ -318,8 +340,9 @@ func (t *tracker) request(id streamID, a answer) error {
 	return nil
 }
 
-// attach records that a stream speaks for node. Called under mu.
-func (t *tracker) attach(node *corev3.Node) *nodeState {
+// attach records that a stream of voter speaks for node: the node votes
+// as the voter of the stream that connected it. Called under mu.
+func (t *tracker) attach(node *corev3.Node, voter string) *nodeState {
 	ref := nodeRef{source: node.GetCluster(), id: boundedID(node.GetId())}
 	n := t.records[ref]
 	if n == nil {
@@ -335,6 +358,7 @@ func (t *tracker) attach(node *corev3.Node) *nodeState {
 	}
 	if n.streams++; n.streams == 1 {
 		t.gone--
+		n.voter = voter
 		t.count(n, +1)
 	}
 	n.left = time.Time{}
@@ -358,9 +382,9 @@ func (t *tracker) answered(st *streamState, a answer) (e event, ok bool) {
 		prev := n.rejected[typ]
 		e.first = prev == nil || prev.Version != nk.Version
 		if prev != nil {
-			t.reject(n.key, typ, prev.Version, -1)
+			t.reject(n, typ, prev.Version, -1)
 		}
-		t.reject(n.key, typ, nk.Version, +1)
+		t.reject(n, typ, nk.Version, +1)
 		n.lastNACK, n.rejected[typ] = nk, nk
 		e.nack = nk
 		return e, true
@@ -372,26 +396,30 @@ func (t *tracker) answered(st *streamState, a answer) (e event, ok bool) {
 	n.acked[typ] = e.version
 	if r := n.rejected[typ]; r != nil && r.Version == e.version {
 		delete(n.rejected, typ)
-		t.reject(n.key, typ, r.Version, -1)
+		t.reject(n, typ, r.Version, -1)
 	}
 	return e, true
 }
 
-// quorumCount is what a NACK's quorum is counted over: the connected
-// nodes of source, and those of them whose last rejection of typ is
-// version, among the nodes of the keys (the source's and its canaries')
-// that have that version in force (in: key -> short type -> version).
-// O(1) in the number of nodes.
+// quorumCount is what a NACK's quorum is counted over: the voters of the
+// connected nodes of source, and those among them with a node whose last
+// rejection of typ is version, among the nodes of the keys (the source's
+// and its canaries') that have that version in force (in: key -> short
+// type -> version). A voter with many nodes counts once on each side.
+// O(voters), not O(nodes).
 func (t *tracker) quorumCount(source, typ, version string, in map[string]map[string]string) (rejectors, connected int) {
 	typ = shortType(typ)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	voters := map[string]bool{}
 	for _, key := range []string{source, source + canarySuffix} {
 		if in[key][typ] == version {
-			rejectors += t.rejecting[rejection{key, typ + " " + version}]
+			for v := range t.rejecting[rejection{key, typ + " " + version}] {
+				voters[v] = true
+			}
 		}
 	}
-	return rejectors, t.connected[source]
+	return len(voters), len(t.connected[source])
 }
 
 // heldOn is the version of typeURL that node last rejected, if it still

@@ -1,0 +1,100 @@
+package test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/ilbproject/ilb/xds"
+)
+
+// TestRogueEnvoyBansNothing: a peer holding one edge-us certificate,
+// on another address than the source's Envoy (127.0.0.2), opens three ADS
+// streams under three node ids and rejects every version it gets. The
+// NACK quorum counts voters (verified identity and address), so the
+// rogue is one rejector of edge-us's two voters, below the quorum: its
+// nodes are held, nothing is banned or rolled back, and the real Envoy
+// keeps its configuration. Counting node ids, it was 3 rejectors of 4
+// (issue 24: "banned by quorum, rejectors 3, connected 5").
+func TestRogueEnvoyBansNothing(t *testing.T) {
+	s, ca, _ := secureWorld(t)
+	leaf, err := ca.IssueEnvoy("edge-us", "rogue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rogue's connection comes from 127.0.0.2: another host.
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	cfg := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{leaf.TLSCertificate()}}
+	conn, err := grpc.NewClient(s.App.XDSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nacked := make(chan string, 64)
+	for i := range 3 {
+		st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := &corev3.Node{Id: fmt.Sprintf("rogue-%d", i), Cluster: "edge-us"}
+		for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
+			if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go func() { // reject everything
+			for {
+				resp, err := st.Recv()
+				if err != nil {
+					return
+				}
+				if st.Send(&discoveryv3.DiscoveryRequest{
+					Node: node, TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce(),
+					ErrorDetail: &rpcstatus.Status{Code: 3, Message: "rogue rejects " + resp.GetVersionInfo()},
+				}) != nil {
+					return
+				}
+				nacked <- node.GetId() + " " + resp.GetTypeUrl()
+			}
+		}()
+	}
+	// Six NACKs sent (three nodes, clusters and listeners); ILB has read
+	// them once all three nodes are held.
+	for range 6 {
+		select {
+		case <-nacked:
+		case <-time.After(time.Minute):
+			t.Fatal("the rogue got no configuration to reject")
+		}
+	}
+	var st xds.RolloutStatus
+	waitUntil(t, "the rogue's three nodes held", time.Minute, func() bool {
+		for _, r := range s.App.XDS.Rollouts() {
+			if r.Source == "edge-us" {
+				st = r
+			}
+		}
+		return st.Held == 3
+	})
+	if len(st.Rejected) != 0 {
+		t.Fatalf("edge-us rollout %+v: a rogue peer banned versions", st)
+	}
+	for _, n := range s.App.XDS.Nodes() {
+		if n.Cluster == "edge-us" && len(n.Held) != 0 && n.ID[:5] != "rogue" {
+			t.Errorf("the real Envoy %s is held: %+v", n.ID, n.Held)
+		}
+	}
+}
