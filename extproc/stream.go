@@ -265,6 +265,11 @@ func (s *Server) admit(x *exchange) error {
 		}
 	}
 	x.src = src
+	if why := ambiguousPath(x.h.path, s.opts.Config.Envoy.PathPrefixes); why != "" {
+		// An engine could route it otherwise than ILB reads it.
+		return badRequest("", "ambiguous_path", fmt.Sprintf("%s %s has %s: an engine could read another path than the one ILB routes on; send the path plain",
+			bound.String(x.h.method, 16), bound.Quote(x.h.path, bound.Excerpt), why))
+	}
 	if !servedPath(s.opts.Config.Envoy.PathPrefixes, x.h.path) {
 		// An engine's /metrics, /health or admin paths are not for
 		// clients: only the API paths reach the engines.
