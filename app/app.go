@@ -130,7 +130,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	meter := demand.NewMeter(now())
 	ep, err := extproc.New(extproc.Options{
 		Config: c, Logger: o.Logger.With("component", "extproc"), Registry: reg, Rand: o.Rand, Meter: meter,
-		TracerProvider: o.TracerProvider, Authorizer: au.Authorizer(auth.PortExtProc),
+		TracerProvider: o.TracerProvider, Authorizer: au.Authorizer(auth.PortExtProc), PeerOf: au.Authorizer(auth.PortExtProc).Voter,
 	})
 	if err != nil {
 		return nil, err

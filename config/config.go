@@ -402,6 +402,13 @@ type ExtProc struct {
 	// with RESOURCE_EXHAUSTED, and Envoy applies the source's fail mode.
 	// Default 20000.
 	MaxStreams int `yaml:"max_streams" json:"max_streams"`
+	// MaxStreamsPerPeer caps the streams one peer (a verified identity
+	// and IP address, or an IP address without client certificates) may
+	// hold of MaxStreams: past it its new streams are refused with
+	// RESOURCE_EXHAUSTED, so that a peer never sending response headers
+	// cannot take every stream. 0 (the default): half of MaxStreams;
+	// at most MaxStreams.
+	MaxStreamsPerPeer int `yaml:"max_streams_per_peer" json:"max_streams_per_peer"`
 	// StreamIdleTimeout ends an ext_proc stream on which Envoy owes ILB a
 	// message (the request headers, or the body it announced) and sent
 	// nothing for this long: Envoy itself gives up after

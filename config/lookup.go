@@ -132,3 +132,12 @@ func (c *Config) ListenerOf(s Source) string {
 	}
 	return c.Envoy.Listener
 }
+
+// PeerStreamLimit is the streams one peer may hold: MaxStreamsPerPeer,
+// or half of MaxStreams (at least 1) when it is 0.
+func (e ExtProc) PeerStreamLimit() int {
+	if e.MaxStreamsPerPeer > 0 {
+		return e.MaxStreamsPerPeer
+	}
+	return max(e.MaxStreams/2, 1)
+}

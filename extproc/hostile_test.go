@@ -194,7 +194,7 @@ func TestIdleStreamEndsWithoutTap(t *testing.T) {
 func TestMaxStreams(t *testing.T) {
 	h := startWith(t, true, func(o *extproc.Options) {
 		c := *o.Config
-		c.ExtProc.MaxStreams = 2
+		c.ExtProc.MaxStreams, c.ExtProc.MaxStreamsPerPeer = 2, 2 // one peer here
 		o.Config = &c
 	})
 	var cancels []context.CancelFunc
@@ -384,4 +384,47 @@ func TestRecordsAreBounded(t *testing.T) {
 	if b := h.srv.Decisions().Bytes(); b > 4096 {
 		t.Errorf("one record holds %d bytes; want < 4 KiB", b)
 	}
+}
+
+// TestMaxStreamsPerPeer: a peer (here named by a test header through
+// Options.PeerOf) holding extproc.max_streams_per_peer streams, answered
+// and waiting for response headers that never come, gets no more; another
+// peer still does, up to max_streams (issue 24: one peer held all
+// max_streams by never sending response headers).
+func TestMaxStreamsPerPeer(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		c := *o.Config
+		c.ExtProc.MaxStreams, c.ExtProc.MaxStreamsPerPeer = 4, 2
+		o.Config = &c
+		o.PeerOf = func(ctx context.Context) string {
+			md, _ := metadata.FromIncomingContext(ctx)
+			return strings.Join(md.Get("x-test-peer"), ",")
+		}
+	})
+	open := func(peer string) error {
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), header.Source, "edge-us", "x-test-peer", peer), time.Minute)
+		t.Cleanup(cancel)
+		st, err := h.client.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = exchangeOne(t, st, post("/v1/chat/completions")) // answered: held until the response
+		return err
+	}
+	for i := range 2 {
+		if err := open("rogue"); err != nil {
+			t.Fatalf("rogue stream %d: %v", i, err)
+		}
+	}
+	err := open("rogue")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "extproc.max_streams_per_peer") {
+		t.Fatalf("the rogue's third stream: %v; want ResourceExhausted naming extproc.max_streams_per_peer", err)
+	}
+	for i := range 2 {
+		if err := open("envoy"); err != nil {
+			t.Fatalf("another peer's stream %d: %v", i, err)
+		}
+	}
+	promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "peer_streams"}, 1)
+	promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "max_streams"}, 0)
 }

@@ -101,7 +101,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 			Help: "Estimated memory held by the decision log (bounded by extproc.decision_log_bytes).",
 		}, func() float64 { return float64(log.Bytes()) }),
 	}
-	for _, r := range []string{refusedMaxStreams, refusedIdle, refusedProtocol} {
+	for _, r := range []string{refusedMaxStreams, refusedPeerStreams, refusedIdle, refusedProtocol} {
 		m.refused.WithLabelValues(r)
 	}
 	m.idleRefused = m.refused.WithLabelValues(refusedIdle)

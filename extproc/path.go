@@ -41,7 +41,7 @@ func ambiguousPath(path string, prefixes []string) string {
 
 // unsafePath is the first reason of ambiguousPath found in p as it is.
 func unsafePath(p string) string {
-	for i := 0; i < len(p); i++ {
+	for i := range len(p) {
 		switch c := p[i]; {
 		case c == '\\':
 			return "a backslash"

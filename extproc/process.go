@@ -30,7 +30,8 @@ const (
 // In FULL_DUPLEX_STREAMED mode (duplex.go) the request headers' answer
 // waits for the body, and body chunks are answered as duplex.go says.
 //
-// A stream over extproc.max_streams is refused at once
+// A stream over extproc.max_streams, or over
+// extproc.max_streams_per_peer for its peer, is refused at once
 // (RESOURCE_EXHAUSTED); one whose peer may not speak for the source it
 // names is refused with the Authorizer's status; one on which Envoy owes
 // a message for extproc.stream_idle_timeout ends with DEADLINE_EXCEEDED
@@ -46,6 +47,16 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		return status.Errorf(codes.ResourceExhausted, "ext_proc: %d streams are open, the most extproc.max_streams allows; retry later", n-1)
 	}
 	defer s.open.Add(-1)
+	peerOf := s.opts.PeerOf
+	if peerOf == nil {
+		peerOf = peerAddr
+	}
+	p := peerOf(stream.Context())
+	if ok, n := s.peers.hold(p); !ok {
+		s.metrics.refused.WithLabelValues(refusedPeerStreams).Inc()
+		return status.Errorf(codes.ResourceExhausted, "ext_proc: this peer holds %d streams, the most extproc.max_streams_per_peer allows; retry later", n)
+	}
+	defer s.peers.release(p)
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	ctx := stream.Context()
@@ -166,6 +177,8 @@ func (st stage) String() string {
 // Reasons of ilb_extproc_streams_refused_total.
 const (
 	refusedMaxStreams = "max_streams"
-	refusedIdle       = "idle_timeout"
-	refusedProtocol   = "protocol_error"
+	// refusedPeerStreams: the stream's peer held extproc.max_streams_per_peer.
+	refusedPeerStreams = "peer_streams"
+	refusedIdle        = "idle_timeout"
+	refusedProtocol    = "protocol_error"
 )

@@ -53,6 +53,10 @@ type Options struct {
 	// Authorizer checks that the peer of each stream may speak for the
 	// source its x-ilb-source metadata names; nil: every peer may.
 	Authorizer Authorizer
+	// PeerOf names a stream's peer for extproc.max_streams_per_peer
+	// (ILB: auth's voter, the verified identity and IP address); nil: its
+	// IP address.
+	PeerOf func(ctx context.Context) string
 }
 
 // Authorizer decides whether the peer of a stream (its identity travels
@@ -78,6 +82,7 @@ type Server struct {
 	tracer    trace.Tracer      // nil: tracing off
 	engines   map[string]string // cluster -> engine kind, for spans
 	open      atomic.Int64      // streams open, for extproc.max_streams
+	peers     *peerStreams      // streams open per peer, for extproc.max_streams_per_peer
 	// awaiting counts, per engine cluster, the requests routed there
 	// whose response headers have not come back yet (for a streaming
 	// response, the first token): the fast loop's view of a burst before
@@ -140,6 +145,7 @@ func New(o Options) (*Server, error) {
 	return &Server{
 		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
 		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting, pickers: pickers,
+		peers: newPeerStreams(o.Config.ExtProc.PeerStreamLimit()),
 	}, nil
 }
 

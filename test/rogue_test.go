@@ -3,18 +3,29 @@ package test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/xds"
 )
 
@@ -27,7 +38,7 @@ import (
 // keeps its configuration. Counting node ids, it was 3 rejectors of 4
 // (issue 24: "banned by quorum, rejectors 3, connected 5").
 func TestRogueEnvoyBansNothing(t *testing.T) {
-	s, ca, _ := secureWorld(t)
+	s, ca := secureWorld(t)
 	leaf, err := ca.IssueEnvoy("edge-us", "rogue")
 	if err != nil {
 		t.Fatal(err)
@@ -96,5 +107,67 @@ func TestRogueEnvoyBansNothing(t *testing.T) {
 		if n.Cluster == "edge-us" && len(n.Held) != 0 && n.ID[:5] != "rogue" {
 			t.Errorf("the real Envoy %s is held: %+v", n.ID, n.Held)
 		}
+	}
+}
+
+// TestRoguePeerHoldsItsShareOfStreams: a peer on another address
+// (127.0.0.2) opens twice extproc.max_streams_per_peer ext_proc streams,
+// each answered and then kept waiting for response headers that never
+// come. It gets its share and no more, and the source's Envoy keeps
+// having every ordinary request decided by ILB (none refused for
+// max_streams). Before the per-peer bound, it held all max_streams.
+func TestRoguePeerHoldsItsShareOfStreams(t *testing.T) {
+	const maxStreams, perPeer = 60, 30
+	s := startWorld(t, nil, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyProportional
+		c.ExtProc.MaxStreams, c.ExtProc.MaxStreamsPerPeer = maxStreams, perPeer
+	})
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	conn, err := grpc.NewClient(s.App.ExtProcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := extprocv3.NewExternalProcessorClient(conn)
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), header.Source, "edge-us"))
+	defer cancel()
+	held, refused := 0, 0
+	for range maxStreams {
+		st, err := client.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(":method", "GET", ":path", "/v1/models", ":authority", "rogue"), EndOfStream: true,
+		}}}); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		switch _, err := st.Recv(); status.Code(err) {
+		case codes.OK:
+			held++ // answered: ILB now waits for response headers
+		case codes.ResourceExhausted:
+			refused++
+		default:
+			t.Fatalf("rogue stream: %v", err)
+		}
+	}
+	if held != perPeer || refused != maxStreams-perPeer {
+		t.Fatalf("the rogue holds %d streams, %d refused; want %d and %d", held, refused, perPeer, maxStreams-perPeer)
+	}
+	results, err := loadgen.Run(context.Background(), loadgen.Options{
+		Targets: []loadgen.Target{{Source: "edge-us", URL: envoyURL(t, s, "edge-us")}}, Models: []string{"llama-3.1-8b-instruct"},
+		Concurrency: 4, MaxTokens: 4, Requests: 40, Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("an ordinary request got %d (%v) while the rogue held its streams", r.Status, r.Err)
+		}
+	}
+	if n := promValue(t, s, `ilb_extproc_streams_refused_total{reason="max_streams"}`); n != 0 {
+		t.Errorf("%v of the Envoy's streams refused for max_streams", n)
 	}
 }

@@ -39,7 +39,7 @@ import (
 // directory; each source's envoysim presents a certificate of its own
 // source (spiffe://ilb.local/envoy/<source>/<node>). Weights are static
 // (proportional) so that "nothing changed" can be checked.
-func secureWorld(t *testing.T) (*stack.Stack, *auth.DevCA, string) {
+func secureWorld(t *testing.T) (*stack.Stack, *auth.DevCA) {
 	t.Helper()
 	c, err := config.Load("../examples/secure/ilb.yaml")
 	if err != nil {
@@ -85,7 +85,7 @@ func secureWorld(t *testing.T) (*stack.Stack, *auth.DevCA, string) {
 		}
 		return &envoy.UpstreamTLS{CertFile: cert, KeyFile: key, CAFile: file("ca.pem"), ILBSAN: ca.SPIFFEID("ilb")}, nil
 	}})
-	return s, ca, file("ca.pem")
+	return s, ca
 }
 
 // dialILB is a gRPC client of addr over TLS trusting the development CA,
@@ -164,7 +164,7 @@ func nodeIDs(ns []string, s *stack.Stack) []string {
 // authorised Envoy of edge-us can neither subscribe nor report load nor
 // run ext_proc as edge-eu, and changes nothing by trying.
 func TestSecureStack(t *testing.T) {
-	s, ca, _ := secureWorld(t)
+	s, ca := secureWorld(t)
 	const llama, qwen = "llama-3.1-8b-instruct", "qwen2.5-7b-instruct"
 
 	t.Run("both sources are routed and served over mutual TLS", func(t *testing.T) {
