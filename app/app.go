@@ -234,7 +234,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	xs.Register(xdsGRPC)
 	demand.NewServer(demand.ServerOptions{
 		Sink: agg, Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "lrs"),
-		Authorizer: au.Authorizer(auth.PortLRS),
+		Authorizer: au.Authorizer(auth.PortLRS), Voter: au.Authorizer(auth.PortLRS).Voter,
 	}).Register(xdsGRPC)
 	extprocGRPC := grpcServer(au, auth.PortExtProc, ep.GRPCOptions()...)
 	ep.Register(extprocGRPC)

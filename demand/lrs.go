@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ilbproject/ilb/internal/bound"
 )
 
 // Sink takes load reports.
@@ -60,6 +62,12 @@ type ServerOptions struct {
 	// Now times the streams (what a report may claim to cover); nil:
 	// time.Now.
 	Now func() time.Time
+	// Voter names a stream's peer (ILB: the verified identity and IP
+	// address, or the IP address): the streams of one voter naming one
+	// source (node.cluster) share what their reports may claim to cover,
+	// so that more streams do not raise its demand bound. nil: each
+	// stream has its own.
+	Voter func(ctx context.Context) string
 }
 
 // Server is the control plane's LRS service: it asks every reporter for
@@ -71,6 +79,8 @@ type Server struct {
 	log      *slog.Logger
 	auth     Authorizer
 	now      func() time.Time
+	voter    func(ctx context.Context) string
+	voters   *voterCoverage
 }
 
 // NewServer returns an LRS server feeding o.Sink, asking for a report
@@ -85,7 +95,10 @@ func NewServer(o ServerOptions) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Server{sink: o.Sink, interval: o.Interval, log: o.Logger, auth: o.Authorizer, now: o.Now}
+	return &Server{
+		sink: o.Sink, interval: o.Interval, log: o.Logger, auth: o.Authorizer, now: o.Now,
+		voter: o.Voter, voters: newVoterCoverage(o.Interval),
+	}
 }
 
 // Register adds the LRS service to g.
@@ -105,7 +118,16 @@ func (s *Server) StreamLoadStats(stream loadstatsv3.LoadReportingService_StreamL
 	}
 	ctx := stream.Context()
 	node := first.GetNode()
-	cov := newCoverage(s.now(), s.interval)
+	var cov claimer = newCoverage(s.now(), s.interval)
+	if s.voter != nil {
+		// One budget per voter and source its node names: Envoys of
+		// several sources may share a host (and an address), and a
+		// source's reports may not spend another's.
+		voter := s.voter(ctx) + "|" + bound.String(node.GetCluster(), bound.Name)
+		s.voters.open(voter, s.now())
+		defer func() { s.voters.closed(voter, s.now()) }()
+		cov = sharedCoverage{v: s.voters, voter: voter}
+	}
 	var auth Authorizer
 	if s.auth != nil {
 		auth = &streamAuth{auth: s.auth, allowed: map[string]bool{}}
@@ -135,7 +157,7 @@ func (s *Server) StreamLoadStats(stream loadstatsv3.LoadReportingService_StreamL
 }
 
 // take hands one message of the stream to the sink, as the stream's node.
-func (s *Server) take(ctx context.Context, req *loadstatsv3.LoadStatsRequest, node *corev3.Node, cov *coverage, auth Authorizer) error {
+func (s *Server) take(ctx context.Context, req *loadstatsv3.LoadStatsRequest, node *corev3.Node, cov claimer, auth Authorizer) error {
 	o := Origin{Node: node, MaxInterval: cov.take(s.now(), claimedReport(req)), Authorizer: auth}
 	err := s.sink.ReportFrom(ctx, req, o)
 	if errors.Is(err, ErrUnknownNode) {
@@ -161,4 +183,25 @@ func (a *streamAuth) Authorize(ctx context.Context, source string) error {
 	}
 	a.allowed[source] = true
 	return nil
+}
+
+// claimer is the time a stream's reports may still claim to cover: its
+// own coverage, or its voter's.
+type claimer interface {
+	take(now time.Time, claim time.Duration) time.Duration
+}
+
+var (
+	_ claimer = (*coverage)(nil)
+	_ claimer = sharedCoverage{}
+)
+
+// sharedCoverage is a stream's view of its voter's coverage.
+type sharedCoverage struct {
+	v     *voterCoverage
+	voter string
+}
+
+func (c sharedCoverage) take(now time.Time, claim time.Duration) time.Duration {
+	return c.v.take(c.voter, now, claim)
 }

@@ -105,13 +105,18 @@ func TestLRSRefusesBadValues(t *testing.T) {
 // node still speaks as the stream's node.
 func TestLRSEnvoyReports(t *testing.T) {
 	agg := demand.NewAggregator(demoConfig(t), nil, t0)
-	conn := startLRS(t, agg)
+	// The server's clock moves a second between the reports: each claims
+	// a second, which the stream then has (no wall clock in the test).
+	clk := newClock(time.Unix(5000, 0))
+	conn := startLRSWith(t, demand.ServerOptions{Sink: agg, Interval: time.Second, Now: clk.now})
 	st := lrsStream(t, conn, &corev3.Node{Id: "envoy-1", Cluster: "edge-us"})
 	req := envoyReport(nil, "us-east-vllm", 20)
 	req.ClusterStats = append(req.ClusterStats, envoyReport(nil, "evil", 7).ClusterStats[0], envoyReport(nil, "ilb_extproc", 9).ClusterStats[0])
 	if err := st.Send(req); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, func() bool { return agg.Status().Reports == 1 })
+	clk.add(time.Second)
 	// The same stream now claims to be an Envoy of edge-eu.
 	if err := st.Send(envoyReport(&corev3.Node{Id: "envoy-2", Cluster: "edge-eu"}, "eu-west-vllm", 10)); err != nil {
 		t.Fatal(err)

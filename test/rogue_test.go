@@ -24,8 +24,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/sim/loadgen"
+	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
 )
 
@@ -170,4 +172,54 @@ func TestRoguePeerHoldsItsShareOfStreams(t *testing.T) {
 	if n := promValue(t, s, `ilb_extproc_streams_refused_total{reason="max_streams"}`); n != 0 {
 		t.Errorf("%v of the Envoy's streams refused for max_streams", n)
 	}
+}
+
+// TestRogueReportersShareOneBudget: a peer on another address
+// (127.0.0.2) opens ten LRS streams as ten demand reporters and has each
+// report the most one second may carry for edge-eu llama. Its streams
+// share one budget: what is summed for the cell is at most
+// extproc.max_report_rate over the time that passed plus one interval,
+// not ten times that (issue 24: 10 reporters raised a source's demand to
+// 2.5e11).
+func TestRogueReportersShareOneBudget(t *testing.T) {
+	s := startWorld(t, nil, func(c *config.Config) { c.Controller.Policy = config.PolicyProportional })
+	k := demand.Key{Source: "edge-eu", Model: "llama-3.1-8b-instruct", Priority: weights.Standard}
+	summed := func() uint64 {
+		for _, tot := range s.App.Demand.Status().Totals {
+			if tot.Key == k {
+				return tot.Requests
+			}
+		}
+		return 0
+	}
+	before, reportsBefore := summed(), s.App.Demand.Status().Reports
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	conn, err := grpc.NewClient(s.App.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rate := uint64(s.Config.ExtProc.MaxReportRate)
+	interval := s.Config.ExtProc.ReportInterval.Std()
+	start := time.Now()
+	const reporters = 10
+	for i := range reporters {
+		node := demand.ReporterNode(fmt.Sprintf("rogue-%d", i))
+		client := demand.NewClient(conn, node)
+		defer client.Close()
+		if err := client.Report(demand.Encode(node, map[demand.Key]demand.Counts{k: {Requests: rate, TokenCost: float64(rate)}}, interval)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the rogue's ten reports taken", 30*time.Second, func() bool {
+		return s.App.Demand.Status().Reports >= reportsBefore+reporters
+	})
+	elapsed := time.Since(start)
+	got := summed() - before
+	budget := uint64(float64(rate) * (elapsed + interval).Seconds())
+	if got > budget+rate { // the Envoys' own demand of the cell is tiny beside a report's rate
+		t.Fatalf("%d requests summed from %d reporters of one peer in %s; want at most %d (one budget)", got, reporters, elapsed, budget)
+	}
+	t.Logf("%d reporters of one peer: %d requests summed in %s (each reported %d), %d entries dropped", reporters, got, elapsed, rate, s.App.Demand.Status().Dropped)
 }
