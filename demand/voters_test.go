@@ -38,10 +38,10 @@ func TestLRSBudgetPerVoter(t *testing.T) {
 				o.Voter = peerIP
 			}
 			conn := startLRSWith(t, o)
-			max := uint64(demoConfig(t).ExtProc.MaxReportRate) // requests a second may carry
+			most := uint64(demoConfig(t).ExtProc.MaxReportRate) // requests a second may carry
 			for i := range 10 {
 				st := lrsStream(t, conn, demand.ReporterNode(fmt.Sprintf("reporter-%d", i)))
-				if err := st.Send(demandReport(nil, time.Second, loc("edge-us", llama, "standard", max, 40*float64(max), 0, 0))); err != nil {
+				if err := st.Send(demandReport(nil, time.Second, loc("edge-us", llama, "standard", most, 40*float64(most), 0, 0))); err != nil {
 					t.Fatal(err)
 				}
 				waitFor(t, func() bool { return agg.Status().Reports == uint64(i+1) })
