@@ -371,6 +371,13 @@ type ExtProc struct {
 	// MaxBodyBytes is the largest request body the service parses; default
 	// 8 MiB. A larger one gets 413.
 	MaxBodyBytes int `yaml:"max_body_bytes" json:"max_body_bytes"`
+	// MaxHeldBodyBytes bounds the request bodies ILB holds at once across
+	// all streams while they arrive in chunks (STREAMED and
+	// FULL_DUPLEX_STREAMED bodies are kept until their end to be
+	// decided on): a chunk past it refuses its request with a 503
+	// body_memory (retry later), so that many slow bodies cannot take the
+	// process's memory. Default 128 MiB; at least max_body_bytes.
+	MaxHeldBodyBytes int64 `yaml:"max_held_body_bytes" json:"max_held_body_bytes"`
 	// DefaultPromptTokens and DefaultOutputTokens estimate a request's
 	// token cost (its demand) when it does not say: no body read (prompt
 	// from Content-Length / 4 when known), no max_tokens. Defaults 500 and
@@ -461,6 +468,7 @@ func Default() *Config {
 		ExtProc: ExtProc{
 			DecisionLogSize:     10000,
 			MaxBodyBytes:        8 << 20,
+			MaxHeldBodyBytes:    128 << 20,
 			DefaultPromptTokens: 500,
 			DefaultOutputTokens: 250,
 			ReportInterval:      Duration(time.Second),

@@ -80,6 +80,9 @@ func (c *Config) validateSettings(p *problems) {
 	if ep.DecisionLogBytes < 1<<20 {
 		p.addf("extproc.decision_log_bytes", "%d is too small: want >= 1048576 bytes (1 MiB)", ep.DecisionLogBytes)
 	}
+	if ep.MaxHeldBodyBytes < int64(ep.MaxBodyBytes) {
+		p.addf("extproc.max_held_body_bytes", "%d is under extproc.max_body_bytes %d: one body could never be held", ep.MaxHeldBodyBytes, ep.MaxBodyBytes)
+	}
 	if ep.MaxStreams < 1 {
 		p.addf("extproc.max_streams", "%d is not positive: want >= 1", ep.MaxStreams)
 	}

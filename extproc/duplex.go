@@ -50,8 +50,15 @@ func (s *Server) onDuplexBody(ctx context.Context, x *exchange, m *extprocv3.Htt
 	}
 	began := time.Now()
 	if len(x.body)+len(m.GetBody()) > s.opts.Config.ExtProc.MaxBodyBytes {
-		x.held, x.body = false, nil
+		x.held = false
+		s.dropBody(x)
 		return s.reject(x, s.tooLarge(), began)
+	}
+	if !m.GetEndOfStream() || x.body != nil { // a body in one message is the message's: not held
+		if err := s.hold(x, len(m.GetBody())); err != nil {
+			x.held = false
+			return s.reject(x, err, began)
+		}
 	}
 	if x.body == nil && !m.GetEndOfStream() {
 		// One buffer for the whole body when its length is declared
@@ -89,6 +96,7 @@ func (s *Server) releaseDuplex(ctx context.Context, x *exchange, eos bool, began
 	x.held = false
 	body := x.body
 	x.body = nil
+	defer s.dropBody(x) // decided on: the rest goes back to Envoy
 	x.stage = awaitResponse
 	mut, err := s.decideBody(ctx, x, body, began)
 	if err != nil {

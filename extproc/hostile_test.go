@@ -3,7 +3,10 @@ package extproc_test
 import (
 	"context"
 	"net"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -427,4 +430,127 @@ func TestMaxStreamsPerPeer(t *testing.T) {
 	}
 	promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "peer_streams"}, 1)
 	promtest.Check(t, h.reg, "ilb_extproc_streams_refused_total", map[string]string{"reason": "max_streams"}, 0)
+}
+
+// TestHeldBodiesBounded: request bodies arriving in chunks (STREAMED and
+// FULL_DUPLEX_STREAMED) are held until their end; together they may
+// hold at most extproc.max_held_body_bytes. A chunk past it refuses its
+// request with a 503 body_memory (retry later), and once a holder ends,
+// its bytes are free again (issue 24: 100 streams dripping 1 MiB a
+// second took a GiB).
+func TestHeldBodiesBounded(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		set  func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingRequest
+	}{{"streamed", streamedMode}, {"full duplex", duplexMode}} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := startWith(t, true, func(o *extproc.Options) {
+				c := *o.Config
+				c.ExtProc.MaxBodyBytes, c.ExtProc.MaxHeldBodyBytes = 1<<20, 1<<20
+				o.Config = &c
+			})
+			chunk := strings.Repeat("x", 700<<10)
+			start := func() (extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
+				st, cancel := openStream(t, h, "edge-us")
+				if err := st.Send(mode.set(post("/v1/chat/completions"))); err != nil {
+					t.Fatal(err)
+				}
+				if mode.name == "streamed" {
+					if _, err := st.Recv(); err != nil { // the headers' answer
+						t.Fatal(err)
+					}
+				}
+				if err := st.Send(reqChunk(chunk, false)); err != nil {
+					t.Fatal(err)
+				}
+				return st, cancel
+			}
+			_, cancel := start()
+			waitHeld(t, h, float64(len(chunk)))
+			refused, _ := start()
+			resp, err := refused.Recv()
+			if mode.name == "streamed" && err == nil && resp.GetImmediateResponse() == nil {
+				resp, err = refused.Recv()
+			}
+			if err != nil || resp.GetImmediateResponse().GetStatus().GetCode() != 503 || !strings.Contains(string(resp.GetImmediateResponse().GetBody()), "body_memory") {
+				t.Fatalf("the second body's answer %v, %v; want 503 body_memory", resp, err)
+			}
+			promtest.Check(t, h.reg, "ilb_extproc_rejections_total", map[string]string{"source": "edge-us", "status": "503", "reason": "body_memory"}, 1)
+			cancel() // the holder goes: its bytes are free
+			waitHeld(t, h, 0)
+			st, _ := start()
+			waitHeld(t, h, float64(len(chunk)))
+			_ = st
+		})
+	}
+}
+
+// waitHeld waits until ILB holds n bytes of bodies
+// (ilb_extproc_held_body_bytes).
+func waitHeld(t *testing.T, h *harness, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	held := func() float64 {
+		v, _ := promtest.Value(t, h.reg, "ilb_extproc_held_body_bytes", nil)
+		return v
+	}
+	for held() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("held body bytes %v; want %v", held(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDrippingBodiesStayBounded: 100 streams each sending a body in
+// 1 MiB chunks, never its end (400 MiB in all), with the default bounds:
+// ILB holds at most extproc.max_held_body_bytes (128 MiB) of them and its
+// live heap grows by at most 256 MiB while they are open; the streams
+// past the bound are refused with a 503 body_memory (issue 24: RSS
+// +1,045 MiB in 7 s).
+func TestDrippingBodiesStayBounded(t *testing.T) {
+	h := startWith(t, true, nil)
+	before := retainedHeap()
+	chunk := strings.Repeat("x", 1<<20)
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range 100 {
+		st, _ := openStream(t, h, "edge-us")
+		wg.Go(func() {
+			if _, err := exchangeOne(t, st, streamedMode(post("/v1/chat/completions"))); err != nil {
+				t.Error(err)
+				return
+			}
+			for range 4 {
+				r, err := exchangeOne(t, st, reqChunk(chunk, false))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ir := r.GetImmediateResponse(); ir != nil {
+					if ir.GetStatus().GetCode() != 503 {
+						t.Errorf("refused with %d; want 503", ir.GetStatus().GetCode())
+					}
+					refused.Add(1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	held, _ := promtest.Value(t, h.reg, "ilb_extproc_held_body_bytes", nil)
+	grew := int64(retainedHeap()) - int64(before)
+	t.Logf("held %.0f MiB of bodies, heap +%d MiB, %d of 100 streams refused", held/(1<<20), grew>>20, refused.Load())
+	if held > 128<<20 || grew > 256<<20 || refused.Load() == 0 {
+		t.Errorf("held %.0f bytes, heap +%d MiB, %d refused; want at most 128 MiB held, 256 MiB of heap, and refusals", held, grew>>20, refused.Load())
+	}
+}
+
+// retainedHeap is the live heap after a full collection.
+func retainedHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

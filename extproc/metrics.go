@@ -21,6 +21,7 @@ type metrics struct {
 	mismatches *prometheus.CounterVec
 	late       *prometheus.CounterVec
 	streams    prometheus.Gauge
+	heldBytes  prometheus.Gauge
 	shed       *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 	// priorityIgnored counts x-ilb-priority headers of sources that do not
@@ -80,6 +81,10 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 			Name: "ilb_extproc_streams",
 			Help: "Open ext_proc streams (one per in-flight request).",
 		}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ilb_extproc_held_body_bytes",
+			Help: "Bytes of request bodies arriving in chunks that ILB holds until their end (bounded by extproc.max_held_body_bytes).",
+		}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_shed_total",
 			Help: "Requests refused for capacity, by source, model, priority and reason (shed: the controller's planned shedding; overloaded: every cluster saturated; no_capacity: no cluster can serve).",
@@ -106,7 +111,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 	}
 	m.idleRefused = m.refused.WithLabelValues(refusedIdle)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.heldBytes, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

@@ -120,6 +120,7 @@ func idleMessage(st stage, idle time.Duration) string {
 // bound ends the stream.
 func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, b idleBound) error {
 	defer s.endSpan(x)
+	defer s.dropBody(x)
 	defer s.unbooked(x)
 	defer x.ticket.Done()
 	defer s.answered(x)

@@ -97,6 +97,8 @@ type exchange struct {
 	// release returns the pooled buffer of a held full-duplex body once
 	// its answers went out (nil: none).
 	release func()
+	// heldBytes is what x's body counts against extproc.max_held_body_bytes.
+	heldBytes int64
 	// ticket books the request on the replica ILB chose (replica
 	// picking): its prefill until the response headers, its load until
 	// the stream ends.
@@ -305,10 +307,16 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 		return bodyResponse(nil, false)
 	}
 	if len(x.body)+len(m.GetBody()) > s.opts.Config.ExtProc.MaxBodyBytes {
+		s.dropBody(x)
 		return s.reject(x, s.tooLarge(), began)
 	}
 	data := m.GetBody()
 	if x.streamed {
+		if !m.GetEndOfStream() || x.body != nil {
+			if err := s.hold(x, len(data)); err != nil {
+				return s.reject(x, err, began)
+			}
+		}
 		x.body = append(x.body, data...)
 		if !m.GetEndOfStream() {
 			return bodyResponse(nil, false) // a chunk: wait for the rest
@@ -317,6 +325,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	}
 	x.stage = awaitResponse
 	x.body = nil
+	defer s.dropBody(x) // once decided on
 	mut, err := s.decideBody(ctx, x, data, began)
 	if err != nil {
 		return s.reject(x, err, began)
@@ -343,6 +352,33 @@ func (s *Server) decideBody(ctx context.Context, x *exchange, data []byte, began
 	s.spanDecided(ctx, x, mut)
 	s.decided(x, began)
 	return mut, nil
+}
+
+// hold accounts n more bytes of x's body against
+// extproc.max_held_body_bytes, or refuses the request (503 body_memory)
+// and drops what x held.
+func (s *Server) hold(x *exchange, n int) error {
+	if s.held.Add(int64(n)) > s.opts.Config.ExtProc.MaxHeldBodyBytes {
+		s.held.Add(-int64(n))
+		s.dropBody(x)
+		return &RequestError{
+			Status: 503, Type: "service_unavailable", Code: "body_memory", RetryAfter: 1,
+			Msg: fmt.Sprintf("the router holds extproc.max_held_body_bytes (%d) of request bodies arriving in chunks; retry in a second", s.opts.Config.ExtProc.MaxHeldBodyBytes),
+		}
+	}
+	x.heldBytes += int64(n)
+	s.metrics.heldBytes.Add(float64(n))
+	return nil
+}
+
+// dropBody releases x's held body and its account.
+func (s *Server) dropBody(x *exchange) {
+	if x.heldBytes != 0 {
+		s.held.Add(-x.heldBytes)
+		s.metrics.heldBytes.Sub(float64(x.heldBytes))
+		x.heldBytes = 0
+	}
+	x.body = nil
 }
 
 // tooLarge is the refusal of a body over extproc.max_body_bytes.
