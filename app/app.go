@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/auth"
@@ -224,25 +225,29 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		aopts.Signals = a.Signals
 		aopts.Capacity = a.Capacity
 	}
+	cs := newConns(ctx, o.Logger, reg, c.Listen.Connections)
 	adminSrv := &http.Server{
 		Handler: au.Admin(a.withHAHealth(admin.Handler(aopts))), ReadHeaderTimeout: 10 * time.Second, ErrorLog: au.AdminErrorLog(),
+		IdleTimeout: c.Listen.Connections.Idle(), ConnState: cs.admin.ConnState,
 		// Streams (/debug/decisions?follow=1) end with the process, not
 		// after the shutdown grace period.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
-	xdsGRPC := grpcServer(au, auth.PortXDS)
+	xdsGRPC := grpcServer(au, auth.PortXDS, append(connOptions(cs.xds, c.Listen.Connections),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.Listen.Connections.Idle()}))...)
 	xs.Register(xdsGRPC)
 	demand.NewServer(demand.ServerOptions{
 		Sink: agg, Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "lrs"),
 		Authorizer: au.Authorizer(auth.PortLRS), Voter: au.Authorizer(auth.PortLRS).Voter,
 	}).Register(xdsGRPC)
-	extprocGRPC := grpcServer(au, auth.PortExtProc, ep.GRPCOptions()...)
+	extprocGRPC := grpcServer(au, auth.PortExtProc, append(ep.GRPCOptions(), connOptions(cs.extproc, c.Listen.Connections)...)...)
 	ep.Register(extprocGRPC)
 	// An endpoint picker's listener per source with routing "picker":
 	// ext_proc for that source's streams alone.
 	pickerGRPC := make([]*grpc.Server, len(a.pickerLns))
 	for i, p := range a.pickerLns {
-		pickerGRPC[i] = grpcServer(au, auth.PortExtProc, append(ep.GRPCOptions(), grpc.ChainStreamInterceptor(extproc.AsSource(p.source)))...)
+		pickerGRPC[i] = grpcServer(au, auth.PortExtProc, append(append(ep.GRPCOptions(), connOptions(cs.extproc, c.Listen.Connections)...),
+			grpc.ChainStreamInterceptor(extproc.AsSource(p.source)))...)
 		ep.Register(pickerGRPC[i])
 	}
 	reporter := &demand.Reporter{
@@ -250,23 +255,23 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		Interval: c.ExtProc.ReportInterval.Std(), Logger: o.Logger.With("component", "demand"),
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serve.GRPC(gctx, xdsGRPC, a.xdsLn) })
+	g.Go(func() error { return serve.GRPC(gctx, xdsGRPC, cs.xds.Wrap(a.xdsLn)) })
 	g.Go(func() error { return xs.Run(gctx) })
 	g.Go(func() error {
-		if err := serve.GRPC(gctx, extprocGRPC, a.extprocLn); err != nil {
+		if err := serve.GRPC(gctx, extprocGRPC, cs.extproc.Wrap(a.extprocLn)); err != nil {
 			return fmt.Errorf("extproc: %w", err)
 		}
 		return nil
 	})
 	for i, p := range a.pickerLns {
 		g.Go(func() error {
-			if err := serve.GRPC(gctx, pickerGRPC[i], p.ln); err != nil {
+			if err := serve.GRPC(gctx, pickerGRPC[i], cs.extproc.Wrap(p.ln)); err != nil {
 				return fmt.Errorf("extproc: picker of source %s: %w", p.source, err)
 			}
 			return nil
 		})
 	}
-	g.Go(func() error { return serve.HTTP(gctx, adminSrv, secureAdmin(au, a.adminLn)) })
+	g.Go(func() error { return serve.HTTP(gctx, adminSrv, secureAdmin(au, cs.admin.Wrap(a.adminLn))) })
 	g.Go(func() error { return au.Run(gctx) })
 	if a.HA != nil {
 		g.Go(func() error { return a.runHA(gctx) })

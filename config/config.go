@@ -433,6 +433,46 @@ type Listen struct {
 	XDS     string `yaml:"xds" json:"xds"`         // default 127.0.0.1:18000
 	ExtProc string `yaml:"extproc" json:"extproc"` // default 127.0.0.1:18001
 	Admin   string `yaml:"admin" json:"admin"`     // default 127.0.0.1:18002
+	// Connections bounds the connections of every port, so that idle or
+	// handshake-less connections cannot take the process's file
+	// descriptors (and with them the other ports).
+	Connections Connections `yaml:"connections" json:"connections"`
+}
+
+// Connections are the connection limits of ILB's ports. A count of 0 is
+// derived at start from the process's open-file limit F: ext_proc
+// (with the endpoint-picker ports) 45% of F, xDS (ADS and LRS) 25%, admin
+// 5% (at most 1,024); per peer, 1/8 of its port's (at least 64). What is
+// left of F serves ILB's own outbound connections. The effective limits
+// are logged at start.
+type Connections struct {
+	ExtProc int `yaml:"extproc" json:"extproc"`
+	XDS     int `yaml:"xds" json:"xds"`
+	Admin   int `yaml:"admin" json:"admin"`
+	// PerPeer is the most connections one IP address holds on a port.
+	PerPeer int `yaml:"per_peer" json:"per_peer"`
+	// HandshakeTimeout closes a connection that did not finish its TLS
+	// and HTTP/2 handshakes in time (gRPC's default is 120 s); 0: 10s.
+	HandshakeTimeout Duration `yaml:"handshake_timeout" json:"handshake_timeout"`
+	// IdleTimeout closes a gRPC connection without a stream for this
+	// long, and an admin connection between requests; 0: 5m.
+	IdleTimeout Duration `yaml:"idle_timeout" json:"idle_timeout"`
+}
+
+// Handshake is HandshakeTimeout, 10s when 0.
+func (c Connections) Handshake() time.Duration {
+	if c.HandshakeTimeout > 0 {
+		return c.HandshakeTimeout.Std()
+	}
+	return 10 * time.Second
+}
+
+// Idle is IdleTimeout, 5m when 0.
+func (c Connections) Idle() time.Duration {
+	if c.IdleTimeout > 0 {
+		return c.IdleTimeout.Std()
+	}
+	return 5 * time.Minute
 }
 
 // MaxDecisionLogSize bounds extproc.decision_log_size: a lookup by

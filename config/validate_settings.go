@@ -80,6 +80,21 @@ func (c *Config) validateSettings(p *problems) {
 	if ep.DecisionLogBytes < 1<<20 {
 		p.addf("extproc.decision_log_bytes", "%d is too small: want >= 1048576 bytes (1 MiB)", ep.DecisionLogBytes)
 	}
+	cn := c.Listen.Connections
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"extproc", cn.ExtProc}, {"xds", cn.XDS}, {"admin", cn.Admin}, {"per_peer", cn.PerPeer}} {
+		if f.v < 0 {
+			p.addf("listen.connections."+f.name, "%d is negative: want 0 (derived from the open-file limit) or a count", f.v)
+		}
+	}
+	if cn.HandshakeTimeout.Std() < 0 {
+		p.addf("listen.connections.handshake_timeout", "%s is negative: want 0 (10s) or a duration", cn.HandshakeTimeout)
+	}
+	if cn.IdleTimeout.Std() < 0 {
+		p.addf("listen.connections.idle_timeout", "%s is negative: want 0 (5m) or a duration", cn.IdleTimeout)
+	}
 	if ep.MaxHeldBodyBytes < int64(ep.MaxBodyBytes) {
 		p.addf("extproc.max_held_body_bytes", "%d is under extproc.max_body_bytes %d: one body could never be held", ep.MaxHeldBodyBytes, ep.MaxBodyBytes)
 	}

@@ -194,7 +194,12 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	limit := max(c.ExtProc.MaxBodyBytes, int(c.Envoy.RequestBufferBytes)) + 1<<20
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: 30 * time.Second, Timeout: 20 * time.Second,
+			// A connection without a stream for this long is closed
+			// (GOAWAY): idle connections do not pile up.
+			MaxConnectionIdle: c.Listen.Connections.Idle(),
+		}),
 		// Envoy's own keepalive (if configured) must not be refused.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// A context ILB can cancel for every ext_proc stream: the idle

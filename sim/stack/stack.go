@@ -102,7 +102,7 @@ func (s *Stack) start(ctx context.Context, c *config.Config) error {
 	s.Fleet = f
 	s.group.Go(f.Wait)
 	cfg := *f.Config
-	cfg.Listen = config.Listen{XDS: "127.0.0.1:0", ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
+	cfg.Listen.XDS, cfg.Listen.ExtProc, cfg.Listen.Admin = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Sources = slices.Clone(cfg.Sources)
 	cfg.Clusters = slices.Clone(cfg.Clusters)
 	for i := range cfg.Sources {
@@ -184,7 +184,7 @@ func (s *Stack) RestartILB(ctx context.Context, down time.Duration) error {
 		return ctx.Err()
 	}
 	cfg := *s.Config
-	cfg.Listen = config.Listen{XDS: old.XDSAddr(), ExtProc: old.ExtProcAddr(), Admin: old.AdminAddr()}
+	cfg.Listen.XDS, cfg.Listen.ExtProc, cfg.Listen.Admin = old.XDSAddr(), old.ExtProcAddr(), old.AdminAddr()
 	if err := s.startILB(ctx, &cfg); err != nil {
 		return fmt.Errorf("stack: restarting ILB: %w", err)
 	}
