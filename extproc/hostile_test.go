@@ -447,6 +447,7 @@ func TestHeldBodiesBounded(t *testing.T) {
 			h := startWith(t, true, func(o *extproc.Options) {
 				c := *o.Config
 				c.ExtProc.MaxBodyBytes, c.ExtProc.MaxHeldBodyBytes = 1<<20, 1<<20
+				c.ExtProc.StreamIdleTimeout = config.Duration(time.Hour) // holders stay, however slow the machine
 				o.Config = &c
 			})
 			chunk := strings.Repeat("x", 700<<10)
@@ -509,7 +510,11 @@ func waitHeld(t *testing.T, h *harness, n float64) {
 // past the bound are refused with a 503 body_memory (issue 24: RSS
 // +1,045 MiB in 7 s).
 func TestDrippingBodiesStayBounded(t *testing.T) {
-	h := startWith(t, true, nil)
+	h := startWith(t, true, func(o *extproc.Options) {
+		c := *o.Config
+		c.ExtProc.StreamIdleTimeout = config.Duration(time.Hour) // a loaded machine delivers chunks late: they are still held
+		o.Config = &c
+	})
 	before := retainedHeap()
 	chunk := strings.Repeat("x", 1<<20)
 	var wg sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -103,6 +104,16 @@ func (e *election) see(l *coordinationv1.Lease) {
 	}
 }
 
+// seenUID is the UID of the Lease seen ("" when none).
+func (e *election) seenUID() types.UID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.seen == nil {
+		return ""
+	}
+	return e.seen.UID
+}
+
 // forget notes the Lease is gone: a term on it ends, and a Lease seen
 // before is created again only a lease duration later.
 func (e *election) forget() {
@@ -160,7 +171,18 @@ func (e *election) watch(ctx context.Context) {
 				e.see(l)
 			}
 		},
-		del: func(any) { e.forget() },
+		// A deletion of the Lease seen ends it; anything less certain (a
+		// deletion of another instance, a tombstone, a list without it,
+		// which may have been read before this replica created it and
+		// be delivered after) is checked with a read first: an old list
+		// ended a term just begun (under load, in TestDeposedLeaderIsFenced).
+		del: func(obj any) {
+			if l, ok := obj.(*coordinationv1.Lease); ok && e.seenUID() == l.UID {
+				e.forget()
+				return
+			}
+			e.refresh(ctx)
+		},
 		replace: func(list []any) {
 			for _, obj := range list {
 				if l, ok := obj.(*coordinationv1.Lease); ok && l.Name == b.lease {
@@ -168,7 +190,7 @@ func (e *election) watch(ctx context.Context) {
 					return
 				}
 			}
-			e.forget()
+			e.refresh(ctx)
 		},
 	}
 	runReflector(ctx, lw, &coordinationv1.Lease{}, st)
