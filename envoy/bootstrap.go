@@ -223,10 +223,16 @@ func ilbHealthCheck(c *config.Config, n int) []*corev3.HealthCheck {
 	if hc.Disabled {
 		return nil
 	}
+	// An unhealthy ILB is probed every ilbRecheckInterval, whatever the
+	// interval: with a panic threshold of 0 a cluster whose ILBs are all
+	// unhealthy has no host, so until the next probe finds ILB back, its
+	// source's fail mode applies (at the 5 s interval, fail-closed
+	// requests went on failing for up to 5 s after ILB served again).
 	if n <= 1 {
 		return []*corev3.HealthCheck{{
 			Timeout:            durationpb.New(hc.Timeout.Std()),
 			Interval:           durationpb.New(hc.Interval.Std()),
+			UnhealthyInterval:  durationpb.New(min(ilbRecheckInterval, hc.Interval.Std())),
 			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
 			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
 			HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
@@ -236,11 +242,17 @@ func ilbHealthCheck(c *config.Config, n int) []*corev3.HealthCheck {
 		Timeout:            durationpb.New(min(hc.Timeout.Std(), ilbCheckInterval)),
 		Interval:           durationpb.New(ilbCheckInterval),
 		NoTrafficInterval:  durationpb.New(ilbCheckInterval),
+		UnhealthyInterval:  durationpb.New(ilbRecheckInterval),
 		UnhealthyThreshold: wrapperspb.UInt32(1),
 		HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
 		HealthChecker:      &corev3.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{}},
 	}}
 }
+
+// ilbRecheckInterval is how often Envoy probes an ILB replica it holds
+// unhealthy: what bounds the gap between ILB serving again and Envoy
+// sending it requests.
+const ilbRecheckInterval = 500 * time.Millisecond
 
 // ilbCheckInterval is how often Envoy checks each of several ILB replicas.
 const ilbCheckInterval = time.Second

@@ -121,3 +121,64 @@ func sameResources(a, b map[string]types.ResourceWithTTL) bool {
 	}
 	return true
 }
+
+// TestFailClosedRecoversAfterRestart: ILB is stopped for 1.5 s while
+// edge-eu (fail-closed) is under load. Its Envoy answers 503 while ILB
+// is away, and goes back to ILB at its next probe of the ext_proc
+// cluster, which re-probes an unhealthy ILB every 500 ms
+// (unhealthy_interval): once a request succeeds after ILB serves again,
+// none fails. The gap between ILB serving again and the last failure is
+// logged (issue 24: failures went on ~5 s, the health check interval).
+func TestFailClosedRecoversAfterRestart(t *testing.T) {
+	s := startWorld(t, nil, func(c *config.Config) {
+		c.Controller.Policy = config.PolicyProportional
+		c.Controller.Capacity.Mode = config.CapacityConfigured
+	})
+	eu, _ := s.Envoy("edge-eu")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var results []loadgen.Result
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		results, _ = loadgen.Run(ctx, loadgen.Options{
+			Targets: []loadgen.Target{{Source: "edge-eu", URL: eu.URL}}, Models: []string{"llama-3.1-8b-instruct"},
+			Concurrency: 4, MaxTokens: 4, Duration: 6 * time.Second, Seed: 8,
+		})
+	})
+	time.Sleep(time.Second)
+	if err := s.RestartILB(ctx, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	wg.Wait()
+	var firstOK, lastFail time.Time
+	failedDuring, failedAfter := 0, 0
+	for _, r := range results {
+		failed := r.Err != nil || r.Status != http.StatusOK
+		switch {
+		case !r.Start.After(up):
+			if failed {
+				failedDuring++
+			}
+		case failed:
+			failedAfter++
+			if r.Start.After(lastFail) {
+				lastFail = r.Start
+			}
+		case firstOK.IsZero() || r.Start.Before(firstOK):
+			firstOK = r.Start
+		}
+	}
+	if firstOK.IsZero() {
+		t.Fatalf("no request succeeded after ILB came back (%d results)", len(results))
+	}
+	if !lastFail.IsZero() && lastFail.After(firstOK) {
+		t.Errorf("a request failed at +%s after one succeeded at +%s: Envoy went back and forth", lastFail.Sub(up), firstOK.Sub(up))
+	}
+	gap := time.Duration(0)
+	if !lastFail.IsZero() {
+		gap = lastFail.Sub(up)
+	}
+	t.Logf("%d requests; %d failed while ILB was away, %d after it served again (the last at +%s; the first success at +%s)",
+		len(results), failedDuring, failedAfter, gap.Round(time.Millisecond), firstOK.Sub(up).Round(time.Millisecond))
+}
