@@ -228,7 +228,9 @@
 // # ext_proc
 //
 // One gRPC stream per request, opened on the first message to a host of the
-// grpc_service.envoy_grpc cluster, with initial_metadata as gRPC metadata.
+// grpc_service.envoy_grpc cluster, with initial_metadata as gRPC metadata;
+// a stream that finds the host's connection failed connects again at
+// once (Envoy's connection pool keeps no back-off between attempts).
 // Modes: header modes DEFAULT/SEND/SKIP, body modes NONE, BUFFERED and
 // FULL_DUPLEX_STREAMED, trailer modes DEFAULT/SKIP (and SEND with a
 // full-duplex body, which Envoy requires; fail-open is refused with it, as

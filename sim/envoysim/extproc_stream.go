@@ -10,6 +10,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -187,6 +188,14 @@ func (f *extProcFilter) open(ctx context.Context, deadline time.Time) (exchangeR
 	conn, err := e.grpc.dial(cl.cfg, h.addr, e.stats)
 	if err != nil {
 		return exchangeResult{kind: resGRPCError, code: codes.Unavailable, msg: err.Error()}, false
+	}
+	// Envoy's connection pool (conn_pool_base.cc) connects for a stream
+	// that finds no ready connection, at once: a failed connection leaves
+	// no back-off behind for the next request. grpc-go would make
+	// streams fail fast until its reconnect back-off ends (after a
+	// restart of the processor, requests kept failing for up to 2 s).
+	if conn.GetState() == connectivity.TransientFailure {
+		conn.ResetConnectBackoff()
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	sctx = withMetadata(sctx, f.cfg.initialMetadata)

@@ -30,8 +30,10 @@ func newGRPCPool() *grpcPool {
 
 // dial returns the connection to addr for cluster cc, creating it on
 // first use. A handshake failure fails the connection attempt: streams
-// on it fail with Unavailable and it retries with back-off, as Envoy's
-// gRPC client does. stats counts the handshakes.
+// on it fail with Unavailable. The ADS client retries with its own
+// back-off; an ext_proc stream resets the connection's back-off and
+// connects at once, as Envoy's connection pool does (extproc_stream.go).
+// stats counts the handshakes.
 func (p *grpcPool) dial(cc *clusterConfig, addr string, stats *statsRegistry) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
