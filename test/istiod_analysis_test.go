@@ -71,30 +71,27 @@ func TestIstiodAnalysis(t *testing.T) {
 	if len(ilb) == 0 {
 		t.Fatal("the render has no EnvoyFilter")
 	}
-	messages := func(o *unstructured.Unstructured) []string {
+	// analysis is what istiod wrote in o's status: each message, and
+	// its code.
+	analysis := func(o *unstructured.Unstructured) (msgs, codes []string) {
 		got, err := dyn.Resource(envoyFilters).Namespace(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs, _, _ := unstructured.NestedSlice(got.Object, "status", "validationMessages")
-		var out []string
-		for _, m := range msgs {
-			out = append(out, fmt.Sprint(m))
+		list, _, _ := unstructured.NestedSlice(got.Object, "status", "validationMessages")
+		for _, m := range list {
+			code, _, _ := unstructured.NestedString(m.(map[string]any), "type", "code")
+			msgs, codes = append(msgs, fmt.Sprint(m)), append(codes, code)
 		}
-		return out
+		return msgs, codes
 	}
 	codes := func(o *unstructured.Unstructured) []string {
-		got, err := dyn.Resource(envoyFilters).Namespace(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs, _, _ := unstructured.NestedSlice(got.Object, "status", "validationMessages")
-		var out []string
-		for _, m := range msgs {
-			code, _, _ := unstructured.NestedString(m.(map[string]any), "type", "code")
-			out = append(out, code)
-		}
-		return out
+		_, c := analysis(o)
+		return c
+	}
+	messages := func(o *unstructured.Unstructured) []string {
+		m, _ := analysis(o)
+		return m
 	}
 	waitUntil(t, "istiod's analysis flagging the controls without priority IST0151", 2*time.Minute, func() bool {
 		for _, c := range controls {

@@ -46,14 +46,8 @@ func TestRogueEnvoyBansNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rogue's connection comes from 127.0.0.2: another host.
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	cfg := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{leaf.TLSCertificate()}}
-	conn, err := grpc.NewClient(s.App.XDSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialAnotherHost(t, s.App.XDSAddr(), credentials.NewTLS(cfg))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nacked := make(chan string, 64)
@@ -124,13 +118,7 @@ func TestRoguePeerHoldsItsShareOfStreams(t *testing.T) {
 		c.Controller.Policy = config.PolicyProportional
 		c.ExtProc.MaxStreams, c.ExtProc.MaxStreamsPerPeer = maxStreams, perPeer
 	})
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	conn, err := grpc.NewClient(s.App.ExtProcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialAnotherHost(t, s.App.ExtProcAddr(), insecure.NewCredentials())
 	client := extprocv3.NewExternalProcessorClient(conn)
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), header.Source, "edge-us"))
 	defer cancel()
@@ -193,13 +181,7 @@ func TestRogueReportersShareOneBudget(t *testing.T) {
 		return 0
 	}
 	before, reportsBefore := summed(), s.App.Demand.Status().Reports
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	conn, err := grpc.NewClient(s.App.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialAnotherHost(t, s.App.XDSAddr(), insecure.NewCredentials())
 	rate := uint64(s.Config.ExtProc.MaxReportRate)
 	interval := s.Config.ExtProc.ReportInterval.Std()
 	start := time.Now()
@@ -222,4 +204,18 @@ func TestRogueReportersShareOneBudget(t *testing.T) {
 		t.Fatalf("%d requests summed from %d reporters of one peer in %s; want at most %d (one budget)", got, reporters, elapsed, budget)
 	}
 	t.Logf("%d reporters of one peer: %d requests summed in %s (each reported %d), %d entries dropped", reporters, got, elapsed, rate, s.App.Demand.Status().Dropped)
+}
+
+// dialAnotherHost is a gRPC client of target whose connections come from
+// 127.0.0.2: another host than the stack's Envoys (127.0.0.1).
+func dialAnotherHost(t *testing.T, target string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }

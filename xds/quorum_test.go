@@ -84,21 +84,7 @@ func TestNACKQuorum(t *testing.T) {
 			bad = routeVersion(t, srv)
 			mu.Unlock()
 			// Every NACK is decided and its span ended.
-			var events []string
-			waitFor(t, func() bool {
-				events = nil
-				for _, s := range spansNamed(exp, "ilb.xds.nack") {
-					if spanAttrs(s.Snapshot())["ilb.xds.version"] != bad {
-						continue
-					}
-					for _, e := range s.Events {
-						if e.Name != "envoy.nack" {
-							events = append(events, e.Name)
-						}
-					}
-				}
-				return len(events) == tc.nackers
-			})
+			events := nackDecisions(t, exp, bad, tc.nackers)
 			bans := strings.Count(strings.Join(events, "\n"), "banned; rolled back")
 			st := rolloutOf(t, srv)
 			if !tc.banned {
@@ -134,4 +120,26 @@ func TestNACKQuorum(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nackDecisions waits until n NACKs of version are decided (their span
+// "ilb.xds.nack" ended) and returns the decisions, in span order.
+func nackDecisions(t *testing.T, exp *tracetest.InMemoryExporter, version string, n int) []string {
+	t.Helper()
+	var events []string
+	waitFor(t, func() bool {
+		events = nil
+		for _, s := range spansNamed(exp, "ilb.xds.nack") {
+			if spanAttrs(s.Snapshot())["ilb.xds.version"] != version {
+				continue
+			}
+			for _, e := range s.Events {
+				if e.Name != "envoy.nack" {
+					events = append(events, e.Name)
+				}
+			}
+		}
+		return len(events) == n
+	})
+	return events
 }

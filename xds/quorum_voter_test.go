@@ -90,22 +90,7 @@ func TestNACKQuorumCountsVoters(t *testing.T) {
 			}
 			bad = routeVersion(t, srv)
 			mu.Unlock()
-			var events []string
-			waitFor(t, func() bool {
-				events = nil
-				for _, s := range spansNamed(exp, "ilb.xds.nack") {
-					a := spanAttrs(s.Snapshot())
-					if a["ilb.xds.version"] != bad {
-						continue
-					}
-					for _, e := range s.Events {
-						if e.Name != "envoy.nack" {
-							events = append(events, e.Name)
-						}
-					}
-				}
-				return len(events) == tc.rogueNodes
-			})
+			events := nackDecisions(t, exp, bad, tc.rogueNodes)
 			bans := strings.Count(strings.Join(events, "\n"), "banned; rolled back")
 			st := rolloutOf(t, srv)
 			if got := sample(t, reg, `ilb_xds_rollbacks_total{source="edge-us"}`); (got == 1) != tc.banned || bans > 1 || (bans == 1) != tc.banned {
