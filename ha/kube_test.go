@@ -65,9 +65,12 @@ func TestKubeObjects(t *testing.T) {
 	if h := *lease.Spec.HolderIdentity; !strings.HasPrefix(h, "a_") || !strings.Contains(lease.Annotations["ilb.dev/current"], vs[3]) {
 		t.Errorf("Lease: holder %q, current %s; want a_<instance> and %s", h, lease.Annotations["ilb.dev/current"], vs[3])
 	}
-	if got := a.Versions(10); len(got) != 2 || got[0].Version != vs[3] || got[1].Version != vs[2] {
-		t.Errorf("history = %v; want the last 2 versions, newest first", summaryVersions(got))
-	}
+	// The history is read back from the API server after an install, on
+	// the replica's own goroutine: wait for it.
+	waitFor(t, "the history of the last 2 versions, newest first", func() bool {
+		got := a.Versions(10)
+		return len(got) == 2 && got[0].Version == vs[3] && got[1].Version == vs[2]
+	})
 	waitFor(t, "the content of versions out of the history collected", func() bool {
 		return g.contentObjects(t, vs[0]) == 0 && g.contentObjects(t, vs[1]) == 0 && g.contentObjects(t, vs[3]) == 1
 	})
