@@ -416,6 +416,14 @@ type ExtProc struct {
 	// cannot take every stream. 0 (the default): half of MaxStreams;
 	// at most MaxStreams.
 	MaxStreamsPerPeer int `yaml:"max_streams_per_peer" json:"max_streams_per_peer"`
+	// MaxFollowedStreams caps the responses ILB follows at once to count
+	// what engines generate (a request's demand past an ordinary
+	// request's share is booked as it is generated): each keeps its
+	// stream open, and gets every body chunk, until the body ends or the
+	// request's whole estimate is booked. Past it a request counts its
+	// provisional share only. 0 (the default): a quarter of MaxStreams;
+	// at most MaxStreams.
+	MaxFollowedStreams int `yaml:"max_followed_streams" json:"max_followed_streams"`
 	// StreamIdleTimeout ends an ext_proc stream on which Envoy owes ILB a
 	// message (the request headers, or the body it announced) and sent
 	// nothing for this long: Envoy itself gives up after

@@ -133,6 +133,16 @@ func (c *Config) ListenerOf(s Source) string {
 	return c.Envoy.Listener
 }
 
+// FollowedStreamLimit is the responses ILB may follow at once:
+// MaxFollowedStreams, or a quarter of MaxStreams (at least 1) when it is
+// 0.
+func (e ExtProc) FollowedStreamLimit() int {
+	if e.MaxFollowedStreams > 0 {
+		return e.MaxFollowedStreams
+	}
+	return max(e.MaxStreams/4, 1)
+}
+
 // PeerStreamLimit is the streams one peer may hold: MaxStreamsPerPeer,
 // or half of MaxStreams (at least 1) when it is 0.
 func (e ExtProc) PeerStreamLimit() int {

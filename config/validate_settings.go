@@ -104,6 +104,9 @@ func (c *Config) validateSettings(p *problems) {
 	if ep.MaxStreamsPerPeer < 0 || ep.MaxStreamsPerPeer > max(ep.MaxStreams, 1) {
 		p.addf("extproc.max_streams_per_peer", "%d is out of range: want 0 (half of extproc.max_streams) to extproc.max_streams (%d)", ep.MaxStreamsPerPeer, ep.MaxStreams)
 	}
+	if ep.MaxFollowedStreams < 0 || ep.MaxFollowedStreams > max(ep.MaxStreams, 1) {
+		p.addf("extproc.max_followed_streams", "%d is out of range: want 0 (a quarter of extproc.max_streams) to extproc.max_streams (%d)", ep.MaxFollowedStreams, ep.MaxStreams)
+	}
 	if ep.StreamIdleTimeout.Std() < ev.MessageTimeout.Std() {
 		p.addf("extproc.stream_idle_timeout", "%s is shorter than envoy.message_timeout %s: ILB would end streams Envoy still waits on", ep.StreamIdleTimeout, ev.MessageTimeout)
 	}

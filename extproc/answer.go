@@ -144,6 +144,9 @@ var (
 			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: reportHeaders},
 		}},
 	}}
+	// stripReportFollow is stripReport asking for the response body
+	// (follow.go).
+	stripReportFollow = &extprocv3.ProcessingResponse{Response: stripReport.Response, ModeOverride: followMode}
 )
 
 // routeMutation is the header mutation of a decision: the model, the draw

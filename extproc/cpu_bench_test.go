@@ -161,6 +161,9 @@ type child struct {
 	// duplex: play the full-duplex stream of an endpoint picker
 	// (playDuplex, no x-ilb-source) instead of BUFFERED.
 	duplex bool
+	// follow: stream this many response events, each answered, after
+	// the response headers (playFollowed); 0 none.
+	follow int
 }
 
 // startChild starts this test binary as a server of kind and connects to
@@ -238,6 +241,9 @@ func (c *child) drive(b *testing.B, body []byte, streams, n int) {
 	if c.duplex {
 		ctx = context.Background() // istiod's wiring sends no initial metadata
 		play = func(ctx context.Context, body []byte) error { return c.playDuplex(ctx, body, 32) }
+	}
+	if c.follow > 0 {
+		play = c.playFollowed
 	}
 	var left atomic.Int64
 	left.Store(int64(n))

@@ -70,7 +70,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	}
 	c := src.cells[model]
 	x.key = demand.Key{Source: src.name, Model: model, Priority: x.prio}
-	x.cost = s.tokenCost(st, model, h, body)
+	x.cost, x.prompt = s.tokenCost(st, model, h, body)
 	rec.TokenCost = x.cost
 	rec.TotalWeight = c.rc.Total()
 
@@ -152,11 +152,12 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 // tokens from max_tokens (else the default) — both evidence from the
 // client, capped by the model's limits: the prompt by its context, the
 // output by max_output_tokens and what the context leaves after the
-// prompt.
-func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float64 {
+// prompt. prompt is the prompt tokens it counts.
+func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) (cost, prompt float64) {
 	ep := s.opts.Config.ExtProc
 	lim := st.limits[model]
-	prompt, ok := lim.promptTokens(h, body)
+	var ok bool
+	prompt, ok = lim.promptTokens(h, body)
 	if !ok {
 		prompt = min(float64(ep.DefaultPromptTokens), lim.context)
 	}
@@ -165,7 +166,7 @@ func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) float6
 		output = float64(body.MaxTokens)
 	}
 	output = min(output, lim.maxOutput, math.Max(1, lim.context-prompt))
-	return prompt*lim.promptCost + output*lim.outputCost
+	return prompt*lim.promptCost + output*lim.outputCost, prompt
 }
 
 // promptTokens is a request's prompt length as the client's evidence

@@ -317,8 +317,8 @@ func publishShed(t *testing.T, h *harness, source string, shed weights.ShedFract
 }
 
 // TestDemandCannotBeInflated: what a request claims counts as demand only
-// within the model's limits, and past an ordinary request only once an
-// engine accepted it.
+// within the model's limits, and past an ordinary request only as an
+// engine serves it (TestDemandFollowsGeneration has the rest).
 func TestDemandCannotBeInflated(t *testing.T) {
 	// Ordinary llama request (demo defaults): 500 prompt + 250 output × 4.
 	const ordinary = 500 + 250*4
@@ -334,21 +334,25 @@ func TestDemandCannotBeInflated(t *testing.T) {
 		name      string
 		body      string
 		status    string // response status; "" the client went away
+		answer    string // the engine's response body, when it answered
 		estimate  float64
 		confirmed float64 // demand once the answer came
 	}{
-		{"huge max_tokens, engine refuses it", huge, "400", hugeCost, ordinary},
-		{"huge max_tokens, engine serves it", huge, "200", hugeCost, hugeCost},
-		{"1 MB prompt, client hangs up", bigPrompt, "", bigCost, ordinary},
-		{"1 MB prompt, served", bigPrompt, "200", bigCost, bigCost},
-		{"a small request is booked whole at once", `{"model":"llama3-8b","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "", 8 + 10*4, 8 + 10*4},
+		{"huge max_tokens, engine refuses it", huge, "400", "", hugeCost, ordinary},
+		{"huge max_tokens, engine serves it", huge, "200", `{"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":40000}}`, hugeCost, hugeCost},
+		{"1 MB prompt, client hangs up", bigPrompt, "", "", bigCost, ordinary},
+		{"1 MB prompt, served", bigPrompt, "200", `{"choices":[],"usage":{"prompt_tokens":131072,"completion_tokens":1}}`, bigCost, bigCost},
+		{"a small request is booked whole at once", `{"model":"llama3-8b","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "", "", 8 + 10*4, 8 + 10*4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := start(t, true)
 			msgs := []*extprocv3.ProcessingRequest{post("/v1/chat/completions"), reqBody(tt.body)}
 			if tt.status != "" {
-				msgs = append(msgs, respHeaders(":status", tt.status))
+				msgs = append(msgs, respHeaders(":status", tt.status, "content-type", "application/json"))
+			}
+			if tt.answer != "" {
+				msgs = append(msgs, respChunk(tt.answer, true))
 			}
 			h.run(t, "edge-us", msgs...)
 			waitStreamsClosed(t, h)

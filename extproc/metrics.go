@@ -36,6 +36,10 @@ type metrics struct {
 	// Replica picking: picks by reason, prompt and cached tokens (the
 	// prefix-hit estimate), served replica against chosen.
 	replicaPicks, replicaPrompt, replicaCached, replicaServed *prometheus.CounterVec
+	// Followed responses (follow.go): by outcome, open, and the claims
+	// never booked.
+	followed, unserved *prometheus.CounterVec
+	following          prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
@@ -73,6 +77,18 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 			Name: "ilb_extproc_replica_served_total",
 			Help: "Responses of requests ILB picked a replica for, by cluster and whether Envoy's upstream host was the chosen replica (chosen) or another (other: a retry, or the host had left Envoy's cluster).",
 		}, []string{"cluster", "served"}),
+		followed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_followed_responses_total",
+			Help: "Responses whose generation ILB followed to book demand past a request's provisional share, by source and outcome (complete: the body's end came; confirmed: the whole estimate was generated, ILB stopped following; ended: the stream ended first, e.g. the client went away; unfollowed: over extproc.max_followed_streams, only the provisional share counted).",
+		}, []string{"source", "outcome"}),
+		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_unserved_claim_token_cost_total",
+			Help: "Token-cost units requests claimed (max_tokens, prompt) past their provisional share that no engine generated, so never counted as demand, by source.",
+		}, []string{"source"}),
+		following: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ilb_extproc_followed_streams",
+			Help: "Responses ILB follows now (at most extproc.max_followed_streams).",
+		}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_late_total",
 			Help: "Answers ext_proc gave after Envoy's message_timeout: Envoy had gone on without them (the request was routed by the fallback route).",
@@ -111,7 +127,7 @@ func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
 	}
 	m.idleRefused = m.refused.WithLabelValues(refusedIdle)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.heldBytes, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.heldBytes, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed, m.followed, m.unserved, m.following} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

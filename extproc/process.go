@@ -121,7 +121,7 @@ func idleMessage(st stage, idle time.Duration) string {
 func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, b idleBound) error {
 	defer s.endSpan(x)
 	defer s.dropBody(x)
-	defer s.unbooked(x)
+	defer s.settle(x, followEnded)
 	defer x.ticket.Done()
 	defer s.answered(x)
 	defer s.unfinished(x)
@@ -155,10 +155,12 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			x.release()
 			x.release = nil
 		}
-		if resp.GetImmediateResponse() != nil {
+		if resp.GetImmediateResponse() != nil || x.finished {
 			// Envoy answers the client with it and ends the stream: ILB
 			// owes nothing more, and keeps nothing open for a peer that
-			// would go on.
+			// would go on. finished: ILB booked the whole estimate of a
+			// followed response; ending the stream (OK) tells Envoy to
+			// send the rest of the body straight to the client.
 			return nil
 		}
 	}

@@ -28,11 +28,16 @@ type Record struct {
 	// the model's limits.
 	TokenCost float64 `json:"token_cost,omitempty"`
 	// DemandBooked is how much of it counts as demand: at most an
-	// ordinary request's cost until an engine accepted the request (2xx
-	// response headers), then all of it.
+	// ordinary request's cost at the decision (its provisional share),
+	// then, if an engine accepted the request, what the engine generated
+	// for it, up to TokenCost (follow.go).
 	DemandBooked float64 `json:"demand_booked,omitempty"`
-	MaxTokens    int     `json:"max_tokens,omitempty"`
-	PromptTokens int     `json:"prompt_tokens_estimate,omitempty"`
+	// Generated is what the engine's response showed it generated, when
+	// ILB followed it (nil otherwise: no claim past the provisional
+	// share, or no response).
+	Generated    *Generated `json:"generated,omitempty"`
+	MaxTokens    int        `json:"max_tokens,omitempty"`
+	PromptTokens int        `json:"prompt_tokens_estimate,omitempty"`
 	// ModelFrom says where the model came from: "body" (the request
 	// JSON), "header" (x-ilb-model: ILB decided without the body) or
 	// "default" (the request names none: the source's default model).
@@ -110,6 +115,9 @@ const (
 
 // estimate is the record's approximate memory in bytes: fixed parts plus
 // every string it holds.
+// generatedSize is the memory of a Generated (its strings are constants).
+const generatedSize = 64
+
 func (r *Record) estimate() int64 {
 	n := recordOverhead + len(r.RequestID) + len(r.Source) + len(r.Method) + len(r.Path) +
 		len(r.RequestedModel) + len(r.Model) + len(r.Priority) + len(r.PriorityFrom) + len(r.SessionHash) + len(r.SessionFrom) +
@@ -120,6 +128,9 @@ func (r *Record) estimate() int64 {
 	}
 	if r.Replica != nil {
 		n += r.Replica.size()
+	}
+	if r.Generated != nil {
+		n += generatedSize
 	}
 	return int64(n)
 }

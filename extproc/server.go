@@ -84,6 +84,7 @@ type Server struct {
 	open      atomic.Int64      // streams open, for extproc.max_streams
 	peers     *peerStreams      // streams open per peer, for extproc.max_streams_per_peer
 	held      atomic.Int64      // bytes of request bodies held across streams, for extproc.max_held_body_bytes
+	followed  atomic.Int64      // responses followed, for extproc.max_followed_streams
 	// awaiting counts, per engine cluster, the requests routed there
 	// whose response headers have not come back yet (for a streaming
 	// response, the first token): the fast loop's view of a burst before

@@ -39,7 +39,7 @@ var (
 	requestHeaders = [...]string{
 		header.RequestID, ":method", ":path", header.Priority, header.Session, header.Model, header.Debug, "content-length",
 	}
-	responseHeaders = [...]string{":status", header.ServedCluster, header.WeightsVersion, header.UpstreamHost}
+	responseHeaders = [...]string{":status", header.ServedCluster, header.WeightsVersion, header.UpstreamHost, "content-type"}
 )
 
 // exchange is the state of one stream, that is one HTTP request.
@@ -66,9 +66,16 @@ type exchange struct {
 	target int
 	cost   float64 // estimated token cost, capped by the model's limits
 	// unconfirmed is the part of cost not booked as demand yet: booked
-	// when the engine accepts the request (2xx response headers), never
-	// when it refuses it or the client goes away.
-	unconfirmed float64
+	// as the engine generates (follow.go), never when it refuses the
+	// request or the client goes away first. claim is what it was at the
+	// decision; prompt the estimated prompt tokens.
+	unconfirmed, claim, prompt float64
+	// follow is the state of a followed response (nil: not followed);
+	// unfollowed: the response was not followed for
+	// extproc.max_followed_streams; finished: ILB ends the stream after
+	// its answer (it booked the whole estimate).
+	follow               *following
+	unfollowed, finished bool
 	// stage is what ILB waits for on the stream.
 	stage stage
 	// span is the decision's span while it is open; nil when tracing is
@@ -158,8 +165,10 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		x.stage = awaitResponse
 		return s.onResponseHeaders(x, r.ResponseHeaders, req.GetMetadataContext()), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		b := r.ResponseBody
+		x.finished = s.onFollowedBody(x, b.GetBody(), b.GetEndOfStream())
 		if x.duplexResp {
-			return streamedBody(false, r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()), nil
+			return streamedBody(false, b.GetBody(), b.GetEndOfStream()), nil
 		}
 		return continueResponseBody, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
@@ -169,6 +178,9 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		x.stage = awaitResponse
 		return continueRequestTrailers, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if x.follow != nil { // the body ended: trailers follow it
+			s.settle(x, followComplete)
+		}
 		return continueResponseTrailers, nil
 	}
 	// A message type this version does not know: answer the request path
@@ -398,6 +410,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	s.decisionCounter(x).Inc()
 	provisional := x.provisional()
 	x.unconfirmed = x.cost - provisional
+	x.claim = x.unconfirmed
 	x.rec.DemandBooked = provisional
 	s.log.add(x.rec)
 	if s.opts.Meter != nil {
@@ -464,24 +477,6 @@ func (s *Server) answered(x *exchange) {
 // requests to the demand unless the engines take them.
 func (x *exchange) provisional() float64 { return min(x.cost, x.st.limits[x.key.Model].ordinary) }
 
-// confirmed books the rest of a request's estimate once an engine
-// accepted it (2xx response headers) and returns it, for the record.
-func (s *Server) confirmed(x *exchange) float64 {
-	if x.unconfirmed <= 0 || x.rec == nil {
-		return 0
-	}
-	extra := x.unconfirmed
-	x.unconfirmed = 0
-	if s.opts.Meter != nil {
-		s.opts.Meter.AddCost(x.key, extra)
-	}
-	return extra
-}
-
-// unbooked forgets the unconfirmed demand of a stream that ends without
-// an engine's acceptance (refused upstream, timed out, abandoned).
-func (s *Server) unbooked(x *exchange) { x.unconfirmed = 0 }
-
 // reject answers the request with an ImmediateResponse built from err.
 func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.ProcessingResponse {
 	resp, re := immediate(err)
@@ -518,13 +513,13 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 	var hs [len(responseHeaders)]string
 	pickHeaders(m.GetHeaders(), responseHeaders[:], hs[:])
 	code, _ := strconv.Atoi(hs[0])
+	var mode *extprocfilterv3.ProcessingMode
 	if x.rec != nil && !x.done {
-		var extra float64
-		if code >= 200 && code <= 299 {
-			extra = s.confirmed(x)
-		}
+		mode = s.follow(x, code, hs[4], m.GetEndOfStream())
 		x.rec = s.log.update(x.rec, func(r *Record) {
-			r.DemandBooked += extra
+			if x.unfollowed {
+				r.Generated = &Generated{From: "none", Outcome: followUnfollowed}
+			}
 			r.Status = code
 			r.ServedCluster = bound.String(hs[1], bound.Name)
 			r.ServedVersion = bound.String(hs[2], bound.Name)
@@ -546,11 +541,14 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 		}
 		s.spanServed(x)
 	}
-	if !x.debug || x.rec == nil {
+	switch {
+	case (!x.debug || x.rec == nil) && mode == nil:
 		return stripReport
+	case !x.debug || x.rec == nil:
+		return stripReportFollow
 	}
 	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw(header.Decision, decisionHeader(x.rec))}}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},
-	}}
+	}, ModeOverride: mode}
 }

@@ -100,11 +100,7 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 		p("model", "%s%s, %s; stream %v, max_tokens %d, ~%d prompt tokens", r.Model, asked, how, r.Stream, r.MaxTokens, r.PromptTokens)
 	}
 	if r.TokenCost > 0 {
-		booked := "all of it"
-		if r.DemandBooked < r.TokenCost {
-			booked = fmt.Sprintf("%.0f (an ordinary request's worth: the rest counts only once an engine accepts the request)", r.DemandBooked)
-		}
-		p("demand", "%.0f token-cost units estimated (capped by the model's limits); booked as demand: %s", r.TokenCost, booked)
+		p("demand", "%.0f token-cost units estimated (capped by the model's limits); booked as demand: %s", r.TokenCost, bookedText(r))
 	}
 	if r.SessionHash != "" {
 		p("session", "key from %s, hash %s: the draw is the hash, so the session sticks to one cluster", r.SessionFrom, r.SessionHash)
@@ -248,4 +244,29 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// bookedText says how much of a request's estimate counts as demand, and
+// why.
+func bookedText(r extproc.Record) string {
+	g := r.Generated
+	switch {
+	case g == nil && r.DemandBooked >= r.TokenCost:
+		return "all of it"
+	case g == nil:
+		return fmt.Sprintf("%.0f (an ordinary request's worth: the rest counts only as an engine generates it)", r.DemandBooked)
+	case g.Outcome == "unfollowed":
+		return fmt.Sprintf("%.0f (an ordinary request's worth: extproc.max_followed_streams responses were followed already, so what the engine generated was not counted)", r.DemandBooked)
+	}
+	from := map[string]string{
+		"usage":  "the engine's usage",
+		"events": "one per streamed event",
+		"bytes":  "a token per 4 bytes of response",
+	}[g.From]
+	how := map[string]string{
+		"complete":  "the response ended",
+		"confirmed": "the whole estimate was generated",
+		"ended":     "the stream ended before the response did: the client went away",
+	}[g.Outcome]
+	return fmt.Sprintf("%.0f, as the engine generated it: %d tokens (%s); %s", r.DemandBooked, g.Tokens, from, how)
 }
