@@ -92,6 +92,8 @@ func answerKind(t *testing.T, r *extprocv3.ProcessingResponse) string {
 			t.Error("a response body answer without a StreamedBodyResponse")
 		}
 		return "response-body"
+	case r.GetResponseTrailers() != nil:
+		return "response-trailers"
 	case r.GetImmediateResponse() != nil:
 		return "immediate"
 	}

@@ -204,3 +204,39 @@ func TestFollowedStreamsAreBounded(t *testing.T) {
 		t.Errorf("booked %v, generated %+v; want 1500, unfollowed", rec.DemandBooked, rec.Generated)
 	}
 }
+
+// TestDuplexResponsesAreFollowed: in a full-duplex exchange (an
+// InferencePool's picker) the response body already flows through ILB,
+// which reads it as it echoes it: no mode_override, every chunk echoed
+// to the end, the demand booked from the usage.
+func TestDuplexResponsesAreFollowed(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) { o.DefaultSource = "edge-us" })
+	chat := `{"model":"llama3-8b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":4096}`
+	events := []string{sseEvents(400), usageEvent(8, 2000)}
+	got := playDuplex(t, h, duplexMode(post("/v1/chat/completions")), reqChunk(chat, true),
+		respHeaders(":status", "200", "content-type", "text/event-stream"), respChunk(events[0], false), respChunk(events[1], false), respTrailersMsg())
+	var kinds []string
+	for _, r := range got {
+		kinds = append(kinds, answerKind(t, r))
+	}
+	if want := "headers,body,response-headers,response-body,response-body,response-trailers"; strings.Join(kinds, ",") != want {
+		t.Fatalf("answers %v; want %s", kinds, want)
+	}
+	if got[2].GetModeOverride() != nil {
+		t.Errorf("mode_override in a full-duplex exchange: %v (Envoy does not support it there)", got[2].GetModeOverride())
+	}
+	if body, _ := streamedBodies(got, true); body != strings.Join(events, "") {
+		t.Errorf("the response body went back changed (%d bytes of %d)", len(body), len(strings.Join(events, "")))
+	}
+	waitStreamsClosed(t, h)
+	rec, _ := h.srv.Decisions().Get("req-1")
+	if rec.DemandBooked != 8+2000*4 || rec.Generated == nil || rec.Generated.From != "usage" || rec.Generated.Outcome != "complete" {
+		t.Errorf("booked %v, generated %+v; want %d from usage, complete", rec.DemandBooked, rec.Generated, 8+2000*4)
+	}
+}
+
+func respTrailersMsg() *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+		ResponseTrailers: &extprocv3.HttpTrailers{Trailers: hmap("grpc-status", "0")},
+	}}
+}
