@@ -291,6 +291,12 @@ func (c *child) play(ctx context.Context, body []byte) error {
 			"x-envoy-upstream-service-time", "12", header.ServedCluster, "us-east-vllm", header.WeightsVersion, "v1", header.UpstreamHost, "10.0.0.7:8000",
 		)}}},
 	}
+	return exchangeAll(st, msgs)
+}
+
+// exchangeAll sends msgs one at a time, each awaiting its answer (none
+// may be an ImmediateResponse), then half-closes and waits for the end.
+func exchangeAll(st extprocv3.ExternalProcessor_ProcessClient, msgs []*extprocv3.ProcessingRequest) error {
 	for _, m := range msgs {
 		if err := st.Send(m); err != nil {
 			return fmt.Errorf("send: %w", err)

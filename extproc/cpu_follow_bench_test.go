@@ -4,10 +4,7 @@ package extproc_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,14 +28,8 @@ import (
 //
 //	go test -run '^$' -bench FollowCPU -benchtime 2000x ./extproc/
 func BenchmarkFollowCPU(b *testing.B) {
-	serverCPU := ""
-	if n := runtime.NumCPU(); n >= 2 {
-		serverCPU = strconv.Itoa(n - 1)
-		restore := pinClient(b, n-1)
-		defer restore()
-	}
-	ilb := startPinnedChild(b, childILB, serverCPU)
-	floor := startPinnedChild(b, childFloor, serverCPU)
+	ilb, floor, serverCPU, restore := startPinnedPair(b, childILB, childFloor)
+	defer restore()
 	var results []cpuResult
 	for _, tokens := range []int{64, 256} {
 		ilb.follow, floor.follow = tokens, tokens
@@ -99,19 +90,5 @@ func (c *child) playFollowed(ctx context.Context, body []byte) error {
 	}
 	last := fmt.Sprintf("data: {\"id\":\"chatcmpl-0123456789abcdef\",\"choices\":[],\"usage\":{\"prompt_tokens\":300,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", c.follow)
 	msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(last), EndOfStream: true}}})
-	for _, m := range msgs {
-		if err := st.Send(m); err != nil {
-			return fmt.Errorf("send: %w", err)
-		}
-		if _, err := st.Recv(); err != nil {
-			return fmt.Errorf("receive: %w", err)
-		}
-	}
-	if err := st.CloseSend(); err != nil {
-		return fmt.Errorf("close: %w", err)
-	}
-	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("stream end: %w", err)
-	}
-	return nil
+	return exchangeAll(st, msgs)
 }

@@ -41,14 +41,8 @@ import (
 //
 //	go test -run '^$' -bench PickerCPU -benchtime 10000x ./extproc/
 func BenchmarkPickerCPU(b *testing.B) {
-	serverCPU := ""
-	if n := runtime.NumCPU(); n >= 2 {
-		serverCPU = strconv.Itoa(n - 1)
-		restore := pinClient(b, n-1)
-		defer restore()
-	}
-	ilb := startPinnedChild(b, childPicker, serverCPU)
-	floor := startPinnedChild(b, childDuplexFloor, serverCPU)
+	ilb, floor, serverCPU, restore := startPinnedPair(b, childPicker, childDuplexFloor)
+	defer restore()
 	ilb.duplex, floor.duplex = true, true
 	const tokens = 32 // playDuplex streams 32 tokens (drive)
 	var results []cpuResult
@@ -88,6 +82,19 @@ const duplexChunkSize = 16 << 10
 // duplexMessages is how many messages the client sends per request.
 func duplexMessages(body, tokens int) int {
 	return 1 + (body+duplexChunkSize-1)/duplexChunkSize + 1 + tokens + 2
+}
+
+// startPinnedPair starts an ILB child and a floor child pinned to the
+// last CPU, and pins this process's threads to the others (restore undoes
+// that); cpu is the children's CPU ("" on one CPU: no pinning).
+func startPinnedPair(b *testing.B, ilbKind, floorKind string) (ilb, floor *child, cpu string, restore func()) {
+	b.Helper()
+	restore = func() {}
+	if n := runtime.NumCPU(); n >= 2 {
+		cpu = strconv.Itoa(n - 1)
+		restore = pinClient(b, n-1)
+	}
+	return startPinnedChild(b, ilbKind, cpu), startPinnedChild(b, floorKind, cpu), cpu, restore
 }
 
 // startPinnedChild is startChild with the child pinned to cpu ("" none).
