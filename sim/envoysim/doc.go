@@ -359,7 +359,8 @@
 // in their answers is not applied (the route is already used). A STREAMED
 // response body is exchanged frame by frame (send, answer, forward) where
 // Envoy pipelines the frames: the processor never gets frame N+1 before it
-// answered frame N, and each frame's timer runs from its own send. Body
+// answered frame N (an HTTP/1 end frame that came with the last data goes
+// with it), and each frame's timer runs from its own send. Body
 // bytes that arrive while the response headers' answer is awaited are not
 // read meanwhile (Envoy holds them and sends them as one frame, as one
 // end_of_stream message when the whole body came): envoysim reads them as

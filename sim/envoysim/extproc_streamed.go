@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -27,14 +28,19 @@ import (
 //     the answers inject the queued frames in order. envoysim sends a frame,
 //     waits for its answer and forwards it before reading the next one: the
 //     messages, their order and contents, and what the client gets are the
-//     same; the processor only never sees frame N+1 before it answered N;
+//     same; the processor only never sees frame N+1 before it answered N
+//     (but for the end frame below);
 //   - frames are the upstream's reads. An HTTP/1 upstream's codec delivers
 //     the body as it is read (end_stream false) and the end of the message
 //     as an empty frame of its own (http1 codec_impl.cc
 //     ConnectionImpl::onMessageCompleteImpl dispatches the buffered body,
 //     then ClientConnectionImpl::onMessageCompleteBase calls decodeData
 //     with an empty buffer and end_stream true): the last message is an
-//     empty body with end_of_stream. Other upstreams (HTTP/2) end the
+//     empty body with end_of_stream. When the end came with the last data
+//     (one read: a content-length body), both frames go before any answer,
+//     as Envoy sends them on arrival, so that the processor gets the end
+//     even when a client that has the whole body goes away before the
+//     first answer is forwarded (sendWithEnd). Other upstreams (HTTP/2) end the
 //     stream on their last read; a buffered body (a local reply's, sent by
 //     the filter manager as one encodeData with end_stream) is one message
 //     with end_of_stream. When trailers follow, no frame has end_stream
@@ -124,7 +130,8 @@ type streamedResponse struct {
 	flushed  bool        // the response headers were flushed downstream
 	pending  []byte      // answered bytes not yet read
 	srcDone  bool        // src ended (or failed): nothing more comes from it
-	endDue   bool        // src ended after data: the empty end frame is still to send
+	endSent  bool        // the end frame went with the last data: its answer is due
+	deadline time.Time   // the message timer of the end frame in flight
 	eos      bool        // the body's end was answered (or passed): EOF once pending is read
 	failed   error       // the failure that ended the body
 }
@@ -180,15 +187,21 @@ func (b *streamedResponse) passThrough(p []byte) (int, error) {
 // step sends the next frame and handles its answer. A non-nil error ends
 // the body: the upstream's read error, or a failure that resets the stream.
 func (b *streamedResponse) step(ctx context.Context) error {
+	f := b.f
+	if b.endSent { // the end frame's answer
+		b.endSent = false
+		if err := b.apply(ctx, f.await(ctx, b.deadline), nil, true); err != nil {
+			return err
+		}
+		b.eos = true
+		return nil
+	}
 	var data []byte
 	end := false
-	switch {
-	case b.hasWhole:
+	if b.hasWhole {
 		data, end, b.hasWhole, b.srcDone = b.whole, true, false, true
 		b.whole = nil
-	case b.endDue:
-		end, b.endDue = true, false
-	default:
+	} else {
 		buf := make([]byte, bodyChunk)
 		n, err := b.src.Read(buf)
 		data = buf[:n]
@@ -203,7 +216,7 @@ func (b *streamedResponse) step(ctx context.Context) error {
 					return nil
 				}
 			case b.endFrame && n > 0:
-				b.endDue = true
+				return b.sendWithEnd(ctx, data)
 			default:
 				end = true
 			}
@@ -214,23 +227,46 @@ func (b *streamedResponse) step(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := b.process(ctx, data, end); err != nil {
+	if err := b.apply(ctx, f.exchange(ctx, bodyRequest(data, end)), data, end); err != nil {
 		return err
 	}
-	if b.srcDone && !b.endDue {
+	if b.srcDone {
 		b.eos = true
 	}
 	return nil
 }
 
-// process sends one frame and applies its answer (onReceiveMessage,
-// handleStreamedBodyCallback): the frame to forward becomes b.pending.
-func (b *streamedResponse) process(ctx context.Context, data []byte, end bool) error {
+// sendWithEnd sends the last data and the empty end frame an HTTP/1
+// codec delivers with it (one dispatch: onMessageCompleteImpl), both
+// before any answer as Envoy sends every frame on arrival, then handles the
+// data's answer; the end frame's answer is the next step's. The message
+// timer restarts at the second send (onStartProcessorCall) and bounds both
+// answers (Envoy stops it at the first answer while the end frame is still
+// queued: handleStreamedBodyResponse → onFinishProcessorCall; envoysim keeps
+// it for the end frame).
+func (b *streamedResponse) sendWithEnd(ctx context.Context, data []byte) error {
 	f := b.f
-	req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+	if res, ok := f.send(ctx, bodyRequest(data, false), time.Now().Add(f.cfg.messageTimeout)); !ok {
+		return b.apply(ctx, res, data, false)
+	}
+	b.deadline = time.Now().Add(f.cfg.messageTimeout)
+	if res, ok := f.send(ctx, bodyRequest(nil, true), b.deadline); !ok {
+		return b.apply(ctx, res, data, false)
+	}
+	b.endSent = true
+	return b.apply(ctx, f.await(ctx, b.deadline), data, false)
+}
+
+func bodyRequest(data []byte, end bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 		ResponseBody: &extprocv3.HttpBody{Body: data, EndOfStream: end},
 	}}
-	res := f.exchange(ctx, req)
+}
+
+// apply handles the outcome of a frame's exchange (onReceiveMessage,
+// handleStreamedBodyCallback): the frame to forward becomes b.pending.
+func (b *streamedResponse) apply(ctx context.Context, res exchangeResult, data []byte, end bool) error {
+	f := b.f
 	if res.kind == resResponse && res.resp.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse() != nil {
 		f.receiveMetadata(res.resp) // before handleBodyResponse, as onReceiveMessage does
 		return b.outcome(f.onSpurious("spurious message: streamed_response is received while body_mode_ is not FULL_DUPLEX_STREAMED"), data)

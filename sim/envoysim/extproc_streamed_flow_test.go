@@ -93,7 +93,13 @@ func TestStreamedContentLength(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// With a content-length the client may have the whole body
+			// before the end frame went: wait for it.
+			ended := make(chan struct{})
 			proc := func(ctx context.Context, req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+				if req.GetResponseBody().GetEndOfStream() {
+					close(ended)
+				}
 				if req.GetResponseHeaders() == nil {
 					return continueAll(ctx, req)
 				}
@@ -125,6 +131,7 @@ func TestStreamedContentLength(t *testing.T) {
 			if sawCL != c.procCL {
 				t.Errorf("response headers message had content-length: %v, want %v", sawCL, c.procCL)
 			}
+			waitClosed(t, "the end_of_stream frame", ended)
 			frames := responseFrames(h.proc)
 			var joined strings.Builder
 			for i, f := range frames {
