@@ -40,8 +40,12 @@ import (
 //     (one read: a content-length body), both frames go before any answer,
 //     as Envoy sends them on arrival, so that the processor gets the end
 //     even when a client that has the whole body goes away before the
-//     first answer is forwarded (sendWithEnd). Other upstreams (HTTP/2) end the
-//     stream on their last read; a buffered body (a local reply's, sent by
+//     first answer is forwarded (sendWithEnd). Other sources end the
+//     stream with their last read: on its data when the read returns
+//     io.EOF with it, else as an empty end_of_stream message (Go's HTTP/2
+//     transport always reports the end on a read of its own, so an HTTP/2
+//     upstream's body ends with an empty end_of_stream message even where
+//     Envoy sees END_STREAM on the last DATA frame); a buffered body (a local reply's, sent by
 //     the filter manager as one encodeData with end_stream) is one message
 //     with end_of_stream. When trailers follow, no frame has end_stream
 //     (the codec's onChunkHeader dispatches the body before the trailers),
