@@ -232,9 +232,30 @@
 // a stream that finds the host's connection failed connects again at
 // once (Envoy's connection pool keeps no back-off between attempts).
 // Modes: header modes DEFAULT/SEND/SKIP, body modes NONE, BUFFERED and
-// FULL_DUPLEX_STREAMED, trailer modes DEFAULT/SKIP (and SEND with a
-// full-duplex body, which Envoy requires; fail-open is refused with it, as
-// config.cc does). FULL_DUPLEX_STREAMED (ext_proc.cc
+// FULL_DUPLEX_STREAMED, STREAMED for response bodies, trailer modes
+// DEFAULT/SKIP (and SEND with a full-duplex body, which Envoy requires;
+// fail-open is refused with it, as config.cc does). A STREAMED response
+// body (configured, per route, or from a mode_override in the answer to
+// the response headers; ext_proc.cc handleDataStreamedModeBase,
+// processor_state.cc handleStreamedBodyResponse): every data frame of the
+// response goes as a response_body message under message_timeout and
+// reaches the client with its answer, flushed frame by frame (server-sent
+// events flow as produced); an HTTP/1 upstream's body ends with an empty
+// end_of_stream message (its codec's message-complete frame), a local
+// reply's is one message with end_of_stream, and with trailers following
+// no message has end_of_stream and no trailers message goes; a
+// body_mutation replaces or clears the frame, a header_mutation or
+// CONTINUE_AND_REPLACE in the answer is ignored and a streamed_response is
+// spurious; the answer to the end_of_stream frame closes the stream
+// (closeGraceful). When processing ends and the filter goes on
+// (failure_mode_allow, the server closing the stream) the frame awaiting
+// its answer and the rest of the body flow untouched; a failure that would
+// send a local reply resets the stream instead, the response headers being
+// gone (DownstreamFilterManager::sendLocalReply). content-length is removed
+// only when STREAMED was in force at the response headers (encodeHeaders'
+// shouldRemoveContentLength), so a mode_override to STREAMED keeps the
+// upstream's, and skips a content-length its own header mutation sets.
+// FULL_DUPLEX_STREAMED (ext_proc.cc
 // handleDataStreamedModeBase, processor_state.cc): the headers message,
 // then every body chunk as it arrives without waiting; no message timer
 // runs; the headers' answer must come first; when the whole body had
@@ -292,7 +313,7 @@
 // active_request_bias, TCP and custom health checks, health check jitter and
 // payloads, endpoint health_check_config, the local origin split of outlier
 // detection, per-host circuit breakers, priorities other than 0, ext_proc
-// STREAMED and BUFFERED_PARTIAL bodies, trailer SEND modes without a
+// STREAMED request bodies and BUFFERED_PARTIAL bodies, trailer SEND modes without a
 // full-duplex body, a mode_override to or from FULL_DUPLEX_STREAMED,
 // CONTINUE_AND_REPLACE (an error response), observability mode,
 // forward_rules, request/response attributes, request_timeout other than 0,
@@ -335,5 +356,17 @@
 // ended), the body being forwarded fails and the router treats it as an
 // upstream failure where Envoy sends status_on_error; request body
 // messages sent then carry the metadata as it was, and a clear_route_cache
-// in their answers is not applied (the route is already used).
+// in their answers is not applied (the route is already used). A STREAMED
+// response body is exchanged frame by frame (send, answer, forward) where
+// Envoy pipelines the frames: the processor never gets frame N+1 before it
+// answered frame N (an HTTP/1 end frame that came with the last data goes
+// with it), and each frame's timer runs from its own send. Body
+// bytes that arrive while the response headers' answer is awaited are not
+// read meanwhile (Envoy holds them and sends them as one frame, as one
+// end_of_stream message when the whole body came): envoysim reads them as
+// its next frame and ends an HTTP/1 body with its empty end_of_stream
+// message as always; an HTTP/2 upstream's END_STREAM is only seen as an
+// empty read of its own, so that body also ends with an empty
+// end_of_stream message. A failure while a later filter still holds the
+// response headers resets the stream rather than replying.
 package envoysim

@@ -129,6 +129,9 @@ func (f *extProcFilter) encode(ctx context.Context, h *headerMap, body *response
 			return lr
 		}
 	}
+	if !f.complete && !f.mode.sendRespHeaders && f.mode.respBody == streamed {
+		h.remove("content-length") // shouldRemoveContentLength (extproc_streamed.go)
+	}
 	if !f.complete && f.mode.sendRespHeaders {
 		if lr := f.processHeaders(ctx, dirResponse, h, !body.has); lr != nil {
 			return lr
@@ -150,6 +153,9 @@ func (f *extProcFilter) encode(ctx context.Context, h *headerMap, body *response
 		}
 		return f.processBody(ctx, dirResponse, h, &body.buf)
 	}
+	if !f.complete && f.mode.respBody == streamed && body.has {
+		f.streamResponse(body) // configured, or from the headers' mode_override
+	}
 	return nil
 }
 
@@ -168,7 +174,11 @@ func (f *extProcFilter) processHeaders(ctx context.Context, dir direction, h *he
 		f.respHeadersSent = true
 		want = kindResponseHeaders
 	}
+	removeCL := f.streamedAtHeaders(dir)
 	res := f.exchange(ctx, req)
+	if removeCL && f.st != nil {
+		h.remove("content-length") // when encodeHeaders returns, before the answer
+	}
 	if res.kind == resResponse {
 		if err := f.modeOverride(res.resp); err != nil {
 			return f.onError(err.Error())
@@ -182,7 +192,7 @@ func (f *extProcFilter) processHeaders(ctx context.Context, dir direction, h *he
 		return f.onError("envoysim: CONTINUE_AND_REPLACE is not modelled")
 	}
 	if hm := common.GetHeaderMutation(); hm != nil {
-		if err := f.applyMutation(h, hm); err != nil {
+		if err := f.applyMutation(h, f.streamedMutation(dir, hm)); err != nil {
 			return f.onError(err.Error())
 		}
 	}
@@ -294,7 +304,8 @@ func (f *extProcFilter) dispatch(res exchangeResult, want msgKind) (lr *localRep
 // header and trailer modes DEFAULT keep the configured ones, body modes are
 // taken as they are (effectiveModeOverride); allowed_override_modes, when
 // set, must list the result. An override to a mode envoysim does not model
-// is an error.
+// (checkModelledMode: STREAMED is modelled for response bodies only, see
+// extproc_streamed.go) is an error.
 func (f *extProcFilter) modeOverride(resp *extprocv3.ProcessingResponse) error {
 	o := resp.GetModeOverride()
 	if !f.cfg.allowModeOverride || o == nil {

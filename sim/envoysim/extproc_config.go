@@ -38,7 +38,8 @@ func modeFromProto(m *extprocfilterv3.ProcessingMode) processingMode {
 const fullDuplex = extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 
 // checkModelledMode reports the parts of m envoysim does not model: body
-// modes STREAMED and BUFFERED_PARTIAL, and trailer mode SEND in a
+// mode BUFFERED_PARTIAL, STREAMED request bodies (STREAMED response bodies
+// are modelled, see extproc_streamed.go), and trailer mode SEND in a
 // direction whose body mode is not FULL_DUPLEX_STREAMED (trailers are
 // modelled with full-duplex bodies only, see extproc_duplex.go).
 func checkModelledMode(m *extprocfilterv3.ProcessingMode) error {
@@ -51,10 +52,11 @@ func checkModelledMode(m *extprocfilterv3.ProcessingMode) error {
 		{"request_body_mode", "request_trailer_mode", m.GetRequestBodyMode(), m.GetRequestTrailerMode()},
 		{"response_body_mode", "response_trailer_mode", m.GetResponseBodyMode(), m.GetResponseTrailerMode()},
 	} {
-		switch d.mode {
-		case extprocfilterv3.ProcessingMode_NONE, extprocfilterv3.ProcessingMode_BUFFERED, fullDuplex:
+		switch {
+		case d.mode == extprocfilterv3.ProcessingMode_NONE, d.mode == extprocfilterv3.ProcessingMode_BUFFERED, d.mode == fullDuplex:
+		case d.mode == streamed && d.body == "response_body_mode":
 		default:
-			errs = append(errs, fmt.Errorf("%s %s is not supported by envoysim (NONE, BUFFERED, FULL_DUPLEX_STREAMED)", d.body, d.mode))
+			errs = append(errs, fmt.Errorf("%s %s is not supported by envoysim (NONE, BUFFERED, FULL_DUPLEX_STREAMED; STREAMED for response bodies only)", d.body, d.mode))
 		}
 		if d.trailers == extprocfilterv3.ProcessingMode_SEND && d.mode != fullDuplex {
 			errs = append(errs, fmt.Errorf("%s SEND is supported by envoysim with %s FULL_DUPLEX_STREAMED only", d.trailer, d.body))

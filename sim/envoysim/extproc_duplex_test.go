@@ -303,9 +303,9 @@ func TestFullDuplexConfig(t *testing.T) {
 			typeURL: typeListener, want: "failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body",
 		},
 		{
-			name:    "STREAMED bodies",
-			filter:  &extprocfilterv3.ExternalProcessor{ProcessingMode: &extprocfilterv3.ProcessingMode{ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED}},
-			typeURL: typeListener, want: "response_body_mode STREAMED is not supported by envoysim",
+			name:    "STREAMED request bodies",
+			filter:  &extprocfilterv3.ExternalProcessor{ProcessingMode: &extprocfilterv3.ProcessingMode{RequestBodyMode: extprocfilterv3.ProcessingMode_STREAMED}},
+			typeURL: typeListener, want: "request_body_mode STREAMED is not supported by envoysim",
 		},
 		{
 			name: "trailers SEND with buffered bodies",

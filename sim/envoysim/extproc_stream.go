@@ -108,14 +108,23 @@ func grpcResult(err error) exchangeResult {
 }
 
 // exchangeOnce sends req (opening the stream on first use) and waits for
-// the next response, bounded by message_timeout from the send; a response
-// carrying override_message_timeout restarts the timer once (if within
-// (0, max_message_timeout]) and is otherwise ignored (Filter::onNewTimeout).
+// the next response, bounded by message_timeout from the send.
 func (f *extProcFilter) exchangeOnce(ctx context.Context, req *extprocv3.ProcessingRequest) exchangeResult {
 	deadline := time.Now().Add(f.cfg.messageTimeout)
+	if res, ok := f.send(ctx, req, deadline); !ok {
+		return res
+	}
+	return f.await(ctx, deadline)
+}
+
+// send sends req, opening the stream on first use (the open bounded by
+// deadline). ok is false with the outcome when nothing was sent; a stream
+// the server already ended takes the message (its status comes with the
+// next await).
+func (f *extProcFilter) send(ctx context.Context, req *extprocv3.ProcessingRequest, deadline time.Time) (res exchangeResult, ok bool) {
 	if f.st == nil {
 		if res, ok := f.open(ctx, deadline); !ok {
-			return res
+			return res, false
 		}
 	}
 	if !f.sentFirst {
@@ -123,18 +132,25 @@ func (f *extProcFilter) exchangeOnce(ctx context.Context, req *extprocv3.Process
 		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: f.mode.reqBody, ResponseBodyMode: f.mode.respBody}
 	}
 	req.MetadataContext = f.metadataContext()
-	stats := f.s.e.stats
 	if err := f.st.stream.Send(req); err != nil {
 		if ctx.Err() != nil {
-			return exchangeResult{kind: resAborted}
+			return exchangeResult{kind: resAborted}, false
 		}
 		if !errors.Is(err, io.EOF) {
-			return grpcResult(err)
+			return grpcResult(err), false
 		}
 		// io.EOF: the stream is over; Recv delivers its status.
 	} else {
-		stats.extProc(func(s *ExtProcStats) { s.MessagesSent++ })
+		f.s.e.stats.extProc(func(s *ExtProcStats) { s.MessagesSent++ })
 	}
+	return exchangeResult{}, true
+}
+
+// await waits for the next response until deadline; a response carrying
+// override_message_timeout restarts the timer once (if within
+// (0, max_message_timeout]) and is otherwise ignored (Filter::onNewTimeout).
+func (f *extProcFilter) await(ctx context.Context, deadline time.Time) exchangeResult {
+	stats := f.s.e.stats
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	overridden := false

@@ -70,7 +70,9 @@ func (s *stream) localReply(ctx context.Context, lr *localReply) {
 	if !s.encode(ctx, h, body) {
 		return
 	}
-	_, _ = s.writeResponse(h, body, nil)
+	if complete, _ := s.writeResponse(h, body, nil); !complete {
+		panic(http.ErrAbortHandler) // a filter failed the body after the headers (extproc_streamed.go): reset
+	}
 }
 
 // directLocalReply sends lr bypassing the filters, as the filter manager
@@ -110,6 +112,9 @@ type responseBody struct {
 	buf      []byte
 	buffered bool
 	has      bool // the response has a body (no end_stream on headers)
+	// endFrame: r's end comes as an empty frame of its own (an HTTP/1
+	// upstream's codec, see extproc_streamed.go).
+	endFrame bool
 	// trailers reports, once r is read to its end, whether trailers
 	// follow (nil: never).
 	trailers func() bool

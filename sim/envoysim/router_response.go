@@ -140,7 +140,7 @@ func (p *proxyRun) forward(ctx, upCtx context.Context, res attemptResult, touch 
 		rh.set("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(p.start).Milliseconds(), 10))
 	}
 	p.route.finalizeResponseHeaders(rh, s.formatContext())
-	body := &responseBody{r: resp.Body, has: responseHasBody(resp, s.r.Method), trailers: func() bool { return hasTrailers(resp.Trailer) }}
+	body := &responseBody{r: resp.Body, has: responseHasBody(resp, s.r.Method), endFrame: resp.ProtoMajor == 1, trailers: func() bool { return hasTrailers(resp.Trailer) }}
 	if !s.encode(ctx, rh, body) {
 		return
 	}
