@@ -80,7 +80,9 @@ func (k *checker) warnf(where, format string, args ...any) {
 //   - TLS to a cluster: SAN matchers need a trusted CA, SDS clusters are
 //     static, HTTP/2 negotiates h2 (see checkTLS);
 //   - ext_proc mode rules (FULL_DUPLEX_STREAMED needs trailer SEND and no
-//     fail-open; http_service sends no body), the router filter is last.
+//     fail-open; http_service sends no body), the router filter is last;
+//   - a connection manager running ILB's ext_proc normalises paths as
+//     ILB's listener does (a warning otherwise, see [NormalizePaths]).
 //
 // Problems come sorted by where they are, then by message, errors and
 // warnings mixed.

@@ -34,7 +34,8 @@ func (k *checker) checkListener(l *listenerv3.Listener) {
 	}
 }
 
-// checkHCM: routes it uses, the HTTP filter chain and ext_proc's rules.
+// checkHCM: routes it uses, path normalisation where ILB's ext_proc runs,
+// the HTTP filter chain and ext_proc's rules.
 func (k *checker) checkHCM(where string, h *hcmv3.HttpConnectionManager) {
 	var routes []*routev3.RouteConfiguration
 	if rc := h.GetRouteConfig(); rc != nil {
@@ -56,6 +57,7 @@ func (k *checker) checkHCM(where string, h *hcmv3.HttpConnectionManager) {
 		}
 	}
 	k.checkOverrideHeaders(where, h)
+	k.checkPathNormalization(where, h)
 	filters := h.GetHttpFilters()
 	router := -1
 	for i, f := range filters {

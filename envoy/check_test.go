@@ -171,6 +171,16 @@ func TestCheck(t *testing.T) {
 		{"route cache retained", func(t *testing.T, b *envoy.Bundle) {
 			extProc(t, b, func(e *extprocv3.ExternalProcessor) { e.RouteCacheAction = extprocv3.ExternalProcessor_RETAIN })
 		}, []string{"the route cache is never cleared"}, false},
+		{"paths not normalised", func(t *testing.T, b *envoy.Bundle) {
+			hcm(t, b, func(h *hcmv3.HttpConnectionManager) {
+				h.NormalizePath, h.MergeSlashes, h.PathWithEscapedSlashesAction = nil, false, hcmv3.HttpConnectionManager_IMPLEMENTATION_SPECIFIC_DEFAULT
+			})
+		}, []string{"normalize_path false, merge_slashes false, path_with_escaped_slashes_action IMPLEMENTATION_SPECIFIC_DEFAULT: ILB's listener has true, true, UNESCAPE_AND_FORWARD"}, true},
+		{"escaped slashes rejected", func(t *testing.T, b *envoy.Bundle) {
+			hcm(t, b, func(h *hcmv3.HttpConnectionManager) {
+				h.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_REJECT_REQUEST
+			})
+		}, []string{"path_with_escaped_slashes_action REJECT_REQUEST: ILB's listener has"}, true},
 		{"message timeout unset", func(t *testing.T, b *envoy.Bundle) {
 			extProc(t, b, func(e *extprocv3.ExternalProcessor) { e.MessageTimeout = nil })
 		}, []string{"message_timeout unset"}, true},

@@ -47,8 +47,9 @@ const (
 //     answers 413);
 //   - NETWORK_FILTER MERGE into the HTTP connection manager: the early
 //     header mutation that removes every client-sent x-ilb-route-* header
-//     before any filter runs (Envoy >= 1.36, Istio >= 1.28), and
-//     x-request-id on every response;
+//     before any filter runs (Envoy >= 1.36, Istio >= 1.28),
+//     x-request-id on every response, and ILB's path normalisation (see
+//     [connectionManager]);
 //   - HTTP_FILTER INSERT_BEFORE the router: ILB's ext_proc filter, with
 //     x-ilb-source in its gRPC initial metadata, and every processing mode
 //     off (SKIP, NONE): on the listener it does nothing, so other
@@ -199,13 +200,23 @@ func (r *renderer) extProcCluster() string {
 // the early header mutation removing every header with the x-ilb-route-
 // prefix, so no client can pick a destination, and x-request-id on every
 // response, so a client has the key of its decision record (`ilb
-// explain`), and Envoy's own 413 as ILB's JSON error (bodyLimit bytes).
+// explain`), Envoy's own 413 as ILB's JSON error (bodyLimit bytes), and
+// ILB's path normalisation (envoy.NormalizePaths). The merge sets
+// normalize_path true, merge_slashes true and
+// path_with_escaped_slashes_action UNESCAPE_AND_FORWARD over what istiod
+// derived from meshConfig.pathNormalization (and a ProxyConfig's
+// connectionSettings), for every route of the matched listener's
+// connection manager: it adds to BASE (istiod's default: normalize_path
+// alone) and MERGE_SLASHES, equals DECODE_AND_MERGE_SLASHES, and
+// overrides NONE and the EDGE profile's UNESCAPE_AND_REDIRECT.
 func connectionManager(bodyLimit int) *hcmv3.HttpConnectionManager {
-	return &hcmv3.HttpConnectionManager{
+	h := &hcmv3.HttpConnectionManager{
 		AlwaysSetRequestIdInResponse:  true,
 		EarlyHeaderMutationExtensions: []*corev3.TypedExtensionConfig{envoy.StripRouteHeaders()},
 		LocalReplyConfig:              envoy.LocalReplies(bodyLimit),
 	}
+	envoy.NormalizePaths(h)
+	return h
 }
 
 // serviceClusterMatch matches the outbound cluster of a service's port.

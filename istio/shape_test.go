@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	"sigs.k8s.io/yaml"
@@ -148,6 +149,10 @@ func checkEnvoyFilter(t *testing.T, c *config.Config, w *weights.Weights, source
 			// Any) into the proxy's; ILB's own stands for that one.
 			base := proto.Clone(ilbHCMConfig).(*hcmv3.HttpConnectionManager)
 			base.EarlyHeaderMutationExtensions, base.AlwaysSetRequestIdInResponse, base.LocalReplyConfig = nil, false, nil
+			// The path settings as istiod sets them for
+			// meshConfig.pathNormalization NONE: the merge must set all three.
+			base.NormalizePath, base.MergeSlashes = wrapperspb.Bool(false), false
+			base.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_KEEP_UNCHANGED
 			proto.Merge(base, patch)
 			validate(t, name, &listenerv3.Filter{Name: f.GetName(), ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: envoy.MustAny(base)}})
 			if !proto.Equal(base, ilbHCMConfig) {

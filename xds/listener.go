@@ -17,9 +17,11 @@ import (
 	"github.com/ilbproject/ilb/envoy"
 )
 
-// listener builds the source's HTTP listener (DESIGN §2): the early header
-// mutation that strips every client-sent x-ilb-route-* header, ext_proc
-// with the source in its initial metadata, then the router on RDS routes.
+// listener builds the source's HTTP listener (DESIGN §2): path
+// normalisation (envoy.NormalizePaths: ext_proc reads the path the engine
+// routes on), the early header mutation that strips every client-sent
+// x-ilb-route-* header, ext_proc with the source in its initial metadata,
+// then the router on RDS routes.
 //
 // The ext_proc filter runs with failure_mode_allow for both fail modes:
 // when ext_proc cannot decide (unreachable, error, message timeout), the
@@ -56,6 +58,7 @@ func listener(c *config.Config, s config.Source) (*listenerv3.Listener, error) {
 			{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: envoy.MustAny(&routerv3.Router{})}},
 		},
 	}
+	envoy.NormalizePaths(hcm)
 	if !s.Debug {
 		// First in the chain, so last on the response: after ext_proc has
 		// read them, the internal headers go, even when ext_proc is down.

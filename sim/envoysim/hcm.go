@@ -51,6 +51,7 @@ type hcmConfig struct {
 	stripTrailingHostDot         bool
 	forwardClientCert            hcmv3.HttpConnectionManager_ForwardClientCertDetails
 	localReply                   []localReplyMapper
+	paths                        pathNormalization // path_normalize.go
 }
 
 func compileHCM(c *hcmv3.HttpConnectionManager, clusterExists func(string) bool) (*hcmConfig, error) {
@@ -95,13 +96,8 @@ func compileHCM(c *hcmv3.HttpConnectionManager, clusterExists func(string) bool)
 	if c.GetRequestTimeout().AsDuration() != 0 {
 		errs = append(errs, errors.New("request_timeout: only 0s (disabled, the default) is supported by envoysim"))
 	}
-	if c.GetNormalizePath().GetValue() {
-		errs = append(errs, errors.New("normalize_path: true is not supported by envoysim"))
-	}
-	switch c.GetPathWithEscapedSlashesAction() {
-	case hcmv3.HttpConnectionManager_IMPLEMENTATION_SPECIFIC_DEFAULT, hcmv3.HttpConnectionManager_KEEP_UNCHANGED:
-	default:
-		errs = append(errs, fmt.Errorf("path_with_escaped_slashes_action %s is not supported by envoysim", c.GetPathWithEscapedSlashesAction()))
+	if h.paths, err = compilePathNormalization(c); err != nil {
+		errs = append(errs, err)
 	}
 	switch rs := c.GetRouteSpecifier().(type) {
 	case *hcmv3.HttpConnectionManager_Rds:

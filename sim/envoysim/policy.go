@@ -257,7 +257,7 @@ func newFieldPolicy() fieldPolicy {
 		"xff_num_trusted_hops", "skip_xff_append", "via", "preserve_external_request_id",
 		"always_set_request_id_in_response", "server_name", "server_header_transformation",
 		"strip_matching_host_port", "strip_any_host_port", "strip_trailing_host_dot", "normalize_path",
-		"path_with_escaped_slashes_action", "forward_client_cert_details",
+		"merge_slashes", "path_with_escaped_slashes_action", "forward_client_cert_details",
 		"common_http_protocol_options", "local_reply_config")
 	ign(hcm, "stat_prefix", "access_log", "access_log_options", "access_log_flush_interval",
 		"flush_access_log_on_new_request", "tracing", "http_protocol_options", "http2_protocol_options",

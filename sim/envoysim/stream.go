@@ -80,7 +80,10 @@ func (e *Envoy) serveHTTP(rl *runningListener, w http.ResponseWriter, r *http.Re
 func (s *stream) run(ctx context.Context) {
 	defer s.closeFilters()
 	defer s.endRead()
-	s.decodeHeadersHCM()
+	if lr := s.decodeHeadersHCM(); lr != nil {
+		s.replyBeforeFilters(lr)
+		return
+	}
 	for _, f := range s.filters {
 		if lr := f.decode(ctx); lr != nil {
 			s.localReply(ctx, lr)
@@ -99,9 +102,12 @@ func (s *stream) closeFilters() {
 }
 
 // decodeHeadersHCM builds the request header map and applies what the
-// connection manager does before the filter chain: early header mutations,
+// connection manager does before the filter chain: path normalisation
+// (maybeNormalizePath, path_normalize.go), early header mutations,
 // ConnectionManagerUtility::mutateRequestHeaders and maybeNormalizeHost.
-func (s *stream) decodeHeadersHCM() {
+// It returns the local reply to send instead when the path is refused or
+// redirected.
+func (s *stream) decodeHeadersHCM() *localReply {
 	r := s.r
 	h := &headerMap{}
 	h.add(":authority", r.Host)
@@ -118,11 +124,15 @@ func (s *stream) decodeHeadersHCM() {
 	}
 	s.req = h
 	s.hasBody = r.ContentLength != 0
+	if lr := s.normalizePath(); lr != nil {
+		return lr
+	}
 	for _, m := range s.hcm.early {
 		m.apply(h)
 	}
 	s.mutateRequestHeaders()
 	s.normalizeHost()
+	return nil
 }
 
 // mutateRequestHeaders is ConnectionManagerUtility::mutateRequestHeaders for
