@@ -190,7 +190,28 @@
 // One socket address (port 0 binds an ephemeral port, see
 // [Envoy.ListenerAddr]), one filter chain holding one
 // http_connection_manager, per_connection_buffer_limit_bytes (default 1 MiB).
-// codec_type AUTO (HTTP/1.1 and h2c), HTTP1 or HTTP2. Before the filters:
+// codec_type AUTO (HTTP/1.1 and h2c), HTTP1 or HTTP2. Before the filters,
+// in Envoy's order (ActiveStream::decodeHeaders): path normalisation
+// (ConnectionManagerUtility::maybeNormalizePath, path_normalize.go). A :path
+// holding '#' is refused whatever the configuration
+// (http_reject_path_with_fragment). path_with_escaped_slashes_action
+// (IMPLEMENTATION_SPECIFIC_DEFAULT is KEEP_UNCHANGED) decodes %2F/%2f to '/'
+// and %5C/%5c to '\' in the path before '?' (PathUtil::unescapeSlashes);
+// when one was found REJECT_REQUEST refuses, UNESCAPE_AND_REDIRECT
+// redirects once the steps below are done, UNESCAPE_AND_FORWARD goes on.
+// normalize_path (default false) is PathUtil::canonicalPath: path
+// parameters are stripped from "." and ".." segments
+// (strip_dotdot_segments_with_parameters), then googleurl's
+// CanonicalizePath runs on the path before '?': escapes of unreserved
+// characters decoded, other escapes kept as written, '\' read as '/', "."
+// and ".." segments (also %2e) resolved without climbing above the root,
+// space, '"', '<', '>', '^', '`', '{', '|', '}', control bytes and bytes >=
+// 0x80 escaped, a NUL (raw or %00) refused. merge_slashes, independent of
+// normalize_path, merges runs of '/' before '?'. The query is never
+// changed. A refused path is answered 400 with no body, a redirect 307
+// with location set to the normalised :path (400 for a gRPC content-type),
+// both with response code details path_normalization_failed, before any
+// filter or route sees the request (local_reply_config applies). Then
 // early_header_mutation_extensions (remove, remove_on_match, append), then
 // ConnectionManagerUtility::mutateRequestHeaders (hop-by-hop headers,
 // x-forwarded-for/proto with use_remote_address, :scheme, removal of
@@ -317,7 +338,8 @@
 // full-duplex body, a mode_override to or from FULL_DUPLEX_STREAMED,
 // CONTINUE_AND_REPLACE (an error response), observability mode,
 // forward_rules, request/response attributes, request_timeout other than 0,
-// normalize_path, merge_slashes, layered runtime, header_prefix.
+// path_normalization_options, typed_header_validation_config (UHV),
+// layered runtime, header_prefix.
 //
 // # Ignored
 //
@@ -328,6 +350,10 @@
 // track_remaining. See policy.go for the full list.
 //
 // # Not modelled, although accepted
+//
+// Path normalisation's two stats are counted as
+// LocalReplies["path_normalization_failed"] only; it runs before the early
+// header mutations (the relative order is not verified against Envoy).
 //
 // Timing details: the route and per try timeouts start when the router (or
 // the attempt) starts rather than at the end of the downstream request; the
