@@ -67,7 +67,6 @@ func TestConnectionFloodAtScale(t *testing.T) {
 	rate("warm-up")
 	before := rate("before the flood")
 
-	var children []*exec.Cmd
 	for _, port := range []string{s.App.ExtProcAddr(), s.App.XDSAddr()} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestFloodChild$", "-test.v")
 		cmd.Env = append(os.Environ(), floodChildEnv+"="+port+",10000")
@@ -79,7 +78,6 @@ func TestConnectionFloodAtScale(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		children = append(children, cmd)
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		// The child says how many it holds once it has dialled them all.
 		sc := bufio.NewScanner(out)
