@@ -128,7 +128,10 @@ func (s *Server) onFollowedBody(x *exchange, body []byte, end bool) (stop bool) 
 
 // book adds to the demand what x's response shows past what is booked:
 // in steps of at least a sixteenth of the claim (a short critical
-// section per step, not per token), all of it when final.
+// section per step, not per token), all of it when final. Booking never
+// goes back (a report interval already sent cannot be taken back): a
+// step booked on the events with ILB's prompt estimate stays when the
+// engine's usage later counts the prompt lower.
 func (s *Server) book(x *exchange, final bool) {
 	f, lim := x.follow, x.st.limits[x.key.Model]
 	prompt := x.prompt

@@ -137,9 +137,13 @@ func TestAbandonedStreamsAddOnlyTheirShare(t *testing.T) {
 		rec, _ := record(id)
 		g := *rec.Generated
 		// The engine's usage counts the prompt its way: what is booked is
-		// its prompt and the 600 tokens, within the estimate.
-		if want := min(float64(g.PromptTokens)+600*4, rec.TokenCost); g.From != "usage" || g.Tokens != 600 || rec.DemandBooked != want {
-			t.Errorf("%s: booked %v of %v, generated %+v; want %v from the usage's 600 tokens", id, rec.DemandBooked, rec.TokenCost, g, want)
+		// its prompt and the 600 tokens, within the estimate — or more, by
+		// at most the difference of ILB's prompt estimate, when steps were
+		// booked on the events before the usage came (booking never goes
+		// back: a report interval already sent cannot be taken back).
+		least := min(float64(g.PromptTokens)+600*4, rec.TokenCost)
+		if g.From != "usage" || g.Tokens != 600 || rec.DemandBooked < least || rec.DemandBooked > rec.TokenCost {
+			t.Errorf("%s: booked %v of %v, generated %+v; want %v to %v from the usage's 600 tokens", id, rec.DemandBooked, rec.TokenCost, g, least, rec.TokenCost)
 		}
 	}
 	// What the controller plans on: every request once, abandoned ones at
