@@ -51,7 +51,7 @@ func TestFailStatic(t *testing.T) {
 		waitFor(t, "replica "+m.name+" reaches etcd again", func() bool { return m.Status().EtcdReachable })
 	}
 	w3 := routing(t, 7000, time.Now())
-	publish(t, leaderOf(t, ms...), w3)
+	publishViaLeader(t, ms, w3)
 	serving(t, w3.Version(), ms...)
 	t.Logf("members back: a leader's new version served everywhere %s later", time.Since(back).Round(time.Millisecond))
 	for _, m := range ms {

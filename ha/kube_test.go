@@ -30,7 +30,7 @@ func TestKubeFailStatic(t *testing.T) {
 	back := time.Now()
 	g.kube.Restart()
 	w2 := routing(t, 8000, time.Now())
-	publish(t, leaderOf(t, ms...), w2)
+	publishViaLeader(t, ms, w2)
 	serving(t, w2.Version(), ms...)
 	t.Logf("API server back: a leader's new version served everywhere %s later", time.Since(back).Round(time.Millisecond))
 	for _, m := range ms {

@@ -331,6 +331,33 @@ func publish(t testing.TB, m *member, w *weights.Weights) {
 	commit()
 }
 
+// publishViaLeader publishes w through whichever replica leads, and again
+// through the next leader when a leader's term ends before its
+// publication: just after the backend came back, a backend slow to
+// answer can end a term within a renewal, and the publication is then
+// refused, as it must be (TestKubeFailStatic met it on a loaded machine:
+// the Lease's renewals timed out one second after the API server's
+// return). A failure other than a refusal, or no publication within the
+// bound, fails the test.
+func publishViaLeader(t testing.TB, ms []*member, w *weights.Weights) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		m := leaderOf(t, ms...)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		commit, err := m.Publisher().Prepare(ctx, w)
+		cancel()
+		if err == nil {
+			commit()
+			return
+		}
+		if !isRefusal(err) || time.Now().After(deadline) {
+			t.Fatalf("replica %s publishes %s: %v", m.name, w.Version(), err)
+		}
+		t.Logf("replica %s's term ended before it published %s (%v): again through the next leader", m.name, w.Version(), err)
+	}
+}
+
 func isRefusal(err error) bool {
 	return errors.Is(err, ha.ErrNotLeader) || errors.Is(err, ha.ErrFenced)
 }
