@@ -1,7 +1,6 @@
 package istio
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -220,9 +220,7 @@ func responseHeaders(set map[string]string) *networkingv1.Headers {
 // directJSON answers with an OpenAI-style JSON error, its code in
 // x-ilb-reason, as ILB's own routes do.
 func directJSON(name string, status uint32, typ, code, msg string) *networkingv1.HTTPRoute {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "param": nil, "code": code,
-	}})
+	body := openai.ErrorBody(typ, code, msg, "")
 	return &networkingv1.HTTPRoute{
 		Name: name,
 		DirectResponse: &networkingv1.HTTPDirectResponse{

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -237,9 +237,7 @@ func noCapacity(r *routev3.Route, source, model string) {
 // directJSON makes r answer with an OpenAI-style JSON error, its code in
 // x-ilb-reason.
 func directJSON(r *routev3.Route, status uint32, typ, code, msg string) {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "param": nil, "code": code,
-	}})
+	body := openai.ErrorBody(typ, code, msg, "")
 	r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
 		Status: status,
 		Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(body)}},
