@@ -11,8 +11,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/ilbproject/ilb/header"
-	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/internal/bound"
+	"github.com/ilbproject/ilb/openai"
 )
 
 // RequestError is a request ILB answers itself instead of routing: a bad

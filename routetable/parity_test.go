@@ -88,14 +88,14 @@ func TestRenderersFollowThePlan(t *testing.T) {
 				if drop == "*" && !slices.ContainsFunc(plan, func(st routetable.Step) bool { return st.Reply != nil && st.Reply.Code == "no_capacity" }) {
 					t.Fatal("no cell without capacity: the replies of such cells go unchecked")
 				}
-				checkParity(t, c, plan, rds, vs.GetHttp())
+				checkParity(t, plan, rds, vs.GetHttp())
 			})
 		}
 	}
 }
 
 // checkParity walks the plan over both renderings in step.
-func checkParity(t *testing.T, c *config.Config, plan []routetable.Step, rds []*routev3.Route, http []*networkingv1.HTTPRoute) {
+func checkParity(t *testing.T, plan []routetable.Step, rds []*routev3.Route, http []*networkingv1.HTTPRoute) {
 	t.Helper()
 	i, j := 0, 0 // next RDS route, next Istio route
 	for _, st := range plan {

@@ -14,20 +14,21 @@ import (
 type Kind uint8
 
 const (
-	// ToCluster: x-ilb-route-cluster names the cluster (ext_proc's
-	// decision); one of Clusters.
+	// ToCluster matches a request whose x-ilb-route-cluster names the
+	// cluster (ext_proc's decision), one of Clusters.
 	ToCluster Kind = iota
-	// ByModel: x-ilb-route-model names Model exactly; Targets drawn by
-	// x-ilb-route-draw.
+	// ByModel matches a request whose x-ilb-route-model names Model
+	// exactly: Targets, drawn by x-ilb-route-draw.
 	ByModel
-	// ByHint: a fail-open source's request without a decision whose
-	// client hint x-ilb-model is one of Names, under Prefixes; Targets
-	// drawn at random.
+	// ByHint matches a fail-open source's request without a decision
+	// whose client hint x-ilb-model is one of Names, under Prefixes:
+	// Targets, drawn at random.
 	ByHint
-	// Fallback: any other request under Prefixes (envoy.path_prefixes):
-	// the default model's Targets drawn at random (fail-open), or Reply.
+	// Fallback matches any other request under Prefixes
+	// (envoy.path_prefixes): the default model's Targets drawn at random
+	// (fail-open), or Reply.
 	Fallback
-	// NotFound: any other path; Reply.
+	// NotFound matches any other path: Reply.
 	NotFound
 )
 
