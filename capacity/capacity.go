@@ -227,7 +227,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	n := float64(o.Replicas)
 	x := (o.PromptTokensPerSecond*st.c.PromptCost + o.GenerationTokensPerSecond*st.c.OutputCost) / n
 	pressure := o.Waiting / max(o.Running, 1)
-	queued := pressure >= e.s.SaturationQueue || (o.KVKnown && o.KVUsage >= e.s.SaturationKV)
+	queued := config.Signals{SaturationQueue: e.s.SaturationQueue, SaturationKV: e.s.SaturationKV}.Saturated(o.Waiting, o.Running, o.KVKnown, o.KVUsage)
 	wasQueued := st.queued
 	st.queued = queued
 	est := &st.est

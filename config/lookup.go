@@ -151,3 +151,10 @@ func (e ExtProc) PeerStreamLimit() int {
 	}
 	return max(e.MaxStreams/2, 1)
 }
+
+// TokenCost is the token-cost units of a request of m with prompt and
+// output tokens: prompt × PromptTokenCost + output × OutputTokenCost, the
+// one formula of demand and capacity.
+func (m Model) TokenCost(prompt, output float64) float64 {
+	return prompt*m.PromptTokenCost + output*m.OutputTokenCost
+}

@@ -277,3 +277,11 @@ func (e *EngineCluster) applySignalDefaults() {
 		e.Metrics.Port = 8002
 	}
 }
+
+// Saturated is the one saturation rule, of a replica or of a cluster's
+// sums: waiting >= SaturationQueue × max(running, 1), or, when the KV
+// cache usage is known, kv >= SaturationKV. The signals monitor, the
+// capacity estimator and the routing benchmark all apply it.
+func (s Signals) Saturated(waiting, running float64, kvKnown bool, kv float64) bool {
+	return waiting >= s.SaturationQueue*max(running, 1) || kvKnown && kv >= s.SaturationKV
+}

@@ -1,5 +1,5 @@
 // Package demand carries measured demand from the request path to the
-// controller (DESIGN §3): the ext_proc service counts, per (source, model,
+// controller (docs/controller.md): the ext_proc service counts, per (source, model,
 // priority), the requests it decides, their estimated token cost and how
 // many it shed ([Meter]); a [Reporter] sends those counts as Envoy Load
 // Reporting Service (envoy.service.load_stats.v3) reports — over gRPC to

@@ -67,7 +67,7 @@ func newLimits(c *config.Config) *limits {
 		if outTokens <= 0 {
 			outTokens = min(config.DefaultMaxOutputTokens, ctxTokens)
 		}
-		ml := modelLimit{name: m.Name, maxCost: float64(ctxTokens)*m.PromptTokenCost + float64(outTokens)*m.OutputTokenCost}
+		ml := modelLimit{name: m.Name, maxCost: m.TokenCost(float64(ctxTokens), float64(outTokens))}
 		l.models[m.Name] = ml
 		for _, a := range m.Aliases {
 			l.models[a] = ml

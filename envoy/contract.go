@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/openai"
 )
 
 // The wire contract between Envoy and ILB's ext_proc, written once: ILB's
@@ -134,10 +134,7 @@ func removePrefix(prefix string) *mutationrulesv3.HeaderMutation {
 // bytes. The mapper matches every local reply with status 413, ILB's
 // included (the same text).
 func LocalReplies(limit int) *hcmv3.LocalReplyConfig {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": fmt.Sprintf("the request body is over %d bytes", limit),
-		"type":    "invalid_request_error", "param": nil, "code": "request_too_large",
-	}})
+	body := openai.ErrorBody("invalid_request_error", "request_too_large", fmt.Sprintf("the request body is over %d bytes", limit), "")
 	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{{
 		Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogv3.StatusCodeFilter{
 			Comparison: &accesslogv3.ComparisonFilter{Op: accesslogv3.ComparisonFilter_EQ, Value: &corev3.RuntimeUInt32{DefaultValue: 413, RuntimeKey: "ilb.local_reply.request_too_large"}},

@@ -274,8 +274,14 @@ func (c *child) play(ctx context.Context, body []byte) error {
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}
+	return exchangeAll(st, c.buffered(body))
+}
+
+// buffered is a request's messages as Envoy's ext_proc filter sends them
+// in BUFFERED mode: its headers, its whole body, the response headers.
+func (c *child) buffered(body []byte) []*extprocv3.ProcessingRequest {
 	id := "bench-" + strconv.FormatInt(c.seq.Add(1), 10)
-	msgs := []*extprocv3.ProcessingRequest{
+	return []*extprocv3.ProcessingRequest{
 		{
 			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: extproctest.Headers(
 				":authority", "api.example.com", ":path", "/v1/chat/completions", ":method", "POST", ":scheme", "https",
@@ -291,7 +297,6 @@ func (c *child) play(ctx context.Context, body []byte) error {
 			"x-envoy-upstream-service-time", "12", header.ServedCluster, "us-east-vllm", header.WeightsVersion, "v1", header.UpstreamHost, "10.0.0.7:8000",
 		)}}},
 	}
-	return exchangeAll(st, msgs)
 }
 
 // exchangeAll sends msgs one at a time, each awaiting its answer (none

@@ -5,15 +5,10 @@ package extproc_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
-	"github.com/ilbproject/ilb/extproc/extproctest"
-	"github.com/ilbproject/ilb/header"
 )
 
 // BenchmarkFollowCPU measures what following a response costs: ILB's
@@ -62,7 +57,8 @@ var followBody = []byte(strings.Replace(string(chatBody(1<<10)), `"max_tokens":2
 // followEvent is one event of a vLLM chat stream.
 const followEvent = `data: {"id":"chatcmpl-0123456789abcdef","object":"chat.completion.chunk","created":1764547200,"model":"llama-3.1-8b-instruct","choices":[{"index":0,"delta":{"content":" word"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
 
-// playFollowed is one request whose response ILB follows.
+// playFollowed is one request whose response ILB follows: buffered, then
+// the events.
 func (c *child) playFollowed(ctx context.Context, body []byte) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -70,20 +66,7 @@ func (c *child) playFollowed(ctx context.Context, body []byte) error {
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}
-	id := "bench-" + strconv.FormatInt(c.seq.Add(1), 10)
-	msgs := []*extprocv3.ProcessingRequest{
-		{
-			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: extproctest.Headers(
-				":authority", "api.example.com", ":path", "/v1/chat/completions", ":method", "POST", ":scheme", "https",
-				"content-type", "application/json", "content-length", strconv.Itoa(len(body)), header.RequestID, id,
-			)}},
-			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED},
-		},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: extproctest.Headers(
-			":status", "200", "content-type", "text/event-stream", header.ServedCluster, "us-east-vllm", header.UpstreamHost, "10.0.0.7:8000",
-		)}}},
-	}
+	msgs := c.buffered(body)
 	event := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(followEvent)}}}
 	for range c.follow {
 		msgs = append(msgs, event)

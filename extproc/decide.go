@@ -166,7 +166,7 @@ func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) (cost,
 		output = float64(body.MaxTokens)
 	}
 	output = min(output, lim.maxOutput, math.Max(1, lim.context-prompt))
-	return prompt*lim.promptCost + output*lim.outputCost, prompt
+	return lim.model.TokenCost(prompt, output), prompt
 }
 
 // promptTokens is a request's prompt length as the client's evidence

@@ -1,4 +1,4 @@
-// Package extproc is ILB's ext_proc service, the fast loop (DESIGN §2):
+// Package extproc is ILB's ext_proc service, the fast loop (docs/architecture.md):
 // Envoy opens one gRPC stream per HTTP request and sends its headers, its
 // buffered body (the OpenAI JSON) and the response headers; ILB answers
 // each message with exactly one response of the matching type.

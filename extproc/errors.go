@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
+	"github.com/ilbproject/ilb/openai"
 )
 
 // RequestError is a request ILB answers itself instead of routing: a bad
@@ -49,15 +49,9 @@ func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
 	if !errors.As(err, &re) {
 		re = &RequestError{Status: 500, Type: "internal_error", Code: "internal_error", Msg: "the router failed to process the request"}
 	}
-	var param any
-	if re.Param != "" {
-		param = re.Param
-	}
 	// Messages quote client values in bounded excerpts already; the
 	// bound here is the last line of defence for the body's size.
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": bound.String(re.Msg, bound.Message), "type": re.Type, "param": param, "code": re.Code,
-	}})
+	body := openai.ErrorBody(re.Type, re.Code, bound.String(re.Msg, bound.Message), re.Param)
 	hs := []*corev3.HeaderValueOption{
 		setRaw("content-type", "application/json"),
 		setRaw(header.Reason, re.Reason()),

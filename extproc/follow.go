@@ -143,7 +143,7 @@ func (s *Server) book(x *exchange, final bool) {
 		return // the engine sent nothing yet
 	}
 	booked := x.cost - x.unconfirmed
-	target := min(max(prompt*lim.promptCost+min(tokens, lim.maxOutput)*lim.outputCost, booked), x.cost)
+	target := min(max(lim.model.TokenCost(prompt, min(tokens, lim.maxOutput)), booked), x.cost)
 	extra := target - booked
 	if extra <= 0 || !final && extra < x.claim/16 && target < x.cost {
 		return

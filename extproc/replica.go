@@ -153,8 +153,8 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, 
 		req.PromptTokens = int(p)
 	}
 	ep := s.opts.Config.ExtProc
-	req.DecodeWork = picker.DecodeWork(maxTokens, ep.DefaultOutputTokens, lim.promptCost, lim.outputCost)
-	req.DecodeUnit = picker.DecodeWork(0, ep.DefaultOutputTokens, lim.promptCost, lim.outputCost)
+	req.DecodeWork = picker.DecodeWork(maxTokens, ep.DefaultOutputTokens, lim.model.PromptTokenCost, lim.model.OutputTokenCost)
+	req.DecodeUnit = picker.DecodeWork(0, ep.DefaultOutputTokens, lim.model.PromptTokenCost, lim.model.OutputTokenCost)
 	rd := &ReplicaDecision{}
 	x.rec.Replica = rd
 	d, t := pk.Pick(cands, req)

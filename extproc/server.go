@@ -67,7 +67,7 @@ type Authorizer interface {
 	Authorize(ctx context.Context, source string) error
 }
 
-// Server is the ext_proc service (DESIGN §2): one gRPC stream per HTTP
+// Server is the ext_proc service (docs/architecture.md): one gRPC stream per HTTP
 // request, one answer of the matching type per message. It is a
 // weights.Sink: each published version becomes the immutable State that
 // requests read. Safe for concurrent use.

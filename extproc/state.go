@@ -26,8 +26,8 @@ type State struct {
 
 // modelLimits are what bounds the demand of one request of a model.
 type modelLimits struct {
-	promptCost, outputCost float64 // token-cost units per token
-	context, maxOutput     float64 // tokens
+	model              config.Model // its token costs: model.TokenCost
+	context, maxOutput float64      // tokens
 	// ordinary is the cost of a request of the configured default size:
 	// the most a request counts as demand before an engine accepts it.
 	ordinary float64
@@ -75,11 +75,11 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 	for _, m := range c.Models {
 		st.models[m.Name] = m.Name
 		lim := modelLimits{
-			promptCost: m.PromptTokenCost, outputCost: m.OutputTokenCost,
+			model:   m,
 			context: float64(m.ContextTokens), maxOutput: float64(m.MaxOutputTokens),
 		}
 		prompt := min(float64(ep.DefaultPromptTokens), lim.context)
-		lim.ordinary = prompt*lim.promptCost + min(float64(ep.DefaultOutputTokens), lim.maxOutput, max(1, lim.context-prompt))*lim.outputCost
+		lim.ordinary = m.TokenCost(prompt, min(float64(ep.DefaultOutputTokens), lim.maxOutput, max(1, lim.context-prompt)))
 		st.limits[m.Name] = lim
 		for _, a := range m.Aliases {
 			st.models[a] = m.Name

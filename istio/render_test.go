@@ -14,6 +14,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/routetable"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -207,7 +208,7 @@ func TestWeightsFollowCells(t *testing.T) {
 						if s.FailMode == config.FailClosed {
 							continue
 						}
-						targets = servingAll(c, targets)
+						targets = routetable.ServingAll(c, targets)
 					}
 					checkWeighted(t, source+"/"+name, c, r, targets)
 				}

@@ -1,8 +1,6 @@
 package istio
 
 import (
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/routetable"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -30,7 +29,8 @@ const (
 // IstioTotal is the sum of the weights of an Istio route's destinations.
 const IstioTotal = 100
 
-// virtualService renders the source's routes, in match order:
+// virtualService renders the source's route table (routetable.Plan), in
+// match order:
 //
 //  1. per engine cluster the source may use: x-ilb-route-cluster exact
 //     name → its service (ext_proc names the cluster on every request);
@@ -39,7 +39,8 @@ const IstioTotal = 100
 //  3. fail-open sources only, per model: the client hint x-ilb-model exact
 //     name or alias → the same weights (no ext_proc decision);
 //  4. the default: the default model's weights on the clusters that serve
-//     every model (fail-open), or a 503 with a JSON body (fail-closed).
+//     every model (fail-open), or a 503 with a JSON body (fail-closed);
+//  5. any other path: a JSON 404 (path_not_found).
 //
 // A cell without capacity is a 503 with a JSON body. Routes have no
 // timeout (Istio's default; answers stream for minutes), the configured
@@ -47,36 +48,31 @@ const IstioTotal = 100
 // host in response headers for ext_proc to read back.
 func (r *renderer) virtualService(p plan) (Object, bool) {
 	s := p.source
-	var routes []*networkingv1.HTTPRoute
-	for _, e := range routedClusters(r.c, s) {
-		if e.Service == nil {
-			continue // reported with the DestinationRules
-		}
-		routes = append(routes, r.route(routeClusterPrefix+e.Name, matches(header.RouteCluster, e.Name),
-			[]*networkingv1.HTTPRouteDestination{destination(e, 0)}))
-	}
-	cells := map[string][]weights.Target{}
 	for _, m := range r.c.Models {
-		cells[m.Name] = r.cell(s, m.Name)
-		routes = append(routes, r.weighted(routeModelPrefix+m.Name, matches(header.RouteModel, m.Name), cells[m.Name], s, m.Name))
+		r.checkCell(s, m.Name)
 	}
-	prefixes := r.c.Envoy.PathPrefixes
-	if s.FailMode == config.FailOpen {
-		for _, m := range r.c.Models {
-			routes = append(routes, r.weighted(routeHintPrefix+m.Name, underPaths(matches(header.Model, append([]string{m.Name}, m.Aliases...)...), prefixes), cells[m.Name], s, m.Name))
+	var routes []*networkingv1.HTTPRoute
+	for _, st := range routetable.Plan(r.c, r.w, s) {
+		switch st.Kind {
+		case routetable.ToCluster:
+			for _, e := range st.Clusters {
+				if e.Service == nil {
+					continue // reported with the DestinationRules
+				}
+				routes = append(routes, r.route(routeClusterPrefix+e.Name, matches(header.RouteCluster, e.Name),
+					[]*networkingv1.HTTPRouteDestination{destination(e, 0)}))
+			}
+		case routetable.ByModel:
+			routes = append(routes, r.weighted(routeModelPrefix+st.Model, matches(header.RouteModel, st.Model), st, s))
+		case routetable.ByHint:
+			routes = append(routes, r.weighted(routeHintPrefix+st.Model, underPaths(matches(header.Model, st.Names...), st.Prefixes), st, s))
+		case routetable.Fallback:
+			routes = append(routes, r.weighted(routeDefault, underPaths(nil, st.Prefixes), st, s))
+		case routetable.NotFound:
+			// Any other path (an engine's /metrics or /health) is not for clients.
+			routes = append(routes, directJSON(routeNotFound, st.Reply))
 		}
 	}
-	if s.FailMode == config.FailClosed {
-		rt := directJSON(routeDefault, 503, "service_unavailable", "routing_unavailable", fmt.Sprintf(
-			"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name))
-		rt.Match = underPaths(nil, prefixes)
-		routes = append(routes, rt)
-	} else {
-		routes = append(routes, r.weighted(routeDefault, underPaths(nil, prefixes), servingAll(r.c, cells[s.DefaultModel]), s, s.DefaultModel))
-	}
-	// Any other path (an engine's /metrics or /health) is not for clients.
-	routes = append(routes, directJSON(routeNotFound, 404, "invalid_request_error", "path_not_found", fmt.Sprintf(
-		"this path is not served: only paths under %s reach the engines", strings.Join(prefixes, ", "))))
 	md, ok := r.meta(s.Name, r.o.Namespace, map[string]string{versionAnnotation: r.w.Version(), policyAnnotation: r.w.Policy()}, s.Name)
 	if !ok {
 		return Object{}, false
@@ -87,14 +83,14 @@ func (r *renderer) virtualService(p plan) (Object, bool) {
 	}, true
 }
 
-// cell returns the targets of (source, model), checking that they fit the
-// configuration: known clusters that serve the model within the source's
-// residency.
-func (r *renderer) cell(s config.Source, model string) []weights.Target {
+// checkCell reports a cell of (source, model) that does not fit the
+// configuration: missing, or naming unknown clusters, clusters outside
+// the source's residency or that do not serve the model.
+func (r *renderer) checkCell(s config.Source, model string) {
 	cell, ok := r.w.Cell(s.Name, model)
 	if !ok {
 		r.errorf("weights %s: no cell for source %s and model %s: were they computed for this configuration?", r.w.Version(), s.Name, model)
-		return nil
+		return
 	}
 	for _, t := range cell.Targets {
 		e, ok := r.c.Cluster(t.Cluster)
@@ -108,27 +104,31 @@ func (r *renderer) cell(s config.Source, model string) []weights.Target {
 			r.errorf("weights %s: cell (%s, %s): cluster %s does not serve model %s", r.w.Version(), s.Name, model, e.Name, model)
 		}
 	}
-	return cell.Targets
 }
 
-// weighted routes to targets by their weights in Istio's integers, or
-// answers 503 when no target has capacity.
-func (r *renderer) weighted(name string, match []*networkingv1.HTTPMatchRequest, targets []weights.Target, s config.Source, model string) *networkingv1.HTTPRoute {
-	pct := percents(targets)
-	var dests []*networkingv1.HTTPRouteDestination
-	for i, t := range targets {
-		e, ok := r.c.Cluster(t.Cluster)
-		if pct[i] == 0 || !ok || e.Service == nil {
-			continue // rounded to nothing, or reported
+// weighted renders st under match: its targets by their weights in
+// Istio's integers, or its reply; a 503 no_capacity when every target
+// rounds to nothing (or has no service).
+func (r *renderer) weighted(name string, match []*networkingv1.HTTPMatchRequest, st routetable.Step, s config.Source) *networkingv1.HTTPRoute {
+	reply := st.Reply
+	if reply == nil {
+		pct := percents(st.Targets)
+		var dests []*networkingv1.HTTPRouteDestination
+		for i, t := range st.Targets {
+			e, ok := r.c.Cluster(t.Cluster)
+			if pct[i] == 0 || !ok || e.Service == nil {
+				continue // rounded to nothing, or reported
+			}
+			dests = append(dests, destination(e, pct[i]))
 		}
-		dests = append(dests, destination(e, pct[i]))
+		if len(dests) > 0 {
+			return r.route(name, match, dests)
+		}
+		reply = routetable.NoCapacity(s.Name, st.Model)
 	}
-	if len(dests) == 0 {
-		rt := directJSON(name, 503, "service_unavailable", "no_capacity", fmt.Sprintf("no engine cluster has capacity for model %q from source %q", model, s.Name))
-		rt.Match = match
-		return rt
-	}
-	return r.route(name, match, dests)
+	rt := directJSON(name, reply)
+	rt.Match = match
+	return rt
 }
 
 // route is a streaming route to dests with the configured retries.
@@ -217,21 +217,18 @@ func responseHeaders(set map[string]string) *networkingv1.Headers {
 	return &networkingv1.Headers{Response: &networkingv1.Headers_HeaderOperations{Set: set}}
 }
 
-// directJSON answers with an OpenAI-style JSON error, its code in
+// directJSON answers with reply's OpenAI-style JSON error, its code in
 // x-ilb-reason, as ILB's own routes do.
-func directJSON(name string, status uint32, typ, code, msg string) *networkingv1.HTTPRoute {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "param": nil, "code": code,
-	}})
+func directJSON(name string, reply *routetable.Reply) *networkingv1.HTTPRoute {
 	return &networkingv1.HTTPRoute{
 		Name: name,
 		DirectResponse: &networkingv1.HTTPDirectResponse{
-			Status: status,
-			Body:   &networkingv1.HTTPBody{Specifier: &networkingv1.HTTPBody_String_{String_: string(body)}},
+			Status: reply.Status,
+			Body:   &networkingv1.HTTPBody{Specifier: &networkingv1.HTTPBody_String_{String_: string(reply.Body())}},
 		},
 		Headers: responseHeaders(map[string]string{
 			"content-type": "application/json",
-			header.Reason:  code,
+			header.Reason:  reply.Code,
 		}),
 	}
 }
@@ -245,21 +242,4 @@ func percents(targets []weights.Target) []uint32 {
 		shares[i] = float64(t.Weight)
 	}
 	return weights.Quantize(shares, IstioTotal)
-}
-
-// servingAll keeps the targets whose cluster serves every model, or all of
-// them when none does: without ext_proc nothing reads the model, so the
-// default route avoids engines that would answer 404 for another model.
-func servingAll(c *config.Config, targets []weights.Target) []weights.Target {
-	var out []weights.Target
-	for _, t := range targets {
-		e, _ := c.Cluster(t.Cluster)
-		if !slices.ContainsFunc(c.Models, func(m config.Model) bool { return !e.Serves(m.Name) }) {
-			out = append(out, t)
-		}
-	}
-	if len(out) == 0 {
-		return targets
-	}
-	return out
 }

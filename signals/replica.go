@@ -339,7 +339,7 @@ func (m *Monitor) updateSaturation(r *replica) {
 	sat := false
 	if (r.state == StateReady || r.state == StateWarming) && !r.lastGood.IsZero() {
 		x := r.metrics
-		sat = x.Waiting >= m.sig.SaturationQueue*max(x.Running, 1) || (x.KVKnown && x.KVUsage >= m.sig.SaturationKV)
+		sat = m.sig.Saturated(x.Waiting, x.Running, x.KVKnown, x.KVUsage)
 	}
 	if sat != r.saturated {
 		r.saturated = sat

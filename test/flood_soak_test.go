@@ -13,13 +13,7 @@ import (
 	"testing"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-
 	"github.com/ilbproject/ilb/config"
-	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/sim/loadgen"
 )
 
@@ -89,42 +83,9 @@ func TestConnectionFloodAtScale(t *testing.T) {
 		}
 	}
 	open := func(port string) float64 { return promValue(t, s, `ilb_connections_open{port="`+port+`"}`) }
-	t.Logf("ILB holds ext_proc %v (limit %v), xDS %v (limit %v); closed by the limits: ext_proc peer %v full %v shed %v, xDS peer %v full %v shed %v",
-		open("extproc"), promValue(t, s, `ilb_connections_limit{port="extproc"}`), open("xds"), promValue(t, s, `ilb_connections_limit{port="xds"}`),
-		promValue(t, s, `ilb_connections_refused_total{port="extproc",reason="peer"}`), promValue(t, s, `ilb_connections_refused_total{port="extproc",reason="full"}`),
-		promValue(t, s, `ilb_connections_refused_total{port="extproc",reason="shed"}`), promValue(t, s, `ilb_connections_refused_total{port="xds",reason="peer"}`),
-		promValue(t, s, `ilb_connections_refused_total{port="xds",reason="full"}`), promValue(t, s, `ilb_connections_refused_total{port="xds",reason="shed"}`))
-
-	if resp, _ := do(t, http.MethodGet, "http://"+s.App.AdminAddr()+"/healthz", "", nil); resp.StatusCode != http.StatusOK {
-		t.Errorf("admin /healthz during the flood: %d", resp.StatusCode)
-	}
-	conn, err := grpc.NewClient(s.App.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := subscribe(conn, "late-envoy", "edge-us"); err != nil {
-		t.Errorf("a new xDS client during the flood: %v", err)
-	}
-	ec, err := grpc.NewClient(s.App.ExtProcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
-	sctx, scancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), header.Source, "edge-us"), 30*time.Second)
-	defer scancel()
-	st, err := extprocv3.NewExternalProcessorClient(ec).Process(sctx)
-	if err == nil {
-		err = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: headerMap(":method", "GET", ":path", "/v1/models", ":authority", "late"), EndOfStream: true,
-		}}})
-	}
-	if err == nil {
-		_, err = st.Recv()
-	}
-	if err != nil {
-		t.Errorf("a new ext_proc client during the flood: %v", err)
-	}
+	t.Logf("ILB holds ext_proc %v (limit %v), xDS %v (limit %v); %s",
+		open("extproc"), promValue(t, s, `ilb_connections_limit{port="extproc"}`), open("xds"), promValue(t, s, `ilb_connections_limit{port="xds"}`), closedByLimits(t, s))
+	checkLateClients(t, s)
 	during := rate("during the flood")
 	t.Logf("routing rate during the flood: %.2f of before", during/before)
 	if during < 0.95*before {

@@ -2,8 +2,10 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/sim/loadgen"
+	"github.com/ilbproject/ilb/sim/stack"
 )
 
 // TestConnectionFlood: peers on 30 addresses (127.0.0.2–31) open 1,800
@@ -84,6 +87,14 @@ func TestConnectionFlood(t *testing.T) {
 	if n := promValue(t, s, `ilb_connections_open{port="xds"}`); n > 100 {
 		t.Errorf("%v xDS connections open; want at most 100", n)
 	}
+	checkLateClients(t, s)
+	t.Logf("%d of %d requests served; %s", ok, len(results), closedByLimits(t, s))
+}
+
+// checkLateClients checks that, during a flood, admin /healthz answers, a
+// new xDS client is served and a new ext_proc client is served.
+func checkLateClients(t *testing.T, s *stack.Stack) {
+	t.Helper()
 	if resp, _ := do(t, http.MethodGet, "http://"+s.App.AdminAddr()+"/healthz", "", nil); resp.StatusCode != http.StatusOK {
 		t.Errorf("admin /healthz: %d", resp.StatusCode)
 	}
@@ -114,8 +125,18 @@ func TestConnectionFlood(t *testing.T) {
 	if err != nil {
 		t.Errorf("a new ext_proc client during the flood: %v", err)
 	}
-	t.Logf("%d of %d requests served; connections closed by the limits: ext_proc peer %v full %v shed %v, xDS peer %v full %v shed %v", ok, len(results),
-		promValue(t, s, `ilb_connections_refused_total{port="extproc",reason="peer"}`), promValue(t, s, `ilb_connections_refused_total{port="extproc",reason="full"}`),
-		promValue(t, s, `ilb_connections_refused_total{port="extproc",reason="shed"}`), promValue(t, s, `ilb_connections_refused_total{port="xds",reason="peer"}`),
-		promValue(t, s, `ilb_connections_refused_total{port="xds",reason="full"}`), promValue(t, s, `ilb_connections_refused_total{port="xds",reason="shed"}`))
+}
+
+// closedByLimits says how many connections each port's limits closed,
+// by reason.
+func closedByLimits(t *testing.T, s *stack.Stack) string {
+	t.Helper()
+	var parts []string
+	for _, port := range []string{"extproc", "xds"} {
+		parts = append(parts, fmt.Sprintf("%s: peer %v full %v shed %v", port,
+			promValue(t, s, `ilb_connections_refused_total{port="`+port+`",reason="peer"}`),
+			promValue(t, s, `ilb_connections_refused_total{port="`+port+`",reason="full"}`),
+			promValue(t, s, `ilb_connections_refused_total{port="`+port+`",reason="shed"}`)))
+	}
+	return "connections closed by the limits: " + strings.Join(parts, "; ")
 }

@@ -12,6 +12,6 @@
 // Policies today: round_robin (equal shares over the eligible clusters)
 // and proportional (shares proportional to capacity). Eligible means:
 // serves the model, in a region the source's residency allows, with
-// capacity > 0. The optimizer of DESIGN §3 implements the same Policy
+// capacity > 0. The optimizer (docs/controller.md) implements the same Policy
 // interface.
 package weights

@@ -44,7 +44,7 @@ type Rate struct {
 // mean prompt and output token counts: cost = prompt × prompt_token_cost
 // + output × output_token_cost per request.
 func RateOf(m config.Model, rps, promptTokens, outputTokens float64) Rate {
-	return Rate{RequestsPerSecond: rps, CostPerSecond: rps * (promptTokens*m.PromptTokenCost + outputTokens*m.OutputTokenCost)}
+	return Rate{RequestsPerSecond: rps, CostPerSecond: rps * m.TokenCost(promptTokens, outputTokens)}
 }
 
 // Demand is demand per stream.

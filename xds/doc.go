@@ -1,6 +1,6 @@
 // Package xds is ILB's control plane toward Envoy: it translates the
 // configuration and each weights version into the Envoy resources of every
-// source (CDS, EDS, RDS, LDS; see [Build] and DESIGN §2), checks them
+// source (CDS, EDS, RDS, LDS; see [Build] and docs/architecture.md), checks them
 // (ValidateAll recursively into every Any, references, Consistent), and
 // serves them over ADS, state of the world and delta, from a
 // go-control-plane snapshot cache keyed by node.cluster ([Server]).

@@ -17,7 +17,7 @@ import (
 	"github.com/ilbproject/ilb/envoy"
 )
 
-// listener builds the source's HTTP listener (DESIGN §2): path
+// listener builds the source's HTTP listener: path
 // normalisation (envoy.NormalizePaths: ext_proc reads the path the engine
 // routes on), the early header mutation that strips every client-sent
 // x-ilb-route-* header, ext_proc with the source in its initial metadata,

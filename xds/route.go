@@ -1,10 +1,7 @@
 package xds
 
 import (
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -16,6 +13,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/envoy"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/routetable"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -32,53 +30,69 @@ const (
 	routeFallback = "ilb_fallback"
 	routeNotFound = "ilb_not_found"
 	routeModel    = "ilb_model:"
+	routeHint     = "ilb_hint:"
 )
 
-// routeConfig builds the source's route table (DESIGN §2), in match order:
+// routeConfig renders the source's route table (routetable.Plan), in
+// match order:
 //
-//  1. x-ilb-route-cluster present → cluster_header (explicit override);
+//  1. x-ilb-route-cluster present → cluster_header (ext_proc named the
+//     cluster);
 //  2. per model, x-ilb-route-model == model → weighted_clusters drawn by
 //     x-ilb-route-draw (a direct 503 when no cluster has capacity);
-//  3. anything else under a path prefix that reaches the engines
-//     (envoy.path_prefixes) → the fallback: the default model's weights
-//     for a fail-open source, a 503 with a JSON body for a fail-closed one;
-//  4. any other path → a JSON 404 (path_not_found).
+//  3. fail-open sources, per model and name or alias, under each path
+//     prefix that reaches the engines: the client's x-ilb-model hint →
+//     the model's weights, drawn at random;
+//  4. anything else under such a prefix → the fallback: the default
+//     model's weights for a fail-open source, a 503 with a JSON body for
+//     a fail-closed one;
+//  5. any other path → a JSON 404 (path_not_found).
 //
-// Every route reports, in response headers, the served cluster and the
-// weights version; ext_proc reads them back and removes them.
+// Every route that routes reports, in response headers, the served
+// cluster and the weights version; ext_proc reads them back and removes
+// them.
 func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3.RouteConfiguration {
 	version := w.Version()
-	routes := []*routev3.Route{{
-		Name: routeOverride,
-		Match: match(&routev3.HeaderMatcher{
-			Name:                 header.RouteCluster,
-			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
-		}),
-		Action: &routev3.Route_Route{Route: streamingAction(c, &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: header.RouteCluster},
-		})},
-		ResponseHeadersToAdd: reportHeaders(version),
-	}}
-	for _, m := range c.Models {
-		cell, _ := w.Cell(s.Name, m.Name)
-		r := &routev3.Route{
-			Name: routeModel + m.Name,
-			Match: match(&routev3.HeaderMatcher{
-				Name: header.RouteModel,
-				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
-					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: m.Name},
-				}},
-			}),
+	var routes []*routev3.Route
+	for _, st := range routetable.Plan(c, w, s) {
+		switch st.Kind {
+		case routetable.ToCluster:
+			routes = append(routes, &routev3.Route{
+				Name: routeOverride,
+				Match: match(&routev3.HeaderMatcher{
+					Name:                 header.RouteCluster,
+					HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+				}),
+				Action: &routev3.Route_Route{Route: streamingAction(c, &routev3.RouteAction{
+					ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: header.RouteCluster},
+				})},
+				ResponseHeadersToAdd: reportHeaders(version),
+			})
+		case routetable.ByModel:
+			r := &routev3.Route{Name: routeModel + st.Model, Match: match(exactHeader(header.RouteModel, st.Model))}
+			routes = append(routes, render(c, r, st, header.RouteDraw, version))
+		case routetable.ByHint:
+			for i, prefix := range st.Prefixes {
+				for _, name := range st.Names {
+					r := &routev3.Route{Name: fmt.Sprintf("%s%s:%d", routeHint, name, i), Match: underPrefix(prefix, exactHeader(header.Model, name))}
+					routes = append(routes, render(c, r, st, "", version))
+				}
+			}
+		case routetable.Fallback:
+			for i, prefix := range st.Prefixes {
+				r := &routev3.Route{Name: routeFallback, Match: underPrefix(prefix)}
+				if i > 0 {
+					r.Name = fmt.Sprintf("%s_%d", routeFallback, i)
+				}
+				// No draw header: Envoy draws at random, by the same weights.
+				routes = append(routes, render(c, r, st, "", version))
+			}
+		case routetable.NotFound:
+			r := &routev3.Route{Name: routeNotFound, Match: match()}
+			directJSON(r, st.Reply)
+			routes = append(routes, r)
 		}
-		if len(cell.Targets) == 0 {
-			noCapacity(r, s.Name, m.Name)
-		} else {
-			r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, header.RouteDraw))}
-			r.ResponseHeadersToAdd = reportHeaders(version)
-		}
-		routes = append(routes, r)
 	}
-	routes = append(routes, fallback(c, w, s)...)
 	return &routev3.RouteConfiguration{
 		Name: RouteConfigName,
 		VirtualHosts: []*routev3.VirtualHost{{
@@ -89,56 +103,31 @@ func routeConfig(c *config.Config, w *weights.Weights, s config.Source) *routev3
 	}
 }
 
-// fallback are the routes of requests that carry no ILB decision, one per
-// path prefix that reaches the engines (envoy.path_prefixes), then a JSON
-// 404 for every other path (an engine's /metrics or /health is not for
-// clients). Envoy cannot read the model without ext_proc, so a fail-open
-// source routes by its default model's weights, restricted to the
-// clusters that serve every model (so a request for another model does
-// not land on an engine that does not serve it) when there are any.
-func fallback(c *config.Config, w *weights.Weights, s config.Source) []*routev3.Route {
-	cell, _ := w.Cell(s.Name, s.DefaultModel)
-	cell.Targets = servingAll(c, cell.Targets)
-	var routes []*routev3.Route
-	for i, prefix := range c.Envoy.PathPrefixes {
-		r := &routev3.Route{Name: routeFallback, Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}}}
-		if i > 0 {
-			r.Name = fmt.Sprintf("%s_%d", routeFallback, i)
-		}
-		switch {
-		case s.FailMode == config.FailClosed:
-			directJSON(r, 503, "service_unavailable", "routing_unavailable", fmt.Sprintf(
-				"ILB could not make a routing decision for this request and source %q is fail-closed: no request is routed without one. Retry later.", s.Name))
-		case len(cell.Targets) == 0:
-			noCapacity(r, s.Name, s.DefaultModel)
-		default:
-			// No draw header: Envoy draws at random, by the same weights.
-			r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(cell.Targets, ""))}
-			r.ResponseHeadersToAdd = reportHeaders(w.Version())
-		}
-		routes = append(routes, r)
+// render completes r with st's answer: its targets drawn by drawHeader
+// ("" at random), reporting version, or its direct reply.
+func render(c *config.Config, r *routev3.Route, st routetable.Step, drawHeader, version string) *routev3.Route {
+	if st.Reply != nil {
+		directJSON(r, st.Reply)
+		return r
 	}
-	notFound := &routev3.Route{Name: routeNotFound, Match: match()}
-	directJSON(notFound, 404, "invalid_request_error", "path_not_found", fmt.Sprintf(
-		"this path is not served: only paths under %s reach the engines", strings.Join(c.Envoy.PathPrefixes, ", ")))
-	return append(routes, notFound)
+	r.Action = &routev3.Route_Route{Route: streamingAction(c, weighted(st.Targets, drawHeader))}
+	r.ResponseHeadersToAdd = reportHeaders(version)
+	return r
 }
 
-// servingAll keeps the targets whose cluster serves every model, or all
-// targets when none does.
-func servingAll(c *config.Config, targets []weights.Target) []weights.Target {
-	var out []weights.Target
-	for _, t := range targets {
-		e, _ := c.Cluster(t.Cluster)
-		if slices.ContainsFunc(c.Models, func(m config.Model) bool { return !e.Serves(m.Name) }) {
-			continue
-		}
-		out = append(out, t)
+// exactHeader matches value exactly in the header name.
+func exactHeader(name, value string) *routev3.HeaderMatcher {
+	return &routev3.HeaderMatcher{
+		Name: name,
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+			MatchPattern: &matcherv3.StringMatcher_Exact{Exact: value},
+		}},
 	}
-	if len(out) == 0 {
-		return targets
-	}
-	return out
+}
+
+// underPrefix matches paths under prefix, and the given headers.
+func underPrefix(prefix string, headers ...*routev3.HeaderMatcher) *routev3.RouteMatch {
+	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}, Headers: headers}
 }
 
 // match matches every path, and the given headers.
@@ -229,23 +218,15 @@ func setHeader(name, value string) *corev3.HeaderValueOption {
 	}
 }
 
-func noCapacity(r *routev3.Route, source, model string) {
-	directJSON(r, 503, "service_unavailable", "no_capacity", fmt.Sprintf(
-		"no engine cluster has capacity for model %q from source %q", model, source))
-}
-
-// directJSON makes r answer with an OpenAI-style JSON error, its code in
-// x-ilb-reason.
-func directJSON(r *routev3.Route, status uint32, typ, code, msg string) {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "param": nil, "code": code,
-	}})
+// directJSON makes r answer with reply's OpenAI-style JSON error, its
+// code in x-ilb-reason.
+func directJSON(r *routev3.Route, reply *routetable.Reply) {
 	r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
-		Status: status,
-		Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(body)}},
+		Status: reply.Status,
+		Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(reply.Body())}},
 	}}
 	r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd,
 		setHeader("content-type", "application/json"),
-		setHeader(header.Reason, code),
+		setHeader(header.Reason, reply.Code),
 	)
 }

@@ -214,7 +214,7 @@ func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duratio
 			rec.wLocal[si]++
 		}
 		m := r.cfg.Models[r.models[q.Model]]
-		rec.wCost[cluster] += float64(q.Prompt)*m.PromptTokenCost + float64(q.Output)*m.OutputTokenCost
+		rec.wCost[cluster] += m.TokenCost(float64(q.Prompt), float64(q.Output))
 	}
 }
 

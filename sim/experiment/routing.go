@@ -16,7 +16,7 @@ func (r *runner) arrive(i int) {
 	si, mi := r.sources[q.Source], r.models[q.Model]
 	prio, _ := weights.ParsePriority(q.Priority)
 	m := r.cfg.Models[mi]
-	cost := float64(q.Prompt)*m.PromptTokenCost + float64(q.Output)*m.OutputTokenCost
+	cost := m.TokenCost(float64(q.Prompt), float64(q.Output))
 	k := weights.DemandKey{Source: q.Source, Model: q.Model, Priority: prio}
 	rate := r.meter[k]
 	rate.RequestsPerSecond++
@@ -144,7 +144,7 @@ func (r *runner) release(pi int) float64 {
 	p := r.inflight[pi]
 	q := &r.reqs[p.req]
 	m := r.cfg.Models[r.models[q.Model]]
-	cost := float64(q.Prompt)*m.PromptTokenCost + float64(q.Output)*m.OutputTokenCost
+	cost := m.TokenCost(float64(q.Prompt), float64(q.Output))
 	rep := r.replicas[p.replica]
 	rep.active--
 	r.clusters[rep.cluster].outstanding -= cost

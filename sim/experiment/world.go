@@ -127,7 +127,7 @@ func (r *runner) refreshSignals() {
 			first += dFirst
 			slow += dSlow
 			ttftSum += dSum
-			if float64(l.Waiting) >= sig.SaturationQueue*math.Max(float64(l.Running), 1) || l.KVUsage >= sig.SaturationKV {
+			if sig.Saturated(float64(l.Waiting), float64(l.Running), true, l.KVUsage) { // the model always knows its KV
 				rep.saturated = true
 				saturated++
 			}
