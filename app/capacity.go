@@ -33,18 +33,7 @@ func (a *App) observeCapacity(snap *signals.Snapshot) {
 		return
 	}
 	for name, c := range snap.Clusters {
-		n := c.LoadKnown
-		if c.RatesKnown != n {
-			n = 0 // sums over different replicas: not one observation
-		}
-		o := capacity.Observation{
-			At: snap.At, Replicas: n, Waiting: c.Waiting, Running: c.Running, KVUsage: c.KVUsage, KVKnown: c.KVKnown,
-			PromptTokensPerSecond: c.PromptTokensPerSecond, GenerationTokensPerSecond: c.GenerationTokensPerSecond,
-		}
-		if c.TTFTKnown == n && n > 0 {
-			o.FirstTokensPerSecond, o.SlowFirstTokensPerSecond, o.TTFTKnown = c.FirstTokensPerSecond, c.SlowFirstTokensPerSecond, true
-		}
-		a.Capacity.Observe(name, o)
+		a.Capacity.Observe(name, c.Observation(snap.At))
 	}
 }
 

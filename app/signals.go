@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/xds"
 )
@@ -31,7 +29,7 @@ func (a *App) onSignals(ctx context.Context, snap *signals.Snapshot, healthChang
 	a.observeCapacity(snap)
 	// The fast loop first: by the time an Envoy has the EDS that drains
 	// a replica, ext_proc no longer picks it (or steers by it).
-	a.ExtProc.SetLive(liveOf(snap))
+	a.ExtProc.SetLive(live.FromSignals(snap))
 	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap, a.Config.Envoy.SlowStart.Std() == 0)); err != nil {
 		a.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
 	}
@@ -86,63 +84,4 @@ func endpointsOf(snap *signals.Snapshot, ramp bool) xds.Endpoints {
 		}
 	}
 	return out
-}
-
-// liveOf is the fast loop's view: a cluster with no serving replica is
-// excluded (with the counts that say why); saturation as the signals see it.
-// It follows the same guard as the controller: while the monitor is blind
-// (snap.Blind), replicas whose probes fail silently keep their last known
-// state, so no cluster is excluded for them; a cluster is excluded only
-// for what the monitor saw (refusals, HTTP errors, draining), and the
-// reason says the monitor was blind then.
-func liveOf(snap *signals.Snapshot) *extproc.Live {
-	l := &extproc.Live{At: snap.At, Clusters: make(map[string]extproc.ClusterLive, len(snap.Clusters))}
-	for name, c := range snap.Clusters {
-		cl := extproc.ClusterLive{Saturated: c.Saturated, PressureKnown: c.LoadKnown > 0}
-		if cl.PressureKnown {
-			cl.Pressure = c.Waiting / max(c.Running, 1)
-		}
-		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
-		for _, r := range snap.Endpoints(name) {
-			rl := extproc.ReplicaLive{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated}
-			switch r.State {
-			case signals.StateReady, signals.StateWarming, signals.StateStale, signals.StateStarting:
-				if !(rl.Ramp > 0) {
-					rl.Ramp = 1 // not probed yet: the fleet that was serving
-				}
-				if (r.State == signals.StateReady || r.State == signals.StateWarming) && !r.LastScrape.IsZero() && r.LastError == "" {
-					rl.Running, rl.ScrapedAt = r.Metrics.Running, r.LastScrape // fresh: the engine's decode load
-				}
-			case signals.StateUnhealthy:
-				rl.Out = extproc.OutUnhealthy // its picker forgets what it held
-			default:
-				rl.Out = string(r.State)
-			}
-			cl.Replicas = append(cl.Replicas, rl)
-		}
-		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
-			var parts []string
-			for _, p := range []struct {
-				n    int
-				what string
-			}{{c.Unhealthy, "unhealthy"}, {c.Draining, "draining"}} {
-				if p.n > 0 {
-					parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
-				}
-			}
-			why := "no replica"
-			if len(parts) > 0 {
-				why = "no serving replica: " + strings.Join(parts, ", ")
-			}
-			if c.DiscoveryError != "" {
-				why += " (discovery: " + c.DiscoveryError + ")"
-			}
-			if snap.Blind != nil {
-				why += " (signals blind since " + snap.Blind.Since.UTC().Format(time.RFC3339) + ")"
-			}
-			cl.Excluded = why
-		}
-		l.Clusters[name] = cl
-	}
-	return l
 }

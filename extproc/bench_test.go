@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -60,16 +61,16 @@ func BenchmarkDecide(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		live := &Live{At: time.Now(), Clusters: map[string]ClusterLive{}}
+		ls := &live.State{At: time.Now(), Clusters: map[string]live.Cluster{}}
 		for i, e := range c.Clusters {
 			c.Clusters[i].ReplicaPicking.Enabled = picking
 			// 8 serving replicas a cluster, as a replica-picking cluster
 			// would have.
-			var reps []ReplicaLive
+			var reps []live.Replica
 			for j := range 8 {
-				reps = append(reps, ReplicaLive{Address: fmt.Sprintf("10.0.%d.%d:8000", i, j), Ramp: 1})
+				reps = append(reps, live.Replica{Address: fmt.Sprintf("10.0.%d.%d:8000", i, j), Ramp: 1})
 			}
-			live.Clusters[e.Name] = ClusterLive{Replicas: reps}
+			ls.Clusters[e.Name] = live.Cluster{Replicas: reps}
 		}
 		s, err := New(Options{Config: c})
 		if err != nil {
@@ -79,7 +80,7 @@ func BenchmarkDecide(b *testing.B) {
 		if err := s.Publish(context.Background(), w); err != nil {
 			b.Fatal(err)
 		}
-		s.SetLive(live)
+		s.SetLive(ls)
 		st := s.state.Load()
 		src := st.sources["edge-us"]
 		for _, n := range benchSizes {

@@ -25,6 +25,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -136,17 +137,17 @@ func serveChild(kind string) error {
 	if err := srv.Publish(ctx, w); err != nil {
 		return err
 	}
-	live := &extproc.Live{Clusters: map[string]extproc.ClusterLive{}}
+	ls := &live.State{Clusters: map[string]live.Cluster{}}
 	for i, cl := range c.Clusters {
-		cs := extproc.ClusterLive{
+		cs := live.Cluster{
 			Pressure: 0.1 * float64(i), PressureKnown: true, TTFT: 0.05 + 0.01*float64(i), TTFTKnown: true, FirstTokensPerSecond: 20,
 		}
 		if kind == childPicker { // the pool's replicas, as the signals monitor reports them
 			for _, ep := range cl.Endpoints {
-				cs.Replicas = append(cs.Replicas, extproc.ReplicaLive{Address: ep, Ramp: 1, Running: 2, ScrapedAt: time.Now()})
+				cs.Replicas = append(cs.Replicas, live.Replica{Address: ep, Ramp: 1, Running: 2, ScrapedAt: time.Now()})
 			}
 		}
-		live.Clusters[cl.Name] = cs
+		ls.Clusters[cl.Name] = cs
 	}
 	opts := srv.GRPCOptions()
 	if kind == childPicker || kind == childDuplexFloor { // the picker listener's server, as app.go builds it
@@ -160,9 +161,9 @@ func serveChild(kind string) error {
 			t := time.NewTicker(time.Second)
 			defer t.Stop()
 			for {
-				l := *live
+				l := *ls
 				l.At = time.Now()
-				l.Clusters = maps.Clone(live.Clusters)
+				l.Clusters = maps.Clone(ls.Clusters)
 				for name, cs := range l.Clusters {
 					if len(cs.Replicas) > 0 {
 						reps := slices.Clone(cs.Replicas)

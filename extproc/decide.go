@@ -15,6 +15,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/route"
 )
 
@@ -74,10 +75,10 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	rec.TokenCost = x.cost
 	rec.TotalWeight = c.rc.Total()
 
-	live := s.live(x.start)
-	rec.Candidates = c.annotate(live)
+	ls := s.liveAt(x.start)
+	rec.Candidates = c.annotate(ls)
 	var sigs [8]route.Signal // most cells have fewer targets: no allocation
-	sig := s.signals(c, live, sigs[:0])
+	sig := s.signals(c, ls, sigs[:0])
 	var draw uint64
 	if session != "" {
 		draw = SessionDraw(session)
@@ -93,7 +94,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	case route.NoCapacity:
 		return nil, &RequestError{
 			Status: 503, Type: "service_unavailable", Code: codeNoCapacity,
-			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, c.noCapacityWhy(live)),
+			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, c.noCapacityWhy(ls)),
 		}
 	case route.Shed:
 		return nil, &RequestError{
@@ -116,7 +117,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	x.cell, x.target = c, d.Chosen
 	if d.Redrawn {
 		drawn := c.targets[d.Drawn].Cluster
-		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, live.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
+		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, ls.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
 		rec.Reason = reasonRedrawn
 	}
 	if d.Steered { // always graded: by predicted TTFT, or by queue pressure
@@ -128,7 +129,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 		if sig[d.SteeredFrom].TTFTKnown {
 			why = steeredByTTFT(why, from, sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
 		} else {
-			why = steeredByPressure(why, from, live.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
+			why = steeredByPressure(why, from, ls.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
 		}
 		rec.Redrawn = string(why)
 		rec.Reason = reasonSteered
@@ -143,7 +144,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 	if session != "" {
 		sessionHash = draw
 	}
-	x.endpoint = s.pickReplica(x, body, model, live, sessionHash)
+	x.endpoint = s.pickReplica(x, body, model, ls, sessionHash)
 	return routeMutation(c.modelRaw, draw, c.clusterRaw[d.Chosen], x.endpoint), nil
 }
 
@@ -154,30 +155,24 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 // output by max_output_tokens and what the context leaves after the
 // prompt. prompt is the prompt tokens it counts.
 func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) (cost, prompt float64) {
-	ep := s.opts.Config.ExtProc
 	lim := st.limits[model]
-	var ok bool
-	prompt, ok = lim.promptTokens(h, body)
-	if !ok {
-		prompt = min(float64(ep.DefaultPromptTokens), lim.context)
+	prompt, ok := promptTokens(lim, h, body)
+	maxTokens := 0
+	if body != nil {
+		maxTokens = body.MaxTokens
 	}
-	output := float64(ep.DefaultOutputTokens)
-	if body != nil && body.MaxTokens > 0 {
-		output = float64(body.MaxTokens)
-	}
-	output = min(output, lim.maxOutput, math.Max(1, lim.context-prompt))
-	return lim.model.TokenCost(prompt, output), prompt
+	return lim.Estimate(prompt, ok, maxTokens)
 }
 
 // promptTokens is a request's prompt length as the client's evidence
 // gives it: the body's count, else Content-Length / 4 (at least 1),
 // capped by the model's context; ok is false when there is neither.
-func (l modelLimits) promptTokens(h *hints, body *Body) (tokens float64, ok bool) {
+func promptTokens(l demand.Limits, h *hints, body *Body) (tokens float64, ok bool) {
 	switch {
 	case body != nil:
-		return min(float64(body.PromptTokens), l.context), true
+		return min(float64(body.PromptTokens), l.Context), true
 	case h.contentLength > 0:
-		return min(math.Max(1, float64(h.contentLength)/4), l.context), true
+		return min(math.Max(1, float64(h.contentLength)/4), l.Context), true
 	}
 	return 0, false
 }
@@ -201,13 +196,13 @@ func SessionDraw(key string) uint64 {
 }
 
 // annotate copies the candidates with the live exclusions and marks.
-func (c *cell) annotate(live *Live) []Candidate {
+func (c *cell) annotate(ls *live.State) []Candidate {
 	out := append([]Candidate(nil), c.candidates...)
-	if live == nil {
+	if ls == nil {
 		return out
 	}
 	for i := range out {
-		cl, ok := live.Clusters[out[i].Cluster]
+		cl, ok := ls.Clusters[out[i].Cluster]
 		if !ok {
 			continue
 		}
@@ -224,33 +219,29 @@ func (c *cell) annotate(live *Live) []Candidate {
 // state. A target's TTFT counts
 // ext_proc's own requests still awaiting their response there
 // (route.PredictTTFT).
-func (s *Server) signals(c *cell, live *Live, out []route.Signal) []route.Signal {
-	if live == nil {
+func (s *Server) signals(c *cell, ls *live.State, out []route.Signal) []route.Signal {
+	if ls == nil {
 		return nil
 	}
 	out = slices.Grow(out[:0], len(c.targets))[:len(c.targets)]
 	for i, t := range c.targets {
-		cl := live.Clusters[t.Cluster]
 		var awaiting int64
 		if a := s.awaiting[t.Cluster]; a != nil {
 			awaiting = a.Load()
 		}
-		out[i] = route.Signal{
-			Excluded: cl.Excluded != "", Saturated: cl.Saturated, Pressure: cl.Pressure, PressureKnown: cl.PressureKnown,
-			TTFT: route.PredictTTFT(cl.TTFT, awaiting, cl.FirstTokensPerSecond), TTFTKnown: cl.TTFTKnown,
-		}
+		out[i] = ls.Clusters[t.Cluster].Signal(awaiting)
 	}
 	return out
 }
 
 // noCapacityWhy says why no target of the cell is left.
-func (c *cell) noCapacityWhy(live *Live) string {
-	if c.rc.Total() == 0 || live == nil { // spill targets alone carry no weight
+func (c *cell) noCapacityWhy(ls *live.State) string {
+	if c.rc.Total() == 0 || ls == nil { // spill targets alone carry no weight
 		return " (no cluster has capacity for it in the current weights)"
 	}
 	var why []string
 	for _, t := range c.targets {
-		if ex := live.Clusters[t.Cluster].Excluded; ex != "" {
+		if ex := ls.Clusters[t.Cluster].Excluded; ex != "" {
 			why = append(why, t.Cluster+": "+ex)
 		}
 	}

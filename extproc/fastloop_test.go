@@ -12,6 +12,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -59,18 +60,18 @@ func qwenRequest(prio string) []*extprocv3.ProcessingRequest {
 
 // allSaturated is live state with every qwen cluster of edge-us saturated:
 // the engines confirm the overload.
-func allSaturated() *extproc.Live {
-	return &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+func allSaturated() *live.State {
+	return &live.State{At: now, Clusters: map[string]live.Cluster{
 		"us-east-vllm": {Saturated: true}, "eu-west-vllm": {Saturated: true}, "eu-west-tgi": {Saturated: true},
 	}}
 }
 
 // sat is a saturated cluster as the signals give it: a queue of three
 // requests per running one (saturation needs a known load).
-var sat = extproc.ClusterLive{Saturated: true, Pressure: 3, PressureKnown: true}
+var sat = live.Cluster{Saturated: true, Pressure: 3, PressureKnown: true}
 
 // free is a cluster with headroom: nothing queued.
-var free = extproc.ClusterLive{PressureKnown: true}
+var free = live.Cluster{PressureKnown: true}
 
 // now is the harness clock (extproc.Options.Now).
 var now = time.Unix(1700000000, 0)
@@ -79,7 +80,7 @@ func TestFastLoop(t *testing.T) {
 	tests := []struct {
 		name   string
 		shed   weights.ShedFractions
-		live   *extproc.Live
+		live   *live.State
 		prio   string
 		status int    // 0: routed
 		code   string // rejection code, or the record's reason when routed
@@ -87,38 +88,38 @@ func TestFastLoop(t *testing.T) {
 		why    string // in the record's Redrawn when to is set
 	}{
 		{"no live state: the draw stands", weights.ShedFractions{}, nil, "", 0, "weighted", "", ""},
-		{"drawn cluster excluded: drawn again among the rest", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"drawn cluster excluded: drawn again among the rest", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"eu-west-vllm": {Excluded: "no ready replica (2 unhealthy)"},
 		}}, "", 0, "redrawn", "eu-west-tgi", "eu-west-vllm is excluded"}, // among us-east [0, 4000) and tgi [4000, 6000): 4242 % 6000 falls in tgi
-		{"stale live state is ignored", weights.ShedFractions{}, &extproc.Live{At: now.Add(-time.Minute), Clusters: map[string]extproc.ClusterLive{
+		{"stale live state is ignored", weights.ShedFractions{}, &live.State{At: now.Add(-time.Minute), Clusters: map[string]live.Cluster{
 			"eu-west-vllm": {Excluded: "no ready replica"},
 		}}, "", 0, "weighted", "", ""},
-		{"every cluster excluded: 503", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"every cluster excluded: 503", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": {Excluded: "unhealthy"}, "eu-west-vllm": {Excluded: "unhealthy"}, "eu-west-tgi": {Excluded: "draining"},
 		}}, "", 503, "no_capacity", "", ""},
 		{"planned shedding of standard, confirmed by every cluster saturated", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "standard", 429, "shed", "", ""},
 		{"planned shedding spares more important priorities", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "critical", 0, "weighted", "", ""},
-		{"planned shedding while a cluster has headroom: waived", weights.ShedFractions{weights.Standard: 1}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"planned shedding while a cluster has headroom: waived", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": free,
 		}}, "standard", 0, "steered", "eu-west-tgi", "eu-west-vllm has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25) among 1 clusters with less"},
 		{"planned shedding without live state: waived", weights.ShedFractions{weights.Sheddable: 1}, nil, "sheddable", 0, "weighted", "", ""},
-		{"all saturated: sheddable refused", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"all saturated: sheddable refused", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": sat,
 		}}, "sheddable", 429, "overloaded", "", ""},
-		{"all saturated: critical still served", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"all saturated: critical still served", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": sat,
 		}}, "critical", 0, "weighted", "", ""},
-		{"one cluster not saturated: sheddable served there", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"one cluster not saturated: sheddable served there", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": free,
 		}}, "sheddable", 0, "steered", "eu-west-tgi", "eu-west-vllm has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25) among 1 clusters with less"},
 		// The draw (4242) falls in eu-west-vllm [4000, 8000).
-		{"drawn cluster saturated: steered (graded) among the others", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"drawn cluster saturated: steered (graded) among the others", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": free, "eu-west-vllm": sat, "eu-west-tgi": free,
 		}}, "", 0, "steered", "eu-west-tgi", "eu-west-vllm has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25) among 2 clusters with less, slot 4242"}, // us-east [0, 4000), tgi [4000, 6000)
-		{"another cluster saturated: the draw stands", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"another cluster saturated: the draw stands", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": sat,
 		}}, "", 0, "weighted", "", ""},
-		{"redrawn onto a saturated cluster: steered", weights.ShedFractions{}, &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+		{"redrawn onto a saturated cluster: steered", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": free, "eu-west-vllm": {Excluded: "no ready replica"}, "eu-west-tgi": sat,
 		}}, "", 0, "steered", "us-east-vllm", "then eu-west-tgi has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25)"},
 	}
@@ -223,11 +224,11 @@ func TestHealthService(t *testing.T) {
 func TestAwaitingRequestsSteer(t *testing.T) {
 	h := start(t, true)
 	publishQwen(t, h, weights.ShedFractions{})
-	live := allClusters(h.cfg, extproc.ClusterLive{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10})
-	slow := live.Clusters["eu-west-vllm"]
+	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10})
+	slow := ls.Clusters["eu-west-vllm"]
 	slow.FirstTokensPerSecond = 0.1 // one request awaiting is 10 s there
-	live.Clusters["eu-west-vllm"] = slow
-	h.srv.SetLive(live)
+	ls.Clusters["eu-west-vllm"] = slow
+	h.srv.SetLive(ls)
 	done := respHeaders(":status", "200", header.ServedCluster, "eu-west-vllm", header.WeightsVersion, h.w.Version())
 	chosen := func(id string) extproc.Record {
 		t.Helper()
@@ -278,11 +279,11 @@ func TestSteeringToSpillTargets(t *testing.T) {
 			cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: weights.Total}}
 		}
 	})
-	live := allClusters(h.cfg, extproc.ClusterLive{TTFT: 0.05, TTFTKnown: true})
-	slow := live.Clusters["us-east-vllm"]
+	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true})
+	slow := ls.Clusters["us-east-vllm"]
 	slow.TTFT = 30 // seconds: every request moves (k = 0.05/30)
-	live.Clusters["us-east-vllm"] = slow
-	h.srv.SetLive(live)
+	ls.Clusters["us-east-vllm"] = slow
+	h.srv.SetLive(ls)
 	resps := h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"llama-3.1-8b-instruct","messages":[{"role":"user","content":"hi"}]}`))
 	set := mutation(t, resps[len(resps)-1].GetRequestBody().GetResponse())
 	rec, _ := h.srv.Decisions().Get("req-1")

@@ -137,13 +137,13 @@ func (s *Server) book(x *exchange, final bool) {
 	prompt := x.prompt
 	tokens, _ := f.generated()
 	if f.scan.usage.ok {
-		prompt = min(float64(f.scan.usage.prompt), lim.context)
+		prompt = float64(f.scan.usage.prompt)
 	}
 	if tokens <= 0 && f.body == 0 {
 		return // the engine sent nothing yet
 	}
 	booked := x.cost - x.unconfirmed
-	target := min(max(lim.model.TokenCost(prompt, min(tokens, lim.maxOutput)), booked), x.cost)
+	target := lim.Served(x.cost, booked, prompt, tokens)
 	extra := target - booked
 	if extra <= 0 || !final && extra < x.claim/16 && target < x.cost {
 		return

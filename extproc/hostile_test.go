@@ -23,6 +23,7 @@ import (
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -268,7 +269,7 @@ func TestAuthorizer(t *testing.T) {
 func TestPriorityTrust(t *testing.T) {
 	h := start(t, true)
 	// The engines confirm the overload, so the planned shedding applies.
-	h.srv.SetLive(allClusters(h.cfg, extproc.ClusterLive{Saturated: true}))
+	h.srv.SetLive(allClusters(h.cfg, live.Cluster{Saturated: true}))
 	standardShed := weights.ShedFractions{weights.Standard: 1}
 	tests := []struct {
 		name     string

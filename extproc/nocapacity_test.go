@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -16,14 +16,14 @@ import (
 // client the fleet is merely busy.
 func TestNoCapacityIs503ForEveryPriority(t *testing.T) {
 	allShed := weights.ShedFractions{weights.Critical: 1, weights.Standard: 1, weights.Sheddable: 1}
-	allExcluded := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{
+	allExcluded := &live.State{At: now, Clusters: map[string]live.Cluster{
 		"us-east-vllm": {Excluded: "unhealthy"}, "eu-west-vllm": {Excluded: "unhealthy"}, "eu-west-tgi": {Excluded: "draining"},
 	}}
 	tests := []struct {
 		name    string
 		targets bool // the cell keeps its targets
 		shed    weights.ShedFractions
-		live    *extproc.Live
+		live    *live.State
 	}{
 		{"no targets, shed 1 for every priority", false, allShed, nil},
 		{"no targets, no shed fraction", false, weights.ShedFractions{}, nil},
@@ -81,7 +81,7 @@ func publishEmptyQwen(t *testing.T, h *harness, shed weights.ShedFractions) {
 func TestNoCapacityWhyWithoutWeights(t *testing.T) {
 	h := start(t, true)
 	publishEmptyQwen(t, h, weights.ShedFractions{})
-	h.srv.SetLive(&extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}})
+	h.srv.SetLive(&live.State{At: now, Clusters: map[string]live.Cluster{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}})
 	resps := h.run(t, "edge-us", qwenRequest("")...)
 	ir := resps[len(resps)-1].GetImmediateResponse()
 	if ir == nil {

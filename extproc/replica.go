@@ -11,6 +11,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
 )
 
@@ -105,56 +106,43 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 // the request's Content-Length (as x.cost's is) and the session key, if
 // any, stands for its prefix. session is the session key's hash (0:
 // none); it also orders ties, so a session's requests agree on them.
-func (s *Server) pickReplica(x *exchange, body *Body, model string, live *Live, session uint64) string {
+func (s *Server) pickReplica(x *exchange, body *Body, model string, ls *live.State, session uint64) string {
 	cluster := x.rec.Chosen
 	pk := s.pickers[cluster]
 	if pk == nil {
 		return ""
 	}
-	var reps []ReplicaLive
-	if live != nil {
-		reps = live.Clusters[cluster].Replicas
+	var cl live.Cluster
+	if ls != nil {
+		cl = ls.Clusters[cluster]
 	}
-	if len(reps) == 0 {
+	if len(cl.Replicas) == 0 {
 		x.rec.Replica = skippedNoLive // shared, never changed
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
 	var inline [16]picker.Replica
-	cands := inline[:0]
-	for _, r := range reps {
-		if r.Out == "" {
-			cands = append(cands, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt})
-		}
-	}
+	cands, _ := cl.Candidates(inline[:0], nil)
 	if len(cands) == 0 {
 		x.rec.Replica = skippedNoneServing
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
-	req := picker.Request{Draw: session}
-	if session == 0 {
-		req.Draw = s.opts.Rand()
-	}
 	lim := x.st.limits[model]
-	maxTokens := 0
-	switch {
-	case body != nil:
-		req.PromptTokens, maxTokens = body.PromptTokens, body.MaxTokens
+	p := live.Prompt{Session: session}
+	if body != nil {
+		p.Read, p.MaxTokens, p.Tokens = true, body.MaxTokens, body.PromptTokens
 		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
-			req.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
+			p.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
 		}
-	default:
+	} else {
 		// The prompt was not read: its length is estimated from the
 		// Content-Length as x.cost's is (0 without one), and the session
 		// key stands for its prefix.
-		req.Session = session
-		p, _ := lim.promptTokens(&x.h, nil)
-		req.PromptTokens = int(p)
+		t, _ := promptTokens(lim, &x.h, nil)
+		p.Tokens = int(t)
 	}
-	ep := s.opts.Config.ExtProc
-	req.DecodeWork = picker.DecodeWork(maxTokens, ep.DefaultOutputTokens, lim.model.PromptTokenCost, lim.model.OutputTokenCost)
-	req.DecodeUnit = picker.DecodeWork(0, ep.DefaultOutputTokens, lim.model.PromptTokenCost, lim.model.OutputTokenCost)
+	req := live.PickerRequest(lim.Model, s.opts.Config.ExtProc, p, s.opts.Rand)
 	rd := &ReplicaDecision{}
 	x.rec.Replica = rd
 	d, t := pk.Pick(cands, req)

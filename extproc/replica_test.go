@@ -10,16 +10,17 @@ import (
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
+	"github.com/ilbproject/ilb/live"
 )
 
 // replicaLive is live state giving each demo cluster its configured
 // replicas, serving; mod adjusts a replica by address.
-func replicaLive(h *harness, mod func(*extproc.ReplicaLive)) *extproc.Live {
-	l := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{}}
+func replicaLive(h *harness, mod func(*live.Replica)) *live.State {
+	l := &live.State{At: now, Clusters: map[string]live.Cluster{}}
 	for _, c := range h.cfg.Clusters {
-		var reps []extproc.ReplicaLive
+		var reps []live.Replica
 		for _, ep := range c.Endpoints {
-			r := extproc.ReplicaLive{Address: ep, Ramp: 1}
+			r := live.Replica{Address: ep, Ramp: 1}
 			if mod != nil {
 				mod(&r)
 			}
@@ -27,7 +28,7 @@ func replicaLive(h *harness, mod func(*extproc.ReplicaLive)) *extproc.Live {
 				reps = append(reps, r)
 			}
 		}
-		l.Clusters[c.Name] = extproc.ClusterLive{Replicas: reps}
+		l.Clusters[c.Name] = live.Cluster{Replicas: reps}
 	}
 	return l
 }
@@ -110,7 +111,7 @@ func TestReplicaPicking(t *testing.T) {
 				if strings.HasPrefix(draining, "@") {
 					draining = chosen[0]
 				}
-				h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
+				h.srv.SetLive(replicaLive(h, func(r *live.Replica) {
 					switch r.Address {
 					case gone:
 						r.Address = ""
@@ -227,15 +228,15 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		mod  func(*extproc.ReplicaLive)
+		mod  func(*live.Replica)
 		less bool
 	}{
-		{"a draining replica is kept", func(r *extproc.ReplicaLive) {
+		{"a draining replica is kept", func(r *live.Replica) {
 			if r.Address == "127.0.0.1:18101" {
 				r.Out = "draining"
 			}
 		}, false},
-		{"a replica that left is forgotten", func(r *extproc.ReplicaLive) {
+		{"a replica that left is forgotten", func(r *live.Replica) {
 			if r.Address == "127.0.0.1:18101" {
 				r.Address = ""
 			}
@@ -264,9 +265,9 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 			t.Fatal("no request of 50 went to us-east-vllm")
 		}
 		before := blocks()
-		h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
+		h.srv.SetLive(replicaLive(h, func(r *live.Replica) {
 			if r.Address == victim {
-				r.Out = extproc.OutUnhealthy
+				r.Out = live.OutUnhealthy
 			}
 		}))
 		if got := blocks(); got >= before {
@@ -368,7 +369,7 @@ func TestReplicaPickingCountsEngineLoad(t *testing.T) {
 	})
 	busy := "127.0.0.1:18101"
 	for i := range 50 {
-		h.srv.SetLive(replicaLive(h, func(r *extproc.ReplicaLive) {
+		h.srv.SetLive(replicaLive(h, func(r *live.Replica) {
 			r.ScrapedAt = now
 			if r.Address == busy {
 				r.Running = 40

@@ -23,6 +23,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -76,7 +77,7 @@ type Server struct {
 
 	opts      Options
 	state     atomic.Pointer[State]
-	liveState atomic.Pointer[Live]
+	liveState atomic.Pointer[live.State]
 	log       *Log
 	metrics   *metrics
 	tracer    trace.Tracer      // nil: tracing off

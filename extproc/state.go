@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -18,19 +19,10 @@ import (
 // and swapped whole (atomic.Pointer) when a new version is published.
 type State struct {
 	version string
-	limits  map[string]modelLimits // by canonical model
+	limits  map[string]demand.Limits // by canonical model
 	sources map[string]*sourceState
 	models  map[string]string // name or alias -> canonical name
 	known   string            // canonical names, for error messages
-}
-
-// modelLimits are what bounds the demand of one request of a model.
-type modelLimits struct {
-	model              config.Model // its token costs: model.TokenCost
-	context, maxOutput float64      // tokens
-	// ordinary is the cost of a request of the configured default size:
-	// the most a request counts as demand before an engine accepts it.
-	ordinary float64
 }
 
 type sourceState struct {
@@ -69,17 +61,12 @@ type cell struct {
 
 // newState indexes a weights version for the request path.
 func newState(c *config.Config, w *weights.Weights) (*State, error) {
-	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}, limits: map[string]modelLimits{}}
+	st := &State{version: w.Version(), sources: map[string]*sourceState{}, models: map[string]string{}, limits: map[string]demand.Limits{}}
 	var names []string
 	ep := c.ExtProc
 	for _, m := range c.Models {
 		st.models[m.Name] = m.Name
-		lim := modelLimits{
-			model:   m,
-			context: float64(m.ContextTokens), maxOutput: float64(m.MaxOutputTokens),
-		}
-		prompt := min(float64(ep.DefaultPromptTokens), lim.context)
-		lim.ordinary = m.TokenCost(prompt, min(float64(ep.DefaultOutputTokens), lim.maxOutput, max(1, lim.context-prompt)))
+		lim := demand.NewLimits(ep, m)
 		st.limits[m.Name] = lim
 		for _, a := range m.Aliases {
 			st.models[a] = m.Name

@@ -475,7 +475,7 @@ func (s *Server) answered(x *exchange) {
 // its model (the configured default prompt and output), so that N
 // requests claiming huge prompts or max_tokens add at most N ordinary
 // requests to the demand unless the engines take them.
-func (x *exchange) provisional() float64 { return min(x.cost, x.st.limits[x.key.Model].ordinary) }
+func (x *exchange) provisional() float64 { return x.st.limits[x.key.Model].Provisional(x.cost) }
 
 // reject answers the request with an ImmediateResponse built from err.
 func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.ProcessingResponse {

@@ -12,6 +12,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/telemetry"
 	"github.com/ilbproject/ilb/telemetry/otlptest"
 	"github.com/ilbproject/ilb/weights"
@@ -202,8 +203,8 @@ func TestNoTracingNoHeader(t *testing.T) {
 }
 
 // allClusters is a live state giving every configured cluster c.
-func allClusters(cfg *config.Config, c extproc.ClusterLive) *extproc.Live {
-	l := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{}}
+func allClusters(cfg *config.Config, c live.Cluster) *live.State {
+	l := &live.State{At: now, Clusters: map[string]live.Cluster{}}
 	for _, e := range cfg.Clusters {
 		l.Clusters[e.Name] = c
 	}
@@ -243,14 +244,14 @@ func TestShedCounter(t *testing.T) {
 	tests := []struct {
 		name   string
 		shed   bool // the weights shed every sheddable request
-		live   extproc.ClusterLive
+		live   live.Cluster
 		prio   string
 		reason string // "" when the request is routed
 	}{
-		{"planned shedding, confirmed by saturation", true, extproc.ClusterLive{Saturated: true}, "sheddable", "shed"},
-		{"every cluster saturated", false, extproc.ClusterLive{Saturated: true}, "sheddable", "overloaded"},
-		{"no cluster left", false, extproc.ClusterLive{Excluded: "unhealthy"}, "critical", "no_capacity"},
-		{"routed requests are not counted", false, extproc.ClusterLive{}, "standard", ""},
+		{"planned shedding, confirmed by saturation", true, live.Cluster{Saturated: true}, "sheddable", "shed"},
+		{"every cluster saturated", false, live.Cluster{Saturated: true}, "sheddable", "overloaded"},
+		{"no cluster left", false, live.Cluster{Excluded: "unhealthy"}, "critical", "no_capacity"},
+		{"routed requests are not counted", false, live.Cluster{}, "standard", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

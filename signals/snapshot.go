@@ -56,7 +56,9 @@ func (m *Monitor) build(now time.Time) *Snapshot {
 		}
 		reps := s.Replicas[start:]
 		slices.SortFunc(reps, func(a, b Replica) int { return strings.Compare(a.Address, b.Address) })
-		s.Clusters[cl.cfg.Name] = summarize(cl, reps)
+		c := summarize(cl.cfg.Name, reps)
+		c.DiscoveryError, c.DiscoveryErrorSince = cl.discErr, cl.discErrSince
+		s.Clusters[cl.cfg.Name] = c
 	}
 	return s
 }
@@ -94,9 +96,38 @@ func WarmupRamp(elapsed, warmup time.Duration) float64 {
 	return 0.1 + 0.9*min(max(f, 0), 1)
 }
 
+// NewSnapshot assembles the snapshot at at of the replicas given by
+// cluster (in configuration order), as the monitor publishes it: each
+// cluster's replicas sorted by address and summarised (see [Cluster]),
+// with no discovery error and not blind. It is how a simulated fleet —
+// the routing benchmark's — says what ILB's monitor would see: every
+// replica's State, Ramp, Saturated (config.Signals.Saturated of its
+// metrics), LastScrape, LastError and Metrics as the monitor sets them.
+// The replicas' slices are copied.
+func NewSnapshot(at time.Time, names []string, replicas [][]Replica) *Snapshot {
+	n := 0
+	for _, reps := range replicas {
+		n += len(reps)
+	}
+	s := &Snapshot{At: at, Replicas: make([]Replica, 0, n), Clusters: make(map[string]Cluster, len(names))}
+	for i, name := range names {
+		start := len(s.Replicas)
+		if i < len(replicas) {
+			s.Replicas = append(s.Replicas, replicas[i]...)
+		}
+		reps := s.Replicas[start:]
+		for j := range reps {
+			reps[j].Cluster = name
+		}
+		slices.SortStableFunc(reps, func(a, b Replica) int { return strings.Compare(a.Address, b.Address) })
+		s.Clusters[name] = summarize(name, reps)
+	}
+	return s
+}
+
 // summarize aggregates a cluster's replicas (see [Cluster]).
-func summarize(cl *cluster, reps []Replica) Cluster {
-	c := Cluster{Name: cl.cfg.Name, DiscoveryError: cl.discErr, DiscoveryErrorSince: cl.discErrSince}
+func summarize(name string, reps []Replica) Cluster {
+	c := Cluster{Name: name}
 	serving, kvN := 0, 0
 	for _, r := range reps {
 		switch r.State {

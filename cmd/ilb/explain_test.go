@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/live"
 )
 
 // TestExplainStory plays requests through a real ext_proc server and asks
@@ -16,12 +16,12 @@ func TestExplainStory(t *testing.T) {
 	drawn := s.drawn(t, src, model)
 	s.request(t, "r-weighted", model, drawn)
 	s.request(t, "r-elsewhere", model, "eu-west-tgi")
-	live := map[string]extproc.ClusterLive{}
+	ls := map[string]live.Cluster{}
 	for _, c := range []string{"us-east-vllm", "eu-west-vllm", "eu-west-tgi"} {
-		live[c] = extproc.ClusterLive{PressureKnown: true}
+		ls[c] = live.Cluster{PressureKnown: true}
 	}
-	live[drawn] = extproc.ClusterLive{Saturated: true, Pressure: 3, PressureKnown: true} // a queue of 3 per running request
-	s.srv.SetLive(&extproc.Live{At: time.Now(), Clusters: live})
+	ls[drawn] = live.Cluster{Saturated: true, Pressure: 3, PressureKnown: true} // a queue of 3 per running request
+	s.srv.SetLive(&live.State{At: time.Now(), Clusters: ls})
 	s.request(t, "r-steered", model, "")
 	s.srv.SetLive(nil)
 	s.request(t, "r-bad", "no-such-model", "")

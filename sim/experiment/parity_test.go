@@ -74,7 +74,7 @@ func TestDecisionParity(t *testing.T) {
 		}
 		tab := newTable(cfg, w, sources, models, clusters)
 		live := make([]liveCluster, len(f.Clusters))
-		el := &extproc.Live{At: now, Clusters: map[string]extproc.ClusterLive{}}
+		el := &live.State{At: now, Clusters: map[string]live.Cluster{}}
 		pExcluded, pSaturated := rng.Float64(), rng.Float64() // some versions lose every cluster
 		for ci, c := range f.Clusters {
 			// TTFT is known for most clusters (predicted-TTFT steering),
@@ -84,7 +84,7 @@ func TestDecisionParity(t *testing.T) {
 				excluded: rng.Float64() < pExcluded, saturated: rng.Float64() < pSaturated, pressure: 3 * rng.Float64(),
 				ttft: 2 * rng.Float64(), ttftKnown: rng.Float64() < 0.8,
 			}
-			cl := extproc.ClusterLive{
+			cl := live.Cluster{
 				Saturated: live[ci].saturated, Pressure: live[ci].pressure, PressureKnown: !live[ci].excluded,
 				TTFT: live[ci].ttft, TTFTKnown: live[ci].ttftKnown && !live[ci].excluded,
 			}

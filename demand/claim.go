@@ -1,0 +1,75 @@
+package demand
+
+import (
+	"math"
+
+	"github.com/ilbproject/ilb/config"
+)
+
+// Limits are the rule by which one request of a model counts as demand,
+// in token-cost units (config.Model.TokenCost), as ext_proc books it and
+// the routing benchmark meters it:
+//
+//   - Its estimate (Estimate): the prompt's tokens (the client's evidence,
+//     else the default prompt) and its output (max_tokens, else the
+//     default output), capped by the model's context and
+//     max_output_tokens.
+//   - At the decision, its provisional share (Provisional): the
+//     estimate, but never more than an Ordinary request, so that N
+//     requests claiming huge prompts or max_tokens add at most N ordinary
+//     requests unless the engines take them. A request refused for want
+//     of capacity (429, 503) counts its provisional share only.
+//   - As an engine serves it, the rest (Served): what the engine showed
+//     it prefilled and generated, kept between what is booked and the
+//     estimate.
+//
+// A Limits is a value; its methods are pure.
+type Limits struct {
+	// Model is the model's configuration: its token costs.
+	Model config.Model
+	// Context and MaxOutput are its context and output caps, in tokens.
+	Context, MaxOutput float64
+	// Ordinary is the cost of a request of the configured default size.
+	Ordinary float64
+	// DefaultPrompt and DefaultOutput are extproc.default_prompt_tokens
+	// and default_output_tokens.
+	DefaultPrompt, DefaultOutput float64
+}
+
+// NewLimits is model m's rule under ext_proc settings ep.
+func NewLimits(ep config.ExtProc, m config.Model) Limits {
+	l := Limits{
+		Model: m, Context: float64(m.ContextTokens), MaxOutput: float64(m.MaxOutputTokens),
+		DefaultPrompt: float64(ep.DefaultPromptTokens), DefaultOutput: float64(ep.DefaultOutputTokens),
+	}
+	l.Ordinary, _ = l.Estimate(0, false, 0)
+	return l
+}
+
+// Estimate is a request's cost and the prompt tokens it counts, from its
+// prompt's tokens (known: the client's evidence gave them; else the
+// default prompt) and its max_tokens (0: unset, the default output).
+func (l Limits) Estimate(promptTokens float64, known bool, maxTokens int) (cost, prompt float64) {
+	prompt = min(l.DefaultPrompt, l.Context)
+	if known {
+		prompt = min(promptTokens, l.Context)
+	}
+	output := l.DefaultOutput
+	if maxTokens > 0 {
+		output = float64(maxTokens)
+	}
+	output = min(output, l.MaxOutput, math.Max(1, l.Context-prompt))
+	return l.Model.TokenCost(prompt, output), prompt
+}
+
+// Provisional is the share of an estimate of cost booked at the
+// decision, before any engine accepted the request.
+func (l Limits) Provisional(cost float64) float64 { return min(cost, l.Ordinary) }
+
+// Served is what a request estimated at cost counts once its engine
+// showed prompt prefilled and generated output tokens, booked already
+// counted: never less than booked (a report sent cannot be taken back),
+// never more than the estimate.
+func (l Limits) Served(cost, booked, prompt, generated float64) float64 {
+	return min(max(l.Model.TokenCost(min(prompt, l.Context), min(generated, l.MaxOutput)), booked), cost)
+}

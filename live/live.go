@@ -1,0 +1,159 @@
+package live
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/signals"
+)
+
+// State is the engines' state as the fast loop uses it: which clusters are
+// out and why, which are saturated, how long their queues are, and the
+// replicas replica picking chooses from. It is immutable.
+type State struct {
+	// At is when the signals were observed; ext_proc ignores a State
+	// older than extproc.live_ttl, so nothing stays excluded or shed
+	// after the signals stop.
+	At       time.Time
+	Clusters map[string]Cluster
+}
+
+// Cluster is one engine cluster's live state.
+type Cluster struct {
+	// Excluded says why no request may go there now ("" when it may):
+	// no ready replica, every replica unhealthy...
+	Excluded string `json:"excluded,omitempty"`
+	// Saturated: every serving replica has a long queue or a full KV
+	// cache; sheddable requests are refused when all their clusters are.
+	Saturated bool `json:"saturated,omitempty"`
+	// Pressure is the cluster's queued requests per running request,
+	// waiting / max(running, 1) over its serving replicas whose load is
+	// known (PressureKnown: at least one); graded steering moves requests
+	// off clusters with more of it (package route).
+	Pressure      float64 `json:"pressure,omitempty"`
+	PressureKnown bool    `json:"pressure_known,omitempty"`
+	// TTFT is the time to first token the cluster's engines give now, in
+	// seconds (their TTFT histograms and queues; see signals.Cluster);
+	// steering compares it, plus the round trip, across the clusters a
+	// request may go to. TTFTKnown: the engines export the histogram and
+	// gave a first token.
+	TTFT      float64 `json:"ttft,omitempty"`
+	TTFTKnown bool    `json:"ttft_known,omitempty"`
+	// FirstTokensPerSecond is the rate at which its engines give first
+	// tokens (0: unknown or none): with the requests sent there that
+	// await their response, Little's law predicts the TTFT of the next
+	// one before the engines' metrics show a burst.
+	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
+	// Replicas are the cluster's replicas as discovered, in address
+	// order. Those with Out == "" (ready, warming, stale or not probed
+	// yet) are the candidates of replica picking; draining and unhealthy
+	// ones are listed with Out saying so and never picked; a replica no
+	// longer listed has left the cluster, and replica picking forgets it.
+	Replicas []Replica `json:"replicas,omitempty"`
+}
+
+// Replica is one replica of a cluster.
+type Replica struct {
+	// Address is host:port, as Envoy's EDS names the endpoint.
+	Address string `json:"address"`
+	// Ramp is the warm-up ramp, in (0, 1]: 1 when ready.
+	Ramp float64 `json:"ramp"`
+	// Saturated: its engine reports a long queue or a full KV cache.
+	Saturated bool `json:"saturated,omitempty"`
+	// Out says why it may not be picked now (its state: "draining",
+	// OutUnhealthy); "" when it serves.
+	Out string `json:"out,omitempty"`
+	// Running is the requests its engine reported running at its last
+	// good scrape, at ScrapedAt (zero: unknown, e.g. its metrics are
+	// stale): its decode load for the replica picker.
+	Running   float64   `json:"running,omitempty"`
+	ScrapedAt time.Time `json:"scraped_at,omitzero"`
+}
+
+// OutUnhealthy is Replica.Out for a replica failing its probes (the
+// signals monitor's state name): its replica picker forgets what it
+// believed the replica's prefix cache held.
+const OutUnhealthy = string(signals.StateUnhealthy)
+
+// FromSignals is the fast loop's view of a signals snapshot: a cluster
+// with no serving replica is excluded (with the counts that say why);
+// saturation as the signals see it. It follows the same guard as the
+// controller: while the monitor is blind (snap.Blind), replicas whose
+// probes fail silently keep their last known state, so no cluster is
+// excluded for them; a cluster is excluded only for what the monitor saw
+// (refusals, HTTP errors, draining), and the reason says the monitor was
+// blind then.
+func FromSignals(snap *signals.Snapshot) *State {
+	l := &State{At: snap.At, Clusters: make(map[string]Cluster, len(snap.Clusters))}
+	for name, c := range snap.Clusters {
+		cl := Cluster{Saturated: c.Saturated, PressureKnown: c.LoadKnown > 0}
+		if cl.PressureKnown {
+			cl.Pressure = c.Waiting / max(c.Running, 1)
+		}
+		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
+		for _, r := range snap.Endpoints(name) {
+			cl.Replicas = append(cl.Replicas, replicaOf(r))
+		}
+		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
+			cl.Excluded = excludedWhy(c, snap.Blind)
+		}
+		l.Clusters[name] = cl
+	}
+	return l
+}
+
+// replicaOf is one replica as replica picking sees it.
+func replicaOf(r signals.Replica) Replica {
+	rl := Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated}
+	switch r.State {
+	case signals.StateReady, signals.StateWarming, signals.StateStale, signals.StateStarting:
+		if !(rl.Ramp > 0) {
+			rl.Ramp = 1 // not probed yet: the fleet that was serving
+		}
+		if (r.State == signals.StateReady || r.State == signals.StateWarming) && !r.LastScrape.IsZero() && r.LastError == "" {
+			rl.Running, rl.ScrapedAt = r.Metrics.Running, r.LastScrape // fresh: the engine's decode load
+		}
+	case signals.StateUnhealthy:
+		rl.Out = OutUnhealthy // its picker forgets what it held
+	default:
+		rl.Out = string(r.State)
+	}
+	return rl
+}
+
+// excludedWhy says why a cluster with no serving replica is out.
+func excludedWhy(c signals.Cluster, blind *signals.Blind) string {
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{c.Unhealthy, "unhealthy"}, {c.Draining, "draining"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
+		}
+	}
+	why := "no replica"
+	if len(parts) > 0 {
+		why = "no serving replica: " + strings.Join(parts, ", ")
+	}
+	if c.DiscoveryError != "" {
+		why += " (discovery: " + c.DiscoveryError + ")"
+	}
+	if blind != nil {
+		why += " (signals blind since " + blind.Since.UTC().Format(time.RFC3339) + ")"
+	}
+	return why
+}
+
+// Signal is the cluster's state as the route decision takes it. awaiting
+// is how many requests the caller sent there that still await their
+// response: with the engines' first-token rate they predict the TTFT of
+// the next one (route.PredictTTFT).
+func (c Cluster) Signal(awaiting int64) route.Signal {
+	return route.Signal{
+		Excluded: c.Excluded != "", Saturated: c.Saturated, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
+		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond), TTFTKnown: c.TTFTKnown,
+	}
+}
