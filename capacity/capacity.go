@@ -291,9 +291,14 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	var kind, why string
 	switch {
 	case overload:
-		// The GPU was busy throughout: x measures the saturation
-		// throughput, and the plan must stay below this window's load.
-		est.Saturation = move(est.Saturation, x)
+		// The GPU was busy: the window's mean throughput measures the
+		// saturation throughput (one interval's alone is lumpy: an
+		// engine counts a prompt's tokens when its first token comes,
+		// so an interval in a long prefill shows little of the work
+		// done, and long-prompt traffic learned its saturation 30% low
+		// from such intervals), and the plan must stay below this
+		// window's load.
+		est.Saturation = move(est.Saturation, st.mean)
 		// The capacity within the TTFT target is at most the sustained
 		// load at which it broke: under bursty arrivals the wait grows
 		// with their variability (Kingman: W ≈ ρ/(1−ρ) · (C²a + C²s)/2 ·

@@ -15,10 +15,18 @@ import (
 //     default output), capped by the model's context and
 //     max_output_tokens.
 //   - At the decision, its provisional share (Provisional): the
-//     estimate, but never more than an Ordinary request, so that N
-//     requests claiming huge prompts or max_tokens add at most N ordinary
-//     requests unless the engines take them. A request refused for want
-//     of capacity (429, 503) counts its provisional share only.
+//     estimate, but never more than a typical request of its stream — an
+//     Ordinary one, or what the stream's served requests cost (Typical)
+//     when that is more — so that N requests claiming huge prompts or
+//     max_tokens add at most N typical requests unless the engines take
+//     them.
+//   - A request refused for want of capacity (429, 503) counts as a
+//     typical served request of its stream (Refused): shedding by plan or
+//     by saturation picks requests whatever their size, so the refused
+//     count as much as the served ones on average — on long-prompt
+//     traffic far more than a default-sized request, which a refusal
+//     counted at its provisional share would under-count (the controller
+//     then sheds too little and the engines queue).
 //   - As an engine serves it, the rest (Served): what the engine showed
 //     it prefilled and generated, kept between what is booked and the
 //     estimate.
@@ -63,8 +71,21 @@ func (l Limits) Estimate(promptTokens float64, known bool, maxTokens int) (cost,
 }
 
 // Provisional is the share of an estimate of cost booked at the
-// decision, before any engine accepted the request.
-func (l Limits) Provisional(cost float64) float64 { return min(cost, l.Ordinary) }
+// decision, before any engine accepted the request, whose stream's
+// served requests typically cost typical (Typical.Of; 0: unknown).
+func (l Limits) Provisional(cost, typical float64) float64 {
+	return min(cost, max(l.Ordinary, typical))
+}
+
+// Refused is what a request estimated at cost counts when ILB refused
+// it for want of capacity: a typical served request of its stream
+// (Typical.Of), or, before its stream has one, its provisional share.
+func (l Limits) Refused(cost, typical float64) float64 {
+	if typical > 0 {
+		return typical
+	}
+	return l.Provisional(cost, 0)
+}
 
 // Served is what a request estimated at cost counts once its engine
 // showed prompt prefilled and generated output tokens, booked already

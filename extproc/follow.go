@@ -9,8 +9,8 @@ import (
 // Following a response: demand that follows what the engines generate.
 //
 // A request counts as demand in two parts. At the decision, its
-// provisional share: its estimate, but never more than an ordinary
-// request (exchange.provisional). The rest of its claim — a large
+// provisional share: its estimate, but never more than a typical request
+// of its stream (Server.provisional, demand.Limits). The rest of its claim — a large
 // max_tokens, a long prompt — counts only as an engine serves it: when
 // the engine accepted the request (2xx response headers with a body),
 // ILB follows the response body as it streams back through Envoy (a
@@ -68,7 +68,12 @@ func (f *following) generated() (tokens float64, from string) {
 // decided, whose rest of estimate (x.unconfirmed) is still unbooked.
 func (s *Server) follow(x *exchange, code int, contentType string, endOfStream bool) *extprocfilterv3.ProcessingMode {
 	switch {
-	case x.unconfirmed <= 0 || x.rec == nil || x.done:
+	case x.rec == nil || x.done:
+		return nil
+	case x.unconfirmed <= 0:
+		if code >= 200 && code <= 299 {
+			s.typical.Observe(x.key, x.cost) // booked whole at the decision
+		}
 		return nil
 	case code < 200 || code > 299 || endOfStream:
 		// Refused upstream, or nothing generated: the provisional share
@@ -174,6 +179,7 @@ func (s *Server) settle(x *exchange, outcome string) {
 	tokens, from := f.generated()
 	booked := x.cost - x.unconfirmed
 	x.unconfirmed = 0
+	s.typical.Observe(x.key, booked)
 	x.rec = s.log.update(x.rec, func(r *Record) {
 		r.DemandBooked = booked
 		r.Generated = &Generated{Tokens: int64(tokens), From: from, Outcome: outcome}

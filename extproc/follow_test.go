@@ -17,6 +17,7 @@ import (
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -239,4 +240,58 @@ func respTrailersMsg() *extprocv3.ProcessingRequest {
 	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
 		ResponseTrailers: &extprocv3.HttpTrailers{Trailers: hmap("grpc-status", "0")},
 	}}
+}
+
+// TestTypicalShare: once a stream's served requests are known to cost
+// more than an ordinary request, a request refused for want of capacity
+// counts as one of them (refusals pick requests whatever their size), a
+// new large claim's provisional share is a typical request, and a
+// request abandoned before any engine answered keeps that share.
+func TestTypicalShare(t *testing.T) {
+	// Served: 8 prompt tokens, 2,000 generated (usage): 8,008 units each.
+	const served = 8 + 2000*4
+	body := `{"model":"llama3-8b","stream":true,"max_tokens":4096,"messages":[{"role":"user","content":"hi"}]}`
+	small := `{"model":"llama3-8b","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	sse := []string{":status", "200", header.ServedCluster, "us-east-vllm", "content-type", "text/event-stream"}
+	key := demand.Key{Source: "edge-us", Model: "llama-3.1-8b-instruct", Priority: weights.Standard}
+	tests := []struct {
+		name   string
+		served int // requests served before, at 8,008 units each
+		body   string
+		shed   bool    // the plan sheds every standard request and the live state confirms it
+		booked float64 // the request's demand once its stream ended
+	}{
+		{"refused, nothing learned: an ordinary share", 0, body, true, 1500},
+		{"refused after long requests: a typical one", 3, body, true, served},
+		{"small request refused: a typical one", 3, small, true, served},
+		{"abandoned after long requests: a typical share", 3, body, false, served},
+		{"small request served: its own estimate", 3, small, false, 8 + 10*4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			for i := range tt.served {
+				id := fmt.Sprintf("served-%d", i)
+				h.run(t, "edge-us", reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", header.RequestID, id), reqBody(body),
+					respHeaders(sse...), respChunk(sseEvents(3)+usageEvent(8, 2000), true))
+			}
+			waitStreamsClosed(t, h)
+			h.meter.Flush(now)
+			if tt.shed {
+				publishShed(t, h, "edge-us", weights.ShedFractions{weights.Sheddable: 1, weights.Standard: 1})
+				h.srv.SetLive(allClusters(h.cfg, live.Cluster{Saturated: true, PressureKnown: true, Pressure: 5}))
+			}
+			out := h.run(t, "edge-us", reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", header.RequestID, "last"), reqBody(tt.body))
+			waitStreamsClosed(t, h)
+			rec, _ := h.srv.Decisions().Get("last")
+			if shed := rec.Status == 429; shed != tt.shed {
+				t.Fatalf("status %d (%s); want shed %v (answers %v)", rec.Status, rec.Reason, tt.shed, out)
+			}
+			counts, _ := h.meter.Flush(now)
+			c := counts[key]
+			if c.Requests != 1 || c.TokenCost != tt.booked || rec.DemandBooked != tt.booked {
+				t.Errorf("demand %+v, record booked %v; want 1 request of %v", c, rec.DemandBooked, tt.booked)
+			}
+		})
+	}
 }

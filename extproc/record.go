@@ -27,10 +27,13 @@ type Record struct {
 	// TokenCost is the request's estimated token-cost units, capped by
 	// the model's limits.
 	TokenCost float64 `json:"token_cost,omitempty"`
-	// DemandBooked is how much of it counts as demand: at most an
-	// ordinary request's cost at the decision (its provisional share),
-	// then, if an engine accepted the request, what the engine generated
-	// for it, up to TokenCost (follow.go).
+	// DemandBooked is how much of it counts as demand: at most a typical
+	// request's cost at the decision (its provisional share:
+	// demand.Limits.Provisional), then, if an engine accepted the
+	// request, what the engine generated for it, up to TokenCost
+	// (follow.go). A request refused for want of capacity (429, 503)
+	// counts as a typical served request of its stream, which may be more
+	// than TokenCost (demand.Limits.Refused).
 	DemandBooked float64 `json:"demand_booked,omitempty"`
 	// Generated is what the engine's response showed it generated, when
 	// ILB followed it (nil otherwise: no claim past the provisional

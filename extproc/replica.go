@@ -122,7 +122,7 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, ls *live.Sta
 		return ""
 	}
 	var inline [16]picker.Replica
-	cands, _ := cl.Candidates(inline[:0], nil)
+	cands := cl.Candidates(inline[:0])
 	if len(cands) == 0 {
 		x.rec.Replica = skippedNoneServing
 		pk.picks[reasonSkipped].Inc()

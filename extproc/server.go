@@ -86,6 +86,9 @@ type Server struct {
 	peers     *peerStreams      // streams open per peer, for extproc.max_streams_per_peer
 	held      atomic.Int64      // bytes of request bodies held across streams, for extproc.max_held_body_bytes
 	followed  atomic.Int64      // responses followed, for extproc.max_followed_streams
+	// typical learns what each demand stream's served requests cost:
+	// the most a request counts before an engine accepts it.
+	typical *demand.Typical
 	// awaiting counts, per engine cluster, the requests routed there
 	// whose response headers have not come back yet (for a streaming
 	// response, the first token): the fast loop's view of a burst before
@@ -148,7 +151,8 @@ func New(o Options) (*Server, error) {
 	return &Server{
 		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
 		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting, pickers: pickers,
-		peers: newPeerStreams(o.Config.ExtProc.PeerStreamLimit()),
+		typical: demand.NewTypical(),
+		peers:   newPeerStreams(o.Config.ExtProc.PeerStreamLimit()),
 	}, nil
 }
 

@@ -408,7 +408,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	s.late(x, d)
 	s.metrics.latency.Observe(d.Seconds())
 	s.decisionCounter(x).Inc()
-	provisional := x.provisional()
+	provisional := s.provisional(x)
 	x.unconfirmed = x.cost - provisional
 	x.claim = x.unconfirmed
 	x.rec.DemandBooked = provisional
@@ -471,11 +471,14 @@ func (s *Server) answered(x *exchange) {
 }
 
 // provisional is the demand booked for a request before any engine
-// accepted it: its estimate, but never more than an ordinary request of
-// its model (the configured default prompt and output), so that N
-// requests claiming huge prompts or max_tokens add at most N ordinary
+// accepted it: its estimate, but never more than a typical request of
+// its stream (demand.Limits.Provisional: the configured default size, or
+// what the stream's served requests cost when that is more), so that N
+// requests claiming huge prompts or max_tokens add at most N typical
 // requests to the demand unless the engines take them.
-func (x *exchange) provisional() float64 { return x.st.limits[x.key.Model].Provisional(x.cost) }
+func (s *Server) provisional(x *exchange) float64 {
+	return x.st.limits[x.key.Model].Provisional(x.cost, s.typical.Of(x.key))
+}
 
 // reject answers the request with an ImmediateResponse built from err.
 func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.ProcessingResponse {
@@ -498,9 +501,10 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	s.spanRejected(x, re)
 	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 {
 		// Refused for want of capacity: still demand (the controller must
-		// plan for it, or it would stop shedding and start again), but
-		// only as much as an ordinary request: nothing confirms more.
-		x.rec.DemandBooked = x.provisional()
+		// plan for it, or it would stop shedding and start again), as
+		// much as a typical served request of its stream: nothing
+		// confirms this one's own claim.
+		x.rec.DemandBooked = x.st.limits[x.key.Model].Refused(x.cost, s.typical.Of(x.key))
 		s.opts.Meter.Add(x.key, x.rec.DemandBooked, true)
 	}
 	s.log.add(x.rec)

@@ -7,18 +7,13 @@ import (
 
 // Candidates appends to buf the cluster's replicas replica picking may
 // choose from (Out == ""), as the picker takes them, and returns it.
-// idx, when not nil, receives each candidate's index in c.Replicas.
-func (c Cluster) Candidates(buf []picker.Replica, idx []int) ([]picker.Replica, []int) {
-	for i, r := range c.Replicas {
-		if r.Out != "" {
-			continue
-		}
-		buf = append(buf, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt})
-		if idx != nil {
-			idx = append(idx, i)
+func (c Cluster) Candidates(buf []picker.Replica) []picker.Replica {
+	for _, r := range c.Replicas {
+		if r.Out == "" {
+			buf = append(buf, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt})
 		}
 	}
-	return buf, idx
+	return buf
 }
 
 // Prompt is what the request path knows of a request when it picks a

@@ -251,12 +251,14 @@ func orDash(s string) string {
 func bookedText(r extproc.Record) string {
 	g := r.Generated
 	switch {
+	case g == nil && (r.Status == 429 || r.Status == 503):
+		return fmt.Sprintf("%.0f (refused for want of capacity: it counts as a typical served request of its stream, an ordinary one before any was served)", r.DemandBooked)
 	case g == nil && r.DemandBooked >= r.TokenCost:
 		return "all of it"
 	case g == nil:
-		return fmt.Sprintf("%.0f (an ordinary request's worth: the rest counts only as an engine generates it)", r.DemandBooked)
+		return fmt.Sprintf("%.0f (a typical request's worth — an ordinary one, or what its stream's served requests cost: the rest counts only as an engine generates it)", r.DemandBooked)
 	case g.Outcome == "unfollowed":
-		return fmt.Sprintf("%.0f (an ordinary request's worth: extproc.max_followed_streams responses were followed already, so what the engine generated was not counted)", r.DemandBooked)
+		return fmt.Sprintf("%.0f (a typical request's worth: extproc.max_followed_streams responses were followed already, so what the engine generated was not counted)", r.DemandBooked)
 	}
 	from := map[string]string{
 		"usage":  "the engine's usage",

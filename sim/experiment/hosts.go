@@ -6,8 +6,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
-	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/workload"
 )
 
@@ -184,46 +185,27 @@ func (r *runner) prefixScorer(cluster int, q *workload.Request) int {
 	return best
 }
 
-// ilbPick asks package picker, with what ILB knows: replicas its signals
-// see serving (ready or warming, with the warm-up ramp) and their
-// saturation at the last scrape, and its own requests' load.
+// ilbPick asks package picker, with what ILB knows — the candidates and
+// the request as ext_proc builds them (live.Cluster.Candidates,
+// live.PickerRequest): replicas its signals see serving (ready or
+// warming, with the warm-up ramp), their saturation and running requests
+// at the last scrape, its own requests' load, a session's draw from its
+// key.
 func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 	c := r.clusters[cluster]
-	cands := r.candBuf[:0]
-	idx := r.idxBuf[:0]
-	for _, ri := range c.replicas {
-		rep := r.replicas[ri]
-		if rep.seen != lcReady && rep.seen != lcWarming {
-			continue
-		}
-		ramp := 1.0
-		if rep.seen == lcWarming {
-			ramp = signals.WarmupRamp(r.clock.now-rep.since, warmupTime)
-		}
-		cand := picker.Replica{Address: rep.addr, Ramp: ramp, Saturated: rep.saturated}
-		if rep.scraped {
-			cand.Running, cand.ScrapedAt = rep.running, epoch.Add(rep.scrapedAt)
-		}
-		cands = append(cands, cand)
-		idx = append(idx, ri)
-	}
-	r.candBuf, r.idxBuf = cands, idx
+	cands := r.live[cluster].Candidates(r.candBuf[:0])
+	r.candBuf = cands
 	if len(cands) == 0 { // no host listed: Envoy's fallback least request
 		return hostPick{replica: r.pickHost(cluster, -1), alt: -1}
 	}
-	// ext_proc's estimate of the decode work: the workload sends no
-	// max_tokens, so the configured default output.
-	m := r.cfg.Models[r.models[q.Model]]
-	decode := picker.DecodeWork(0, r.cfg.ExtProc.DefaultOutputTokens, m.PromptTokenCost, m.OutputTokenCost)
-	d, t := c.picker.Pick(cands, picker.Request{Blocks: r.pickerBlocks(q.Prefix), PromptTokens: q.Prompt, Draw: r.rng.Uint64(), DecodeWork: decode, DecodeUnit: decode})
-	hp := hostPick{replica: -1, alt: -1, ticket: t}
-	for k, cand := range cands {
-		switch cand.Address {
-		case d.Chosen.Address:
-			hp.replica = idx[k]
-		case d.RunnerUp.Address:
-			hp.alt = idx[k]
-		}
+	p := live.Prompt{Tokens: q.Prompt, Read: true, Blocks: r.pickerBlocks(q.Prefix)}
+	if q.Session != "" {
+		p.Session = extproc.SessionDraw(q.Session)
+	}
+	d, t := c.picker.Pick(cands, live.PickerRequest(r.cfg.Models[r.models[q.Model]], r.cfg.ExtProc, p, r.rng.Uint64))
+	hp := hostPick{replica: r.addrs[d.Chosen.Address], alt: -1, ticket: t}
+	if d.RunnerUp.Address != "" {
+		hp.alt = r.addrs[d.RunnerUp.Address]
 	}
 	return hp
 }

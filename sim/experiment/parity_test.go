@@ -13,6 +13,8 @@ import (
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -64,6 +66,10 @@ func TestDecisionParity(t *testing.T) {
 	sources := index(len(f.Sources), func(i int) string { return f.Sources[i].Name })
 	models := index(len(f.Models), func(i int) string { return f.Models[i] })
 	clusters := index(len(f.Clusters), func(i int) string { return f.Clusters[i].Name })
+	var names []string
+	for _, c := range f.Clusters {
+		names = append(names, c.Name)
+	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	seen := map[string]int{}
 	const versions, perVersion = 40, 25
@@ -73,26 +79,14 @@ func TestDecisionParity(t *testing.T) {
 			t.Fatalf("version %d: %v", v, err)
 		}
 		tab := newTable(cfg, w, sources, models, clusters)
-		live := make([]liveCluster, len(f.Clusters))
-		el := &live.State{At: now, Clusters: map[string]live.Cluster{}}
-		pExcluded, pSaturated := rng.Float64(), rng.Float64() // some versions lose every cluster
-		for ci, c := range f.Clusters {
-			// TTFT is known for most clusters (predicted-TTFT steering),
-			// not for others (pressure steering). No first-token rate: what
-			// ext_proc's own requests in flight add is tested in extproc.
-			live[ci] = liveCluster{
-				excluded: rng.Float64() < pExcluded, saturated: rng.Float64() < pSaturated, pressure: 3 * rng.Float64(),
-				ttft: 2 * rng.Float64(), ttftKnown: rng.Float64() < 0.8,
-			}
-			cl := live.Cluster{
-				Saturated: live[ci].saturated, Pressure: live[ci].pressure, PressureKnown: !live[ci].excluded,
-				TTFT: live[ci].ttft, TTFTKnown: live[ci].ttftKnown && !live[ci].excluded,
-			}
-			if live[ci].excluded {
-				cl.Excluded = "no serving replica"
-			}
-			el.Clusters[c.Name] = cl
-		}
+		// The signals monitor's snapshot, random; each side takes it
+		// through its own glue: app's hook (live.FromSignals) for
+		// ext_proc, the runner's signals round (observe) for the
+		// benchmark.
+		snap := randomSnapshot(f, rng, now)
+		r := &runner{clusterNames: names, live: make([]live.Cluster, len(f.Clusters)), clusters: make([]*simCluster, len(f.Clusters))}
+		r.observe(snap)
+		el := live.FromSignals(snap)
 		srv.SetLive(el)
 		for n := range perVersion {
 			si := rng.IntN(len(f.Sources))
@@ -113,7 +107,7 @@ func TestDecisionParity(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: no decision record (answers %v)", id, resps)
 			}
-			ci, out := tab.route(cellKey{si, 0}, prio, draw, u, live, make([]int, len(f.Clusters)), true)
+			ci, out := tab.route(cellKey{si, 0}, prio, draw, u, r.live, make([]int, len(f.Clusters)), true)
 			got := outcomeOf(rec)
 			var want string
 			switch out {
@@ -150,6 +144,42 @@ func TestDecisionParity(t *testing.T) {
 			t.Errorf("no request took the branch %q (seen %v)", b, seen)
 		}
 	}
+}
+
+// randomSnapshot is a signals snapshot of f's clusters at now: each
+// cluster has up to four replicas in random states with random engine
+// metrics, and in some rounds every replica of a cluster is out or
+// saturated, so that every branch of the decision is reached. No engine
+// reports a first-token rate: what ext_proc's own requests in flight
+// add to a predicted TTFT is tested in extproc.
+func randomSnapshot(f Fleet, rng *rand.Rand, now time.Time) *signals.Snapshot {
+	states := []signals.State{signals.StateReady, signals.StateWarming, signals.StateStale, signals.StateStarting, signals.StateDraining, signals.StateUnhealthy}
+	pOut, pSaturated := rng.Float64(), rng.Float64()
+	names := make([]string, len(f.Clusters))
+	reps := make([][]signals.Replica, len(f.Clusters))
+	for ci, c := range f.Clusters {
+		names[ci] = c.Name
+		out := rng.Float64() < pOut
+		for j := range rng.IntN(4) + 1 {
+			st := states[rng.IntN(4)]
+			if out {
+				st = states[4+rng.IntN(2)]
+			}
+			rep := signals.Replica{Address: fmt.Sprintf("10.%d.0.%d:8000", ci, j), State: st, Ramp: 1, Saturated: rng.Float64() < pSaturated}
+			if st == signals.StateWarming {
+				rep.Ramp = 0.1 + 0.9*rng.Float64()
+			}
+			if st != signals.StateStarting && st != signals.StateStale {
+				rep.LastScrape = now
+				rep.Metrics = signals.Metrics{
+					Waiting: float64(rng.IntN(20)), Running: float64(rng.IntN(8)),
+					TTFTMeanSeconds: 2 * rng.Float64(), TTFTMeanKnown: rng.Float64() < 0.8,
+				}
+			}
+			reps[ci] = append(reps[ci], rep)
+		}
+	}
+	return signals.NewSnapshot(now, names, reps)
 }
 
 // outcomeOf is a decision record in the words of the test.

@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -50,31 +51,11 @@ func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters 
 	return t
 }
 
-// liveCluster is the fast loop's view of a cluster, refreshed every
-// signals interval: excluded when no replica serves, saturated when every
-// serving replica is, and its pressure (waiting / max(running, 1) over
-// the serving replicas), as app builds extproc.ClusterLive.
-type liveCluster struct {
-	excluded, saturated bool
-	pressure            float64
-	// ttft is the engines' time to first token now (the larger of the
-	// last interval's mean and the queue's wait), known once the cluster
-	// gave a first token.
-	ttft      float64
-	ttftKnown bool
-	// mean is the engines' last measured mean TTFT (kept through
-	// intervals without first tokens).
-	mean float64
-	// rate is the cluster's first tokens per second over the last
-	// interval (0 when none).
-	rate float64
-}
-
 // route decides one request with ILB's decision (package route, as
 // ext_proc calls it): the live state of the cell's clusters when the fast
 // loop is on, none otherwise (then Envoy routes to the drawn cluster
 // whatever its state, and no planned shed is confirmed).
-func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, live []liveCluster, awaiting []int, fast bool) (int, outcome) {
+func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, ls []live.Cluster, awaiting []int, fast bool) (int, outcome) {
 	c := t.cells[k]
 	if c == nil {
 		return -1, noCapacity
@@ -83,11 +64,7 @@ func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, 
 	if fast {
 		sig = t.sig[:0]
 		for _, cl := range c.clusters {
-			l := live[cl]
-			sig = append(sig, route.Signal{
-				Excluded: l.excluded, Saturated: l.saturated, Pressure: l.pressure, PressureKnown: !l.excluded,
-				TTFT: route.PredictTTFT(l.ttft, int64(awaiting[cl]), l.rate), TTFTKnown: l.ttftKnown && !l.excluded,
-			})
+			sig = append(sig, ls[cl].Signal(int64(awaiting[cl])))
 		}
 		t.sig = sig
 	}

@@ -17,11 +17,6 @@ func (r *runner) arrive(i int) {
 	prio, _ := weights.ParsePriority(q.Priority)
 	m := r.cfg.Models[mi]
 	cost := m.TokenCost(float64(q.Prompt), float64(q.Output))
-	k := weights.DemandKey{Source: q.Source, Model: q.Model, Priority: prio}
-	rate := r.meter[k]
-	rate.RequestsPerSecond++
-	rate.CostPerSecond += cost
-	r.meter[k] = rate
 
 	var cluster int
 	if r.opts.Policy.LeastLoaded {
@@ -29,6 +24,7 @@ func (r *runner) arrive(i int) {
 			r.rec.finish(i, -1, noCapacity, 0, 0)
 			return
 		}
+		r.book(i, prio, false)
 	} else {
 		var draw uint64
 		if q.Session != "" {
@@ -38,6 +34,7 @@ func (r *runner) arrive(i int) {
 		}
 		var out outcome
 		cluster, out = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.awaiting(), r.opts.Policy.FastLoop)
+		r.book(i, prio, out != routed)
 		if out != routed {
 			r.rec.finish(i, -1, out, 0, 0)
 			return
@@ -51,6 +48,43 @@ func (r *runner) arrive(i int) {
 	}
 	pi := r.send(i, hp.replica, cost, false, r.clock.now+r.rtt[si][r.replicas[hp.replica].cluster]/2)
 	r.inflight[pi].alt, r.inflight[pi].ticket = hp.alt, hp.ticket
+}
+
+// claim is one request's demand as ext_proc books it: its estimate, and
+// what is booked of it so far.
+type claim struct {
+	key          weights.DemandKey
+	cost, booked float64
+}
+
+// book counts request i's provisional share at its decision (shed: ILB
+// refused it, 429 or 503), as ext_proc does: the estimate from its prompt
+// (ext_proc's is from the body; the workload's count here) and the
+// default output, as the workload sends no max_tokens.
+func (r *runner) book(i int, prio weights.Priority, shed bool) {
+	q := &r.reqs[i]
+	lim := r.limits[r.models[q.Model]]
+	cost, _ := lim.Estimate(float64(q.Prompt), true, 0)
+	k := weights.DemandKey{Source: q.Source, Model: q.Model, Priority: prio}
+	c := claim{key: k, cost: cost, booked: lim.Provisional(cost, r.typical.Of(k))}
+	if shed {
+		c.booked = lim.Refused(cost, r.typical.Of(k))
+	}
+	r.meter.Add(c.key, c.booked, shed)
+	r.claims[i] = c
+}
+
+// served books the rest of request i's claim once its engine answered,
+// with the tokens it prefilled and generated, as ext_proc does when it
+// follows the response.
+func (r *runner) served(i int, res replica.Result) {
+	c := &r.claims[i]
+	total := r.limits[r.models[r.reqs[i].Model]].Served(c.cost, c.booked, float64(res.Prompt), float64(res.Output))
+	if extra := total - c.booked; extra > 0 {
+		r.meter.AddCost(c.key, extra)
+		c.booked = total
+	}
+	r.typical.Observe(c.key, c.booked)
 }
 
 // send puts request i on its way to replica rep, where it arrives at
@@ -188,10 +222,12 @@ func (r *runner) complete(results []replica.Result) {
 				continue
 			}
 			r.release(pi)
+			r.served(p.req, res) // its stream ended: what it generated counts
 			r.rec.finish(p.req, r.replicas[p.replica].cluster, failed, 0, 0)
 			continue
 		}
 		r.release(pi)
+		r.served(p.req, res)
 		rep := r.replicas[p.replica]
 		rep.served++
 		rep.promptTokens += int64(res.Prompt)

@@ -9,7 +9,10 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/sim/workload"
 	"github.com/ilbproject/ilb/weights"
@@ -84,15 +87,10 @@ type simReplica struct {
 	prompt, gen int64
 	first, slow float64
 	ttftSum     time.Duration // engine TTFT of the first tokens counted
-	// saturated: its engine was saturated at the last signals round
-	// (what ILB's replica picker reads).
-	saturated bool
-	// running is its engine's running requests at the last signals round,
-	// at scrapedAt (scraped: it was serving then): the decode load ILB's
-	// replica picker reads.
-	running   float64
-	scrapedAt time.Duration
-	scraped   bool
+	// ttftMean is the engine's mean TTFT over the last interval with a
+	// first token (ttftKnown: there was one), as its histogram says.
+	ttftMean  float64
+	ttftKnown bool
 	addr      string   // its name, as the picker's address
 	gie       gieIndex // the prefix scorer's index of it
 	// served counts the requests it completed, with their prompt tokens
@@ -141,20 +139,32 @@ type runner struct {
 	waitBuf  []int
 	egress   [][]float64 // USD per GB
 	allowed  [][]bool    // source × cluster
-	live     []liveCluster
-	table    *table
-	ctl      *weights.Controller
-	est      *capacity.Estimator // nil unless the policy learns capacity
+	// snap is the last signals round as ILB's monitor publishes it, and
+	// live its fast loop's view by cluster index; clusterNames index the
+	// clusters; snapBuf is the round's scratch.
+	snap         *signals.Snapshot
+	live         []live.Cluster
+	clusterNames []string
+	snapBuf      [][]signals.Replica
+	addrs        map[string]int // replica address → index in replicas
+	table        *table
+	ctl          *weights.Controller
+	est          *capacity.Estimator // nil unless the policy learns capacity
 	// ttftTarget is the engines' share of the SLO: the SLO less the
 	// fleet's longest round trip (as Calibrate measures).
 	ttftTarget time.Duration
-	meter      map[weights.DemandKey]weights.Rate
-	meterAt    time.Duration
-	rng        *rand.Rand
-	inflight   []pending
-	free       []int
-	rec        *recorder
-	results    []replica.Result
+	// meter counts demand as ext_proc does, by the same rule (limits,
+	// by model index): a request's provisional share at its decision,
+	// the rest as its engine serves it (claims, by request index).
+	meter    *demand.Meter
+	typical  *demand.Typical
+	limits   []demand.Limits
+	claims   []claim
+	rng      *rand.Rand
+	inflight []pending
+	free     []int
+	rec      *recorder
+	results  []replica.Result
 	// The controller's schedule: ticks every controller.tick, and at once
 	// (at most one a second: weights.DefaultMinResolveGap) when a
 	// cluster's serving replicas change, as app's signals hook triggers
@@ -165,7 +175,6 @@ type runner struct {
 	blockBuf []uint64
 	upBuf    []int
 	candBuf  []picker.Replica
-	idxBuf   []int
 }
 
 // Run runs one policy on one scenario.
@@ -216,7 +225,10 @@ func newRunner(o Options) (*runner, error) {
 		models:  index(len(f.Models), func(i int) string { return f.Models[i] }),
 		cnames:  index(len(f.Clusters), func(i int) string { return f.Clusters[i].Name }),
 		rng:     rand.New(rand.NewPCG(o.Seed, 0x1b)),
-		meter:   map[weights.DemandKey]weights.Rate{},
+		meter:   demand.NewMeter(epoch),
+		typical: demand.NewTypical(),
+		claims:  make([]claim, len(o.Requests)),
+		addrs:   map[string]int{},
 	}
 	regions := index(len(f.Regions), func(i int) string { return f.Regions[i] })
 	for ci, c := range f.Clusters {
@@ -250,7 +262,9 @@ func newRunner(o Options) (*runner, error) {
 				return nil, err
 			}
 			sc.replicas = append(sc.replicas, len(r.replicas))
-			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1, addr: fmt.Sprintf("%s/%d", c.Name, i)})
+			addr := fmt.Sprintf("%s/%d", c.Name, i)
+			r.addrs[addr] = len(r.replicas)
+			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1, addr: addr})
 		}
 		r.clusters = append(r.clusters, sc)
 	}
@@ -277,7 +291,14 @@ func newRunner(o Options) (*runner, error) {
 			return nil, fmt.Errorf("requests[%d]: %w", i, err)
 		}
 	}
-	r.live = make([]liveCluster, len(r.clusters))
+	for _, m := range cfg.Models {
+		r.limits = append(r.limits, demand.NewLimits(cfg.ExtProc, m))
+	}
+	r.live = make([]live.Cluster, len(r.clusters))
+	r.snapBuf = make([][]signals.Replica, len(r.clusters))
+	for _, c := range f.Clusters {
+		r.clusterNames = append(r.clusterNames, c.Name)
+	}
 	r.ttftTarget = engineBudget(f, s.SLO)
 	if o.Policy.LearnCapacity {
 		if r.est, err = newEstimator(cfg, r.ttftTarget); err != nil {

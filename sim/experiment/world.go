@@ -6,6 +6,7 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/signals"
 
 	"github.com/ilbproject/ilb/sim/replica"
@@ -89,62 +90,48 @@ func (r *runner) lifecycle(ri int) {
 // refreshSignals is one round of ILB's engine signals, as package signals
 // sees the replicas: a crash is seen once a probe fails and its retry
 // does too (probeRetry after the failure, at the first scrape after
-// that); other changes at the next scrape. A cluster with no serving
-// replica is excluded by the fast loop; one whose serving replicas are
-// all saturated (waiting >= signals.saturation_queue × max(running, 1),
-// or KV cache >= signals.saturation_kv) is saturated.
+// that); other changes at the next scrape. Each replica's scrape (the
+// network edge: what its engine's /metrics says) is read from its model;
+// from there on, the product's code: the snapshot's summaries
+// (signals.NewSnapshot), the fast loop's live state (live.FromSignals),
+// the capacity estimator's observation and, at the next tick, the
+// controller's cluster states (signals.Snapshot.ClusterStatesWith).
 func (r *runner) refreshSignals() {
-	sig := r.cfg.Signals
 	now := r.clock.now
+	at := epoch.Add(now)
+	secs := signalsInterval.Seconds()
+	reps := r.snapBuf
 	for ci, c := range r.clusters {
-		serving, saturated, busy := 0, 0, 0
-		var waiting, running, kv, prompt, gen, first, slow float64
-		var ttftSum time.Duration
+		reps[ci] = reps[ci][:0]
+		busy := 0
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
 			if rep.state != lcFailed || now-rep.since >= probeRetry {
 				rep.seen = rep.state
 			}
-			l := rep.m.Load()
-			dPrompt, dGen := l.PromptTokens-rep.prompt, l.GenerationTokens-rep.gen
-			rep.prompt, rep.gen = l.PromptTokens, l.GenerationTokens
-			dFirst, dSlow, dSum := rep.first, rep.slow, rep.ttftSum
-			rep.first, rep.slow, rep.ttftSum = 0, 0, 0
-			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && l.Running+l.Waiting > 0) {
+			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && rep.m.Load().Running+rep.m.Load().Waiting > 0) {
 				busy++ // capacity that served in this interval, for the plots
 			}
-			rep.saturated, rep.scraped = false, false
-			if rep.seen != lcReady && rep.seen != lcWarming {
-				continue
-			}
-			rep.running, rep.scrapedAt, rep.scraped = float64(l.Running), now, true
-			serving++
-			waiting += float64(l.Waiting)
-			running += float64(l.Running)
-			kv += l.KVUsage
-			prompt += float64(dPrompt)
-			gen += float64(dGen)
-			first += dFirst
-			slow += dSlow
-			ttftSum += dSum
-			if sig.Saturated(float64(l.Waiting), float64(l.Running), true, l.KVUsage) { // the model always knows its KV
-				rep.saturated = true
-				saturated++
-			}
+			reps[ci] = append(reps[ci], r.scrape(rep, at, secs))
 		}
-		lc := liveCluster{excluded: serving == 0, saturated: serving > 0 && saturated == serving, pressure: waiting / max(running, 1)}
-		engineTTFT(&lc, r.live[ci], first, ttftSum, waiting, signalsInterval)
-		r.live[ci] = lc
+		r.rec.sample(ci, float64(busy)*secs)
+	}
+	r.observe(signals.NewSnapshot(at, r.clusterNames, reps))
+}
+
+// observe takes a signals snapshot as app's signals hook does: the fast
+// loop's live state, the capacity estimator's observations, and a
+// controller tick when a cluster's serving replicas changed.
+func (r *runner) observe(snap *signals.Snapshot) {
+	r.snap = snap
+	ls := live.FromSignals(snap)
+	for ci, name := range r.clusterNames {
+		r.live[ci] = ls.Clusters[name]
+		c := snap.Clusters[name]
 		if r.est != nil {
-			secs := signalsInterval.Seconds()
-			r.est.Observe(r.opts.Scenario.Fleet.Clusters[ci].Name, capacity.Observation{
-				At: epoch.Add(now), Replicas: serving, Waiting: waiting, Running: running,
-				KVUsage: kv / max(float64(serving), 1), KVKnown: serving > 0,
-				PromptTokensPerSecond: prompt / secs, GenerationTokensPerSecond: gen / secs,
-				FirstTokensPerSecond: first / secs, SlowFirstTokensPerSecond: slow / secs, TTFTKnown: true,
-			})
+			r.est.Observe(name, c.Observation(snap.At))
 		}
-		r.rec.sample(ci, float64(busy)*signalsInterval.Seconds())
+		serving := c.Ready + c.Warming + c.Stale
 		if r.lastServing == nil {
 			r.lastServing = make([]int, len(r.clusters))
 			for i := range r.lastServing {
@@ -156,6 +143,46 @@ func (r *runner) refreshSignals() {
 		}
 		r.lastServing[ci] = serving
 	}
+}
+
+// scrape is replica rep as ILB's signals monitor sees it at at: its state
+// (a replica failing probes or restarting is unhealthy), its warm-up
+// ramp, and, while it serves, its engine's metrics over the interval of
+// secs seconds since the last round, with their saturation.
+func (r *runner) scrape(rep *simReplica, at time.Time, secs float64) signals.Replica {
+	l := rep.m.Load()
+	dPrompt, dGen := l.PromptTokens-rep.prompt, l.GenerationTokens-rep.gen
+	rep.prompt, rep.gen = l.PromptTokens, l.GenerationTokens
+	dFirst, dSlow, dSum := rep.first, rep.slow, rep.ttftSum
+	rep.first, rep.slow, rep.ttftSum = 0, 0, 0
+	if dFirst > 0 {
+		rep.ttftMean, rep.ttftKnown = dSum.Seconds()/dFirst, true // kept through intervals without first tokens
+	}
+	sr := signals.Replica{Address: rep.addr}
+	switch rep.seen {
+	case lcReady:
+		sr.State, sr.Ramp = signals.StateReady, 1
+	case lcWarming:
+		sr.State, sr.Ramp = signals.StateWarming, signals.WarmupRamp(r.clock.now-rep.since, warmupTime)
+	case lcDraining:
+		sr.State = signals.StateDraining
+	default: // failed, or restarting: its probes fail
+		sr.State = signals.StateUnhealthy
+	}
+	if sr.State != signals.StateReady && sr.State != signals.StateWarming {
+		return sr
+	}
+	sr.LastScrape = at
+	sr.Metrics = signals.Metrics{
+		Waiting: float64(l.Waiting), Running: float64(l.Running), KVUsage: l.KVUsage, KVKnown: true, // the model always knows its KV
+		PromptTokens: float64(l.PromptTokens), GenerationTokens: float64(l.GenerationTokens),
+		TokensPerSecond:       float64(dPrompt+dGen) / secs,
+		PromptTokensPerSecond: float64(dPrompt) / secs, GenerationTokensPerSecond: float64(dGen) / secs, RatesKnown: true,
+		FirstTokensPerSecond: dFirst / secs, SlowFirstTokensPerSecond: dSlow / secs, TTFTKnown: true,
+		TTFTMeanSeconds: rep.ttftMean, TTFTMeanKnown: rep.ttftKnown,
+	}
+	sr.Saturated = r.cfg.Signals.Saturated(sr.Metrics.Waiting, sr.Metrics.Running, true, l.KVUsage)
+	return sr
 }
 
 // trigger asks for a controller tick now, at most one a second after the
@@ -171,21 +198,6 @@ func (r *runner) trigger() {
 	}
 }
 
-// engineTTFT sets a cluster's time to first token now, as signals
-// derives it from the engines' TTFT histograms and queues
-// (signals.Cluster.TTFTSeconds): the larger of the interval's mean TTFT
-// (the last measured one when no first token came) and the wait of its
-// queue (waiting / first tokens per second; one admission per second
-// when none came).
-func engineTTFT(lc *liveCluster, last liveCluster, first float64, sum time.Duration, waiting float64, interval time.Duration) {
-	lc.mean, lc.ttftKnown = last.mean, last.ttftKnown
-	rate := first / interval.Seconds()
-	if first > 0 {
-		lc.mean, lc.ttftKnown = sum.Seconds()/first, true
-	}
-	lc.ttft, lc.rate = signals.TTFTNow(lc.mean, waiting, rate), rate
-}
-
 // newEstimator learns every cluster's capacity as app does, from the
 // configuration the run built: its profiles hold the calibrated
 // capacities (the prior), and the engines' TTFT target is their share of
@@ -197,48 +209,28 @@ func newEstimator(cfg *config.Config, ttftTarget time.Duration) (*capacity.Estim
 	return capacity.NewFromConfig(&c)
 }
 
-// clusterStates is what ILB's signals tell the controller.
+// clusterStates is what ILB's signals tell the controller: the last
+// snapshot's (signals.Snapshot.ClusterStatesWith), with the learned
+// capacity when the policy learns it, the calibrated one otherwise.
 func (r *runner) clusterStates() map[string]weights.ClusterState {
-	out := make(map[string]weights.ClusterState, len(r.clusters))
-	now := r.clock.now
-	for ci, c := range r.clusters {
-		ready, draining, unhealthy := 0, 0, 0
-		var warming []float64
-		for _, ri := range c.replicas {
-			rep := r.replicas[ri]
-			switch rep.seen {
-			case lcReady:
-				ready++
-			case lcWarming:
-				warming = append(warming, signals.WarmupRamp(now-rep.since, warmupTime)) // as ILB's signals monitor counts it
-			case lcDraining:
-				draining++
-			default:
-				unhealthy++
-			}
-		}
-		name := r.opts.Scenario.Fleet.Clusters[ci].Name
-		perReplica := c.capacity
+	per := func(name string) (float64, bool) {
 		if r.est != nil {
-			perReplica, _ = r.est.PerReplica(name)
+			return r.est.PerReplica(name)
 		}
-		out[name] = weights.NewClusterState(perReplica, ready, warming, draining, unhealthy)
+		return r.clusters[r.cnames[name]].capacity, true
 	}
-	return out
+	return r.snap.ClusterStatesWith(r.cfg, per) // run takes a round before the first tick
 }
 
 // takeDemand returns the demand metered since the last call as rates,
 // as ext_proc reports it over LRS.
 func (r *runner) takeDemand() weights.Demand {
-	d := weights.Demand{}
-	secs := (r.clock.now - r.meterAt).Seconds()
-	if secs <= 0 {
-		return d
+	counts, d := r.meter.Flush(epoch.Add(r.clock.now))
+	out := weights.Demand{}
+	if secs := d.Seconds(); secs > 0 {
+		for k, c := range counts {
+			out[k] = weights.Rate{RequestsPerSecond: float64(c.Requests) / secs, CostPerSecond: c.TokenCost / secs}
+		}
 	}
-	for k, v := range r.meter {
-		d[k] = weights.Rate{RequestsPerSecond: v.RequestsPerSecond / secs, CostPerSecond: v.CostPerSecond / secs}
-	}
-	clear(r.meter)
-	r.meterAt = r.clock.now
-	return d
+	return out
 }

@@ -1,4 +1,4 @@
-package app
+package live_test
 
 import (
 	"strings"

@@ -1,0 +1,144 @@
+package live_test
+
+import (
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/signals"
+)
+
+// TestFromSignalsReplicas: each replica state maps to what replica
+// picking may do with it, and only fresh metrics carry a decode load.
+func TestFromSignalsReplicas(t *testing.T) {
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	m := signals.Metrics{Running: 3, Waiting: 6}
+	tests := []struct {
+		name string
+		rep  signals.Replica
+		want live.Replica
+	}{
+		{"ready, scraped", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1, Running: 3, ScrapedAt: at}},
+		{"warming keeps its ramp", signals.Replica{Address: "a:1", State: signals.StateWarming, Ramp: 0.4, LastScrape: at, Metrics: m, Saturated: true}, live.Replica{Address: "a:1", Ramp: 0.4, Saturated: true, Running: 3, ScrapedAt: at}},
+		{"ready, last scrape failed: load unknown", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, LastError: "timeout", Metrics: m}, live.Replica{Address: "a:1", Ramp: 1}},
+		{"stale: serves, load unknown", signals.Replica{Address: "a:1", State: signals.StateStale, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1}},
+		{"starting: the fleet that was serving", signals.Replica{Address: "a:1", State: signals.StateStarting}, live.Replica{Address: "a:1", Ramp: 1}},
+		{"draining: out", signals.Replica{Address: "a:1", State: signals.StateDraining, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Out: "draining"}},
+		{"unhealthy: out, cache forgotten", signals.Replica{Address: "a:1", State: signals.StateUnhealthy}, live.Replica{Address: "a:1", Out: live.OutUnhealthy}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{tt.rep}})
+			got := live.FromSignals(snap).Clusters["c"].Replicas
+			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
+				t.Fatalf("replicas %+v; want [%+v]", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFromSignalsCluster: a cluster's pressure, saturation and TTFT are
+// the snapshot's summary of its serving replicas.
+func TestFromSignalsCluster(t *testing.T) {
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	rep := func(addr string, st signals.State, waiting, running, ttft, rate float64, sat bool) signals.Replica {
+		return signals.Replica{Address: addr, State: st, Ramp: 1, Saturated: sat, LastScrape: at, Metrics: signals.Metrics{
+			Waiting: waiting, Running: running, TTFTKnown: true, FirstTokensPerSecond: rate, TTFTMeanSeconds: ttft, TTFTMeanKnown: true,
+		}}
+	}
+	snap := signals.NewSnapshot(at, []string{"busy", "calm", "gone"}, [][]signals.Replica{
+		{rep("b:2", signals.StateReady, 8, 2, 0.5, 4, true), rep("b:1", signals.StateReady, 4, 2, 0.3, 2, true)},
+		{rep("c:1", signals.StateReady, 0, 1, 0.2, 0, false), rep("c:2", signals.StateDraining, 9, 9, 9, 9, true)},
+		{rep("g:1", signals.StateUnhealthy, 0, 0, 0, 0, false)},
+	})
+	l := live.FromSignals(snap)
+	busy, calm, gone := l.Clusters["busy"], l.Clusters["calm"], l.Clusters["gone"]
+	// busy: 12 waiting over 4 running; mean TTFT weighted by rate
+	// (0.5×4 + 0.3×2)/6 ≈ 0.433, under the queue's wait 12/6 = 2 s.
+	if !busy.Saturated || busy.Pressure != 3 || !busy.PressureKnown || busy.TTFT != 2 || busy.FirstTokensPerSecond != 6 || busy.Excluded != "" {
+		t.Errorf("busy: %+v", busy)
+	}
+	if busy.Replicas[0].Address != "b:1" || busy.Replicas[1].Address != "b:2" {
+		t.Errorf("busy replicas not in address order: %+v", busy.Replicas)
+	}
+	if calm.Saturated || calm.Pressure != 0 || !calm.PressureKnown || math.Abs(calm.TTFT-0.2) > 1e-9 || !calm.TTFTKnown {
+		t.Errorf("calm (its draining replica does not count): %+v", calm)
+	}
+	if gone.Excluded != "no serving replica: 1 unhealthy" || gone.PressureKnown {
+		t.Errorf("gone: %+v", gone)
+	}
+}
+
+// TestSignal: what the route decision takes of a cluster, the requests
+// awaiting there adding to its predicted TTFT.
+func TestSignal(t *testing.T) {
+	c := live.Cluster{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: 0.4, TTFTKnown: true, FirstTokensPerSecond: 10}
+	tests := []struct {
+		name     string
+		c        live.Cluster
+		awaiting int64
+		want     route.Signal
+	}{
+		{"none awaiting", c, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10), TTFTKnown: true}},
+		{"20 awaiting", c, 20, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10), TTFTKnown: true}},
+		{"excluded", live.Cluster{Excluded: "no replica"}, 3, route.Signal{Excluded: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.Signal(tt.awaiting); got != tt.want {
+				t.Fatalf("%+v; want %+v", got, tt.want)
+			}
+		})
+	}
+	if a, b := c.Signal(0).TTFT, c.Signal(20).TTFT; !(b > a) {
+		t.Errorf("20 requests awaiting predict %v s, none %v s: want more", b, a)
+	}
+}
+
+// TestCandidates: only the replicas that serve are the picker's.
+func TestCandidates(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	c := live.Cluster{Replicas: []live.Replica{
+		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at},
+		{Address: "a:2", Out: "draining"},
+		{Address: "a:3", Ramp: 0.5, Saturated: true},
+		{Address: "a:4", Out: live.OutUnhealthy},
+	}}
+	got := c.Candidates(nil)
+	want := []picker.Replica{{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at}, {Address: "a:3", Ramp: 0.5, Saturated: true}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%+v; want %+v", got, want)
+	}
+}
+
+// TestPickerRequest: the draw comes from the session when there is one,
+// the session stands for the prefix only when the prompt was not read,
+// and max_tokens below the default lowers the decode work.
+func TestPickerRequest(t *testing.T) {
+	m := config.Model{Name: "m", PromptTokenCost: 1, OutputTokenCost: 4}
+	ep := config.ExtProc{DefaultOutputTokens: 250}
+	rand := func() uint64 { return 99 }
+	tests := []struct {
+		name string
+		p    live.Prompt
+		want picker.Request
+	}{
+		{"read, no session", live.Prompt{Tokens: 300, Read: true, Blocks: []uint64{1, 2}}, picker.Request{Blocks: []uint64{1, 2}, PromptTokens: 300, Draw: 99, DecodeWork: 1000, DecodeUnit: 1000}},
+		{"read, session orders ties only", live.Prompt{Tokens: 300, Read: true, Blocks: []uint64{1}, Session: 7}, picker.Request{Blocks: []uint64{1}, PromptTokens: 300, Draw: 7, DecodeWork: 1000, DecodeUnit: 1000}},
+		{"headers only: the session stands for the prefix", live.Prompt{Tokens: 40, Session: 7}, picker.Request{PromptTokens: 40, Draw: 7, Session: 7, DecodeWork: 1000, DecodeUnit: 1000}},
+		{"max_tokens under the default", live.Prompt{Tokens: 10, Read: true, MaxTokens: 50}, picker.Request{PromptTokens: 10, Draw: 99, DecodeWork: 200, DecodeUnit: 1000}},
+		{"max_tokens over the default: a bound, not an expectation", live.Prompt{Tokens: 10, Read: true, MaxTokens: 5000}, picker.Request{PromptTokens: 10, Draw: 99, DecodeWork: 1000, DecodeUnit: 1000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := live.PickerRequest(m, ep, tt.p, rand); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("%+v; want %+v", got, tt.want)
+			}
+		})
+	}
+}
