@@ -26,8 +26,9 @@ type ReplicaDecision struct {
 	Hosts []string `json:"hosts,omitempty"`
 	// Reason: prefix, session, load or only (package picker).
 	Reason string `json:"reason,omitempty"`
-	// PromptBlocks is how many 256-byte blocks of the prompt were hashed
-	// (at most 512).
+	// PromptBlocks is how many hashes of the prompt's chain were taken
+	// (picker.AppendBlocks: one per 256-byte block for the first 512,
+	// then one per 2 KiB; at most picker.MaxBlocks).
 	PromptBlocks int `json:"prompt_blocks"`
 	// Terms are the chosen replica's: cached prefix, load, cost.
 	Terms picker.Term `json:"terms"`
@@ -133,7 +134,7 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, ls *live.Sta
 	if body != nil {
 		p.Read, p.MaxTokens, p.Tokens = true, body.MaxTokens, body.PromptTokens
 		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
-			p.Blocks = picker.AppendBlocks(make([]uint64, 0, min(n, picker.MaxBlocks)), picker.Seed(model), body.prompt)
+			p.Blocks = picker.AppendBlocks(make([]uint64, 0, picker.Hashes(n)), picker.Seed(model), body.prompt)
 		}
 	} else {
 		// The prompt was not read: its length is estimated from the

@@ -165,7 +165,7 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		// A prefill computes at least a block: the prompt's tail past its
 		// last full block is never in the index, and an engine recomputes
 		// the last token of a prompt it holds whole.
-		cached := min(st.cache.match(blocks)*BlockTokens, max(prompt-BlockTokens, 0))
+		cached := min(Span(st.cache.match(blocks))*BlockTokens, max(prompt-BlockTokens, 0))
 		ramp := cand.Ramp
 		if !(ramp > 0) || ramp > 1 {
 			ramp = 1
@@ -278,9 +278,9 @@ func (c *Cluster) ForgetCache(address string) {
 // Stats are a cluster picker's sizes.
 type Stats struct {
 	Replicas int // replicas known
-	Blocks   int // blocks held, all replicas
-	// Bytes estimates the memory of the caches: each block costs a map
-	// entry (~40 bytes) and two ring slots (16 bytes each).
+	Blocks   int // blocks the hashes held cover, all replicas
+	// Bytes estimates the memory of the caches: each hash costs a map
+	// entry (~40 bytes) and two ring slots (24 bytes each).
 	Bytes int64
 }
 
@@ -290,8 +290,8 @@ func (c *Cluster) Stats() Stats {
 	defer c.mu.Unlock()
 	s := Stats{Replicas: len(c.replicas)}
 	for _, st := range c.replicas {
-		s.Blocks += st.cache.size()
-		s.Bytes += int64(st.cache.size())*40 + int64(len(st.cache.ring))*16
+		s.Blocks += st.cache.held
+		s.Bytes += int64(st.cache.size())*40 + int64(len(st.cache.ring))*24
 	}
 	return s
 }

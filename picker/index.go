@@ -1,15 +1,17 @@
 package picker
 
 // cache is what ILB believes one replica's engine holds in its prefix
-// cache: the block hashes of the prompts ILB sent it, at most capacity of
-// them, the least recently sent forgotten first.
+// cache: the hashes of the prompts ILB sent it, covering at most capacity
+// blocks (a dense hash covers one, a sparse one SparseStride: the
+// engine's cache holds tokens, not hashes), the least recently sent
+// forgotten first.
 //
 // Eviction is an approximate LRU in O(1): every use of a block appends
 // (hash, stamp) to a ring of 2 × capacity entries, and the map keeps each
 // block's latest stamp. Popping the ring's oldest entry forgets its block
 // only when that entry is the block's latest use; a block used since has
-// a later entry. The ring is popped while the map holds more than
-// capacity blocks or the ring is full, so memory is bounded by
+// a later entry. The ring is popped while the hashes held cover more
+// than capacity blocks or the ring is full, so memory is bounded by
 // capacity × (map entry + 2 ring entries).
 //
 // A prompt's blocks are recorded last first, so its earlier blocks are
@@ -23,10 +25,15 @@ type cache struct {
 	ring   []use
 	head   int // oldest entry
 	n      int // entries in the ring
-	cap    int
+	cap    int // blocks
+	held   int // blocks the hashes in blocks cover
 }
 
-type use struct{ hash, stamp uint64 }
+// use is one recording of a hash, covering span blocks.
+type use struct {
+	hash, stamp uint64
+	span        int
+}
 
 func newCache(capacity int) *cache {
 	return &cache{blocks: make(map[uint64]uint64, min(capacity, 1024)), ring: make([]use, 2*capacity), cap: capacity}
@@ -60,13 +67,20 @@ func (c *cache) record(chain []uint64) {
 		if s, ok := c.blocks[h]; ok && s+fresh >= stamp {
 			continue
 		}
+		span := 1
+		if i >= DenseBlocks {
+			span = SparseStride
+		}
+		if _, ok := c.blocks[h]; !ok {
+			c.held += span
+		}
 		c.blocks[h] = stamp
 		if c.n == len(c.ring) {
 			c.pop()
 		}
-		c.ring[(c.head+c.n)%len(c.ring)] = use{h, stamp}
+		c.ring[(c.head+c.n)%len(c.ring)] = use{h, stamp, span}
 		c.n++
-		for len(c.blocks) > c.cap {
+		for c.held > c.cap && c.n > 0 {
 			c.pop()
 		}
 	}
@@ -80,8 +94,9 @@ func (c *cache) pop() {
 	c.n--
 	if s, ok := c.blocks[u.hash]; ok && s == u.stamp {
 		delete(c.blocks, u.hash)
+		c.held -= u.span
 	}
 }
 
-// size is the number of blocks held.
+// size is the number of hashes held.
 func (c *cache) size() int { return len(c.blocks) }

@@ -50,8 +50,95 @@ func TestAppendBlocks(t *testing.T) {
 			}
 		})
 	}
-	if n := len(blocks("m", prompt("huge", 4*MaxBlocks*BlockBytes))); n != MaxBlocks {
+	if n := len(blocks("m", prompt("huge", 2*Span(MaxBlocks)*BlockBytes))); n != MaxBlocks {
 		t.Errorf("a huge prompt has %d blocks, want the bound %d", n, MaxBlocks)
+	}
+}
+
+// TestChainShape: a prompt's chain is one hash per block for the first
+// DenseBlocks, then one per SparseStride blocks, up to MaxBlocks; Hashes,
+// Span and Hashed describe that shape (the routing benchmark builds its
+// chains with Hashed), and a sparse hash is shared exactly when the bytes
+// up to its end are.
+func TestChainShape(t *testing.T) {
+	tests := []struct {
+		name          string
+		blocks        int
+		hashes, spans int
+	}{
+		{"none", 0, 0, 0},
+		{"short", 10, 10, 10},
+		{"dense whole", DenseBlocks, DenseBlocks, DenseBlocks},
+		{"a partial sparse span is not hashed", DenseBlocks + SparseStride - 1, DenseBlocks, DenseBlocks},
+		{"one sparse span", DenseBlocks + SparseStride, DenseBlocks + 1, DenseBlocks + SparseStride},
+		{"long", DenseBlocks + 100*SparseStride + 3, DenseBlocks + 100, DenseBlocks + 100*SparseStride},
+		{"past the bound", 10 * Span(MaxBlocks), MaxBlocks, Span(MaxBlocks)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := prompt(tt.name, tt.blocks*BlockBytes)
+			if got := len(AppendBlocks(nil, 1, text)); got != tt.hashes {
+				t.Errorf("AppendBlocks: %d hashes; want %d", got, tt.hashes)
+			}
+			if got := Hashes(tt.blocks); got != tt.hashes {
+				t.Errorf("Hashes(%d) = %d; want %d", tt.blocks, got, tt.hashes)
+			}
+			if got := Span(tt.hashes); got != tt.spans {
+				t.Errorf("Span(%d) = %d; want %d", tt.hashes, got, tt.spans)
+			}
+			n := 0
+			for i := range tt.blocks {
+				if Hashed(i) {
+					n++
+				}
+			}
+			if n != tt.hashes {
+				t.Errorf("Hashed is true for %d of %d blocks; want %d", n, tt.blocks, tt.hashes)
+			}
+		})
+	}
+	// Two prompts that differ in block DenseBlocks+11 (sparse span 1)
+	// share the dense part and sparse span 0, and nothing after.
+	a := prompt("a", (DenseBlocks+4*SparseStride)*BlockBytes)
+	b := append([]byte(nil), a...)
+	b[(DenseBlocks+11)*BlockBytes] ^= 1
+	ca, cb := AppendBlocks(nil, 1, a), AppendBlocks(nil, 1, b)
+	shared := 0
+	for shared < len(ca) && ca[shared] == cb[shared] {
+		shared++
+	}
+	if shared != DenseBlocks+1 {
+		t.Errorf("shared %d hashes; want %d", shared, DenseBlocks+1)
+	}
+}
+
+// TestLongPrefixCredited: a prompt sharing 100k tokens with one a
+// replica was sent is credited with them (its sparse hashes), not only
+// with the dense part's 32k; and a replica's index counts the blocks its
+// hashes cover, so long prompts do not make it believe the engine holds
+// more than its cache.
+func TestLongPrefixCredited(t *testing.T) {
+	c := NewCluster(Options{CacheTokens: 200_000})
+	reps := []Replica{{Address: "a", Ramp: 1}, {Address: "b", Ramp: 1}}
+	shared := prompt("corpus", 400_000) // 100k tokens
+	first := append(bytes.Clone(shared), prompt("question one", 2*BlockBytes)...)
+	d, tk := c.Pick(reps[:1], Request{Blocks: blocks("m", first), PromptTokens: len(first) / 4})
+	tk.Done()
+	second := append(bytes.Clone(shared), prompt("question two", 2*BlockBytes)...)
+	d2, tk2 := c.Pick(reps, Request{Blocks: blocks("m", second), PromptTokens: len(second) / 4, Draw: 1})
+	tk2.Done()
+	if d2.Chosen.Address != d.Chosen.Address || d2.Chosen.Cached < 99_000 || d2.Chosen.Cached > 100_000 {
+		t.Fatalf("second prompt: %+v; want %s with about 100k tokens cached (first %s)", d2.Chosen, d.Chosen.Address, d.Chosen.Address)
+	}
+	// Three more 100k-token prompts to the same replica: its 200k-token
+	// cache cannot hold four, and the index says so.
+	for i := range 3 {
+		p := prompt(fmt.Sprint("other corpus ", i), 400_000)
+		_, tk := c.Pick(reps[:1], Request{Blocks: blocks("m", p), PromptTokens: len(p) / 4})
+		tk.Done()
+	}
+	if got := c.Stats().Blocks * BlockTokens; got > 200_000+BlockTokens*SparseStride {
+		t.Errorf("the index covers %d tokens; want at most replica a's 200k-token cache", got)
 	}
 }
 

@@ -66,6 +66,19 @@ const blockStride = picker.BlockTokens / workload.BlockTokens
 func (r *runner) pickerBlocks(prefix []uint64) []uint64 {
 	b := r.blockBuf[:0]
 	for i := blockStride - 1; i < len(prefix) && len(b) < picker.MaxBlocks; i += blockStride {
+		if picker.Hashed(i / blockStride) { // the chain's shape: dense, then sparse
+			b = append(b, prefix[i])
+		}
+	}
+	r.blockBuf = b
+	return b
+}
+
+// gieBlocks coarsens a request's prefix hashes to the prefix scorer's
+// blocks: 64 tokens each, dense, at most DenseBlocks (into r's scratch).
+func (r *runner) gieBlocks(prefix []uint64) []uint64 {
+	b := r.blockBuf[:0]
+	for i := blockStride - 1; i < len(prefix) && len(b) < picker.DenseBlocks; i += blockStride {
 		b = append(b, prefix[i])
 	}
 	r.blockBuf = b
@@ -152,7 +165,7 @@ func (r *runner) prefixScorer(cluster int, q *workload.Request) int {
 	if len(u) == 0 {
 		return -1
 	}
-	blocks := r.pickerBlocks(q.Prefix)
+	blocks := r.gieBlocks(q.Prefix)
 	minQ, maxQ := math.MaxInt, 0
 	for _, ri := range u {
 		w := r.replicas[ri].m.Load().Waiting
@@ -211,14 +224,17 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 }
 
 // gieIndex is the endpoint picker's approximate prefix index of one
-// replica: the blocks routed there, an LRU of gieIndexBlocks entries
-// (GIE's default: 31,250 per pod).
+// replica: the blocks routed there, an LRU of capacity entries. GIE's
+// prefix plugin sizes it from the model server's KV cache when it can
+// (autoTune, on by default: the engine's cache blocks), else 31,250 per
+// pod; sized from the cache, as its users run it, it believes a replica
+// holds what the engine can (at 31,250 blocks of 64 tokens it believed
+// 2M tokens where the engine held 420k, over-credited and herded).
 type gieIndex struct {
-	held map[uint64]uint64 // block → last use
-	tick uint64
+	held     map[uint64]uint64 // block → last use
+	tick     uint64
+	capacity int // blocks
 }
-
-const gieIndexBlocks = 31250
 
 // match counts the leading blocks held, stopping at the first miss.
 func (g *gieIndex) match(blocks []uint64) int {
@@ -238,8 +254,8 @@ func (g *gieIndex) record(blocks []uint64) {
 		g.tick++
 		g.held[b] = g.tick
 	}
-	if len(g.held) > gieIndexBlocks+gieIndexBlocks/8 { // evict the oldest eighth at once
-		cut := g.tick - uint64(gieIndexBlocks)
+	if len(g.held) > g.capacity+g.capacity/8 { // evict the oldest eighth at once
+		cut := g.tick - uint64(g.capacity)
 		for b, t := range g.held {
 			if t <= cut {
 				delete(g.held, b)

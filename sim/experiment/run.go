@@ -264,7 +264,7 @@ func newRunner(o Options) (*runner, error) {
 			sc.replicas = append(sc.replicas, len(r.replicas))
 			addr := fmt.Sprintf("%s/%d", c.Name, i)
 			r.addrs[addr] = len(r.replicas)
-			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1, addr: addr})
+			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1, addr: addr, gie: gieIndex{capacity: max(1, p.KVTokens()/picker.BlockTokens)}})
 		}
 		r.clusters = append(r.clusters, sc)
 	}
