@@ -15,6 +15,7 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/internal/bound"
@@ -40,7 +41,7 @@ type Decisions interface {
 
 // History reports the last published weights versions, newest first.
 type History interface {
-	Versions(n int) []weights.VersionSummary
+	Versions(n int) []controller.VersionSummary
 }
 
 // Nodes reports the Envoys the xDS server knows, a bounded page at a
@@ -71,13 +72,13 @@ type Capacity interface {
 }
 
 var (
-	_ Weights   = (*weights.Controller)(nil)
+	_ Weights   = (*controller.Controller)(nil)
 	_ Decisions = (*extproc.Log)(nil)
 	_ Nodes     = (*xds.Server)(nil)
 	_ Rollouts  = (*xds.Server)(nil)
 	_ Signals   = (*signals.Monitor)(nil)
 	_ Demand    = (*demand.Aggregator)(nil)
-	_ History   = (*weights.History)(nil)
+	_ History   = (*controller.History)(nil)
 	_ Capacity  = (*capacity.Estimator)(nil)
 )
 

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ilbproject/ilb/weights"
+	"github.com/ilbproject/ilb/controller"
 )
 
 // historyEntry is one version of /debug/weights/history.
@@ -18,9 +18,9 @@ type historyEntry struct {
 	// history keeps none (then Changes is empty).
 	Previous string `json:"previous,omitempty"`
 	// Changes lists the cells (of the filter) that changed since Previous.
-	Changes []weights.CellDiff `json:"changes"`
+	Changes []controller.CellDiff `json:"changes"`
 	// Cells is the routing of the filter's cells in this version.
-	Cells []weights.CellRoute `json:"cells"`
+	Cells []controller.CellRoute `json:"cells"`
 }
 
 // serveHistory answers GET /debug/weights/history (see Handler).
@@ -36,8 +36,8 @@ func serveHistory(w http.ResponseWriter, r *http.Request, h History) {
 		return
 	}
 	source, model := q.Get("source"), q.Get("model")
-	keep := func(v weights.VersionSummary) weights.VersionSummary {
-		cells := []weights.CellRoute{}
+	keep := func(v controller.VersionSummary) controller.VersionSummary {
+		cells := []controller.CellRoute{}
 		for _, c := range v.Cells {
 			if (source == "" || c.Source == source) && (model == "" || c.Model == model) {
 				cells = append(cells, c)
@@ -52,12 +52,12 @@ func serveHistory(w http.ResponseWriter, r *http.Request, h History) {
 		v := keep(vs[i])
 		e := historyEntry{
 			Version: v.Version, Published: v.Published, Computed: v.Computed,
-			Policy: v.Policy, Status: v.Status, Cells: v.Cells, Changes: []weights.CellDiff{},
+			Policy: v.Policy, Status: v.Status, Cells: v.Cells, Changes: []controller.CellDiff{},
 		}
 		if i+1 < len(vs) {
 			prev := keep(vs[i+1])
 			e.Previous = prev.Version
-			if d := weights.Diff(prev, v); d != nil {
+			if d := controller.Diff(prev, v); d != nil {
 				e.Changes = d
 			}
 		}

@@ -9,22 +9,23 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/admin"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
 type entry struct {
-	Version  string              `json:"version"`
-	Previous string              `json:"previous"`
-	Status   string              `json:"status"`
-	Changes  []weights.CellDiff  `json:"changes"`
-	Cells    []weights.CellRoute `json:"cells"`
+	Version  string                 `json:"version"`
+	Previous string                 `json:"previous"`
+	Status   string                 `json:"status"`
+	Changes  []controller.CellDiff  `json:"changes"`
+	Cells    []controller.CellRoute `json:"cells"`
 }
 
 // publishAll records one version per element of splits in a History:
 // cell (s1, m) gets a/b split, (s2, m) the opposite.
-func publishAll(t *testing.T, splits ...uint32) (*weights.History, []string) {
+func publishAll(t *testing.T, splits ...uint32) (*controller.History, []string) {
 	t.Helper()
-	h := weights.NewHistory(0, nil)
+	h := controller.NewHistory(0, nil)
 	var versions []string
 	for _, a := range splits {
 		w, err := weights.New("test", time.Now(), []weights.Cell{
@@ -84,7 +85,7 @@ func TestWeightsHistory(t *testing.T) {
 			}
 			if tt.changes > 0 {
 				c := es[0].Changes[0]
-				if c.Source != "s1" || len(c.Clusters) != 2 || c.Clusters[0] != (weights.WeightChange{Cluster: "a", Before: 4000, After: 3000}) {
+				if c.Source != "s1" || len(c.Clusters) != 2 || c.Clusters[0] != (controller.WeightChange{Cluster: "a", Before: 4000, After: 3000}) {
 					t.Errorf("changes[0] = %+v; want s1 a 4000 -> 3000", c)
 				}
 			}

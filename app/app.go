@@ -31,6 +31,7 @@ import (
 	"github.com/ilbproject/ilb/auth"
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/dashboard"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
@@ -60,7 +61,7 @@ type Options struct {
 type App struct {
 	Config     *config.Config
 	Registry   *prometheus.Registry
-	Controller *weights.Controller
+	Controller *controller.Controller
 	XDS        *xds.Server
 	ExtProc    *extproc.Server
 	// Signals watches the engines; nil when signals.disabled.
@@ -69,7 +70,7 @@ type App struct {
 	// reporter sends over LRS on the xDS port.
 	Demand *demand.Aggregator
 	// History keeps the last published weights versions (/debug/weights/history, ilb why).
-	History *weights.History
+	History *controller.History
 	// Dashboard is the web page at the admin server's /ui/.
 	Dashboard *dashboard.Dashboard
 	// Auth is the transport security of the three ports (security:):
@@ -143,17 +144,17 @@ func Start(ctx context.Context, o Options) (*App, error) {
 	// The weights' own gauges and the version history follow every
 	// published version like the servers do; the demand metrics read the
 	// aggregator at each scrape.
-	wmetrics, err := weights.NewMetricsSink(reg)
+	wmetrics, err := controller.NewMetricsSink(reg)
 	if err != nil {
 		return nil, err
 	}
-	history := weights.NewHistory(0, nil)
+	history := controller.NewHistory(0, nil)
 	if err := reg.Register(demand.NewCollector(agg, now)); err != nil {
 		return nil, fmt.Errorf("app: demand metrics: %w", err)
 	}
 	a := &App{Config: c, Registry: reg, XDS: xs, ExtProc: ep, Demand: agg, History: history, Auth: au, log: o.Logger}
-	copts := weights.ControllerOptions{
-		Config: c, Policy: policy, Sinks: []weights.Sink{xs, ep, wmetrics, history},
+	copts := controller.Options{
+		Config: c, Policy: policy, Sinks: []controller.Sink{xs, ep, wmetrics, history},
 		Logger: o.Logger.With("component", "controller"), Registry: reg, TracerProvider: o.TracerProvider,
 		Demand: func() (weights.Demand, time.Time) { return agg.Rates(now()) },
 	}
@@ -195,7 +196,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 			return nil, err
 		}
 	}
-	ctl, err := weights.NewController(copts)
+	ctl, err := controller.New(copts)
 	if err != nil {
 		return nil, err
 	}

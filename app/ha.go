@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ilbproject/ilb/admin"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/weights"
@@ -28,7 +29,7 @@ import (
 // the replica's publisher its only sink (behind haSink) and the summed
 // demand its input. The etcd client closes when ctx ends unless runHA
 // took it over.
-func (a *App) startHA(ctx context.Context, o Options, copts *weights.ControllerOptions, agg *demand.Aggregator) error {
+func (a *App) startHA(ctx context.Context, o Options, copts *controller.Options, agg *demand.Aggregator) error {
 	rep, err := ha.New(ha.Options{
 		Config: a.Config, Sinks: copts.Sinks, Demand: agg.Rates, Registry: a.Registry,
 		Logger: o.Logger.With("component", "ha"),
@@ -48,7 +49,7 @@ func (a *App) startHA(ctx context.Context, o Options, copts *weights.ControllerO
 	a.XDS.UseBans(ctx, rep.Store())
 	a.haSink = &haSink{pub: rep.Publisher()}
 	a.stopHAClose = context.AfterFunc(ctx, func() { _ = rep.Close() })
-	copts.Sinks = []weights.Sink{a.haSink}
+	copts.Sinks = []controller.Sink{a.haSink}
 	copts.Demand = rep.Demand
 	return nil
 }
@@ -84,8 +85,8 @@ type haSink struct {
 }
 
 var (
-	_ weights.Sink = (*haSink)(nil)
-	_ xds.BanStore = (*ha.Store)(nil)
+	_ controller.Sink = (*haSink)(nil)
+	_ xds.BanStore    = (*ha.Store)(nil)
 )
 
 func (s *haSink) Prepare(ctx context.Context, w *weights.Weights) (func(), error) {

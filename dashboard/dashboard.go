@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
@@ -36,7 +37,7 @@ type Signals interface {
 }
 
 var (
-	_ Weights   = (*weights.Controller)(nil)
+	_ Weights   = (*controller.Controller)(nil)
 	_ Decisions = (*extproc.Log)(nil)
 	_ Signals   = (*signals.Monitor)(nil)
 )

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/weights"
@@ -201,7 +202,7 @@ func TestSilentReporterDropsOut(t *testing.T) {
 	c := demoConfig(t)
 	now := t0
 	agg := demand.NewAggregatorWith(demand.AggregatorOptions{Config: c, Start: now, Now: func() time.Time { return now }})
-	ctl, err := weights.NewController(weights.ControllerOptions{
+	ctl, err := controller.New(controller.Options{
 		Config: c, Policy: weights.Optimizer{},
 		Now:    func() time.Time { return now },
 		Demand: func() (weights.Demand, time.Time) { return agg.Rates(now) },

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/live"
@@ -70,7 +71,7 @@ type Authorizer interface {
 
 // Server is the ext_proc service (docs/architecture.md): one gRPC stream per HTTP
 // request, one answer of the matching type per message. It is a
-// weights.Sink: each published version becomes the immutable State that
+// controller.Sink: each published version becomes the immutable State that
 // requests read. Safe for concurrent use.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
@@ -104,7 +105,7 @@ type Server struct {
 
 var (
 	_ extprocv3.ExternalProcessorServer = (*Server)(nil)
-	_ weights.Sink                      = (*Server)(nil)
+	_ controller.Sink                   = (*Server)(nil)
 )
 
 // New checks the options and registers the metrics.

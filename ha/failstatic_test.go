@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/internal/promtest"
 	"github.com/ilbproject/ilb/weights"
@@ -78,7 +79,7 @@ func TestHistorySurvivesRestarts(t *testing.T) {
 	last := published[len(published)-1]
 	serving(t, last.Version(), old...)
 	want := []string{published[5].Version(), published[4].Version(), published[3].Version(), published[2].Version()}
-	var before []weights.VersionSummary
+	var before []controller.VersionSummary
 	for _, m := range old {
 		waitFor(t, "replica "+m.name+" lists the last 4 versions", func() bool { return slices.Equal(summaryVersions(m.Versions(10)), want) })
 		before = m.Versions(10)
@@ -114,14 +115,14 @@ func TestHistorySurvivesRestarts(t *testing.T) {
 		got := m.Versions(10)
 		for i := range got {
 			if got[i].Version != before[i].Version || !got[i].Published.Equal(before[i].Published) || len(got[i].Cells) != len(before[i].Cells) ||
-				len(weights.Diff(got[i], before[i])) != 0 {
+				len(controller.Diff(got[i], before[i])) != 0 {
 				t.Errorf("replica %s, history entry %d = %+v; want %+v", m.name, i, got[i], before[i])
 			}
 		}
 	}
 }
 
-func summaryVersions(vs []weights.VersionSummary) []string {
+func summaryVersions(vs []controller.VersionSummary) []string {
 	out := make([]string, len(vs))
 	for i, v := range vs {
 		out[i] = v.Version
@@ -135,7 +136,7 @@ func summaryVersions(vs []weights.VersionSummary) []string {
 func TestBootstrap(t *testing.T) {
 	eachBackend(t, 1, func(t *testing.T, g *group) {
 		first := routing(t, 2500, time.Now())
-		o, _ := g.options(ha.Options{Config: g.cfg, Name: "early", Sinks: []weights.Sink{&sink{}}})
+		o, _ := g.options(ha.Options{Config: g.cfg, Name: "early", Sinks: []controller.Sink{&sink{}}})
 		r, err := ha.New(o)
 		if err != nil {
 			t.Fatal(err)
@@ -152,7 +153,7 @@ func TestBootstrap(t *testing.T) {
 		a := g.start("a", memberOpts{})
 		w := routing(t, 4500, time.Now())
 		publish(t, leaderOf(t, a), w)
-		o, _ = g.options(ha.Options{Config: g.cfg, Name: "late", Sinks: []weights.Sink{&sink{}}})
+		o, _ = g.options(ha.Options{Config: g.cfg, Name: "late", Sinks: []controller.Sink{&sink{}}})
 		late, err := ha.New(o)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -16,7 +17,7 @@ import (
 // controller then keeps its last version, fail-static ("rejected").
 type Publisher struct{ r *Replica }
 
-var _ weights.Sink = (*Publisher)(nil)
+var _ controller.Sink = (*Publisher)(nil)
 
 // Publisher returns the sink the leader's controller publishes through.
 func (r *Replica) Publisher() *Publisher { return &Publisher{r: r} }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -40,9 +41,9 @@ type Options struct {
 	// DefaultName().
 	Name string
 	// Sinks serve the installed versions: each version is prepared by all,
-	// then committed to all (weights.Sink). The leader feeds them through
+	// then committed to all (controller.Sink). The leader feeds them through
 	// etcd like every replica.
-	Sinks []weights.Sink
+	Sinks []controller.Sink
 	// Demand is this replica's measured demand, shared every controller
 	// tick; nil: none.
 	Demand DemandFunc
@@ -53,7 +54,7 @@ type Options struct {
 	// nil: the replica never campaigns.
 	Lead func(ctx context.Context) error
 	// HistorySize is how many published versions the history keeps;
-	// < 1: weights.DefaultHistorySize.
+	// < 1: controller.DefaultHistorySize.
 	HistorySize int
 	// Probe is how often the replica checks etcd (and the version in
 	// force) besides watching it; 0: one second.
@@ -82,7 +83,7 @@ type Replica struct {
 	installed atomic.Pointer[installation]
 	seen      atomic.Pointer[record] // the newest record read from the backend
 	published atomic.Pointer[weights.Weights]
-	history   atomic.Pointer[[]weights.VersionSummary]
+	history   atomic.Pointer[[]controller.VersionSummary]
 	leader    atomic.Pointer[string] // the leader's name, as last read
 	health    atomic.Pointer[health]
 	wake      chan struct{}         // asks the sync loop to read the backend now
@@ -120,7 +121,7 @@ func New(o Options) (*Replica, error) {
 		o.Now = time.Now
 	}
 	if o.HistorySize < 1 {
-		o.HistorySize = weights.DefaultHistorySize
+		o.HistorySize = controller.DefaultHistorySize
 	}
 	if o.Probe <= 0 {
 		o.Probe = time.Second
@@ -243,7 +244,7 @@ func (r *Replica) install(ctx context.Context, w *weights.Weights, rec record) e
 }
 
 // refresher is a sink that takes the fresh weights of a tick whose
-// version did not change (weights.MetricsSink).
+// version did not change (controller.MetricsSink).
 type refresher interface{ Refresh(w *weights.Weights) }
 
 // refresh hands the leader's fresh weights of an unchanged version to the
@@ -276,12 +277,12 @@ func (r *Replica) Current() *weights.Weights {
 // as read from the backend (admin's /debug/weights/history): the history
 // survives restarts of every replica. The summaries are shared: do not
 // modify them.
-func (r *Replica) Versions(n int) []weights.VersionSummary {
+func (r *Replica) Versions(n int) []controller.VersionSummary {
 	h := r.history.Load()
 	if h == nil {
 		return nil
 	}
-	return append([]weights.VersionSummary(nil), (*h)[:min(max(n, 0), len(*h))]...)
+	return append([]controller.VersionSummary(nil), (*h)[:min(max(n, 0), len(*h))]...)
 }
 
 // Leading reports whether this replica leads now.

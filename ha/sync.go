@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -29,13 +30,13 @@ func (r *Replica) runSync(ctx context.Context) error {
 
 // syncState is what the sync loop keeps between two reads.
 type syncState struct {
-	token string                         // the backend's token of the last record handled
-	cache map[string][]weights.CellRoute // the routing of the versions the history lists
+	token string                            // the backend's token of the last record handled
+	cache map[string][]controller.CellRoute // the routing of the versions the history lists
 	// historyStale: the last read of the history failed; read it again.
 	historyStale bool
 }
 
-func newSyncState() *syncState { return &syncState{cache: map[string][]weights.CellRoute{}} }
+func newSyncState() *syncState { return &syncState{cache: map[string][]controller.CellRoute{}} }
 
 // syncOnce reads the backend once and installs the version in force; it reports
 // whether this replica now serves a version published in the backend.
@@ -123,7 +124,7 @@ func (r *Replica) installRecord(ctx context.Context, rec record) error {
 // refreshHistory reads the history records and builds the summaries,
 // reading the content of versions not in cache (and dropping from cache
 // those no longer listed); false when a read failed.
-func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights.CellRoute) bool {
+func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]controller.CellRoute) bool {
 	recs, err := r.b.history(ctx, r.o.HistorySize)
 	if err != nil {
 		r.log.DebugContext(ctx, "history: read", "err", err)
@@ -134,7 +135,7 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 			cache[in.rec.Version] = routes(in.w)
 		}
 	}
-	out := make([]weights.VersionSummary, 0, len(recs))
+	out := make([]controller.VersionSummary, 0, len(recs))
 	listed := map[string]bool{}
 	complete := true
 	for i, b := range recs {
@@ -155,7 +156,7 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 			cache[rec.Version] = cells
 		}
 		listed[rec.Version] = true
-		out = append(out, weights.VersionSummary{
+		out = append(out, controller.VersionSummary{
 			Version: rec.Version, Published: rec.Published, Computed: rec.Computed, Policy: rec.Policy, Status: rec.Status, Cells: cells,
 		})
 	}
@@ -169,11 +170,11 @@ func (r *Replica) refreshHistory(ctx context.Context, cache map[string][]weights
 }
 
 // routes is the routing of every cell of w, as the history keeps it.
-func routes(w *weights.Weights) []weights.CellRoute {
+func routes(w *weights.Weights) []controller.CellRoute {
 	cs := w.Cells()
-	out := make([]weights.CellRoute, len(cs))
+	out := make([]controller.CellRoute, len(cs))
 	for i, c := range cs {
-		out[i] = weights.CellRoute{Source: c.Source, Model: c.Model, Targets: c.Targets, Shed: c.Shed}
+		out[i] = controller.CellRoute{Source: c.Source, Model: c.Model, Targets: c.Targets, Shed: c.Shed}
 	}
 	return out
 }

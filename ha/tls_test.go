@@ -10,6 +10,7 @@ import (
 
 	"github.com/ilbproject/ilb/auth"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/ha/etcdtest"
 	"github.com/ilbproject/ilb/weights"
@@ -75,7 +76,7 @@ func TestTLS(t *testing.T) {
 				t.Fatal(err)
 			}
 			r, err := ha.New(ha.Options{
-				Config: &cc, Name: "tls", Sinks: []weights.Sink{&sink{}},
+				Config: &cc, Name: "tls", Sinks: []controller.Sink{&sink{}},
 				Lead: func(ctx context.Context) error { <-ctx.Done(); return nil },
 			})
 			if err != nil {

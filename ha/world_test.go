@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/ha/etcdtest"
 	"github.com/ilbproject/ilb/internal/kubetest"
@@ -177,7 +178,7 @@ func (g *group) start(name string, mo memberOpts) *member {
 		done: make(chan error, 1), terms: make(chan context.Context, 16),
 	}
 	o, cut := g.options(ha.Options{
-		Config: g.cfg, Name: name, Sinks: []weights.Sink{m.sink}, Demand: mo.demand,
+		Config: g.cfg, Name: name, Sinks: []controller.Sink{m.sink}, Demand: mo.demand,
 		HistorySize: mo.history, Probe: 100 * time.Millisecond, Registry: m.reg,
 		Logger: slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Lead: func(ctx context.Context) error {
@@ -259,7 +260,7 @@ func (s *sink) versions() []string {
 	return out
 }
 
-var _ weights.Sink = (*sink)(nil)
+var _ controller.Sink = (*sink)(nil)
 
 // waitFor polls cond until it holds; after within, the test fails.
 func waitFor(t testing.TB, what string, cond func() bool) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -54,7 +55,7 @@ func demandWeights(t *testing.T, c *config.Config) *weights.Weights {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, states, err := weights.ParseDemandFile(c, data)
+	d, states, err := controller.ParseDemandFile(c, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/istio"
 	"github.com/ilbproject/ilb/routetable"
@@ -32,7 +33,7 @@ func world(t *testing.T, drop string) (*config.Config, *weights.Weights) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, states, err := weights.ParseDemandFile(c, data)
+	d, states, err := controller.ParseDemandFile(c, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,7 +208,7 @@ func (m *Monitor) Snapshot() *Snapshot { return m.snap.Load() }
 // Blind returns why the monitor takes itself for blind in the latest
 // snapshot, or "" when it does not (see "Blindness" in the package
 // documentation). Safe from any goroutine; it is what the controller's
-// blind guard reads (weights.ControllerOptions.Blind).
+// blind guard reads (controller.Options.Blind).
 func (m *Monitor) Blind() string {
 	if b := m.Snapshot().Blind; b != nil {
 		return b.Reason

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/weights"
@@ -50,7 +51,7 @@ func TestServedIsChosenWhileWeightsChange(t *testing.T) {
 	// Publish as the controller does: prepare every sink, then commit.
 	publish := func(w *weights.Weights) {
 		var commits []func()
-		for _, sink := range []weights.Sink{s.App.XDS, s.App.ExtProc} {
+		for _, sink := range []controller.Sink{s.App.XDS, s.App.ExtProc} {
 			commit, err := sink.Prepare(context.Background(), w)
 			if err != nil {
 				t.Error(err)

@@ -119,13 +119,13 @@ var ErrBadInput = errors.New("bad input")
 // bad reports whether v is not a valid amount: NaN, infinite or negative.
 func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 
-// checkDemand rejects demand with NaN, Inf or negative rates, or for
+// CheckDemand rejects demand with NaN, Inf or negative rates, or for
 // unknown (source, model, priority) streams, naming every offender; nil
 // when d is usable. The controller checks raw demand with it before the
 // demand reaches its moving average, which one bad value would poison.
 // It looks each distinct source and model name up once, and orders only
 // the offenders (in Keys order) for the error.
-func checkDemand(c *config.Config, d Demand) error {
+func CheckDemand(c *config.Config, d Demand) error {
 	knownSource := map[string]bool{}
 	canonical := map[string]bool{}
 	var offenders []DemandKey
@@ -164,7 +164,7 @@ func checkDemand(c *config.Config, d Demand) error {
 // check rejects inputs with NaN, Inf or negative values, or unknown
 // names, naming every offender.
 func (in Input) check() error {
-	errs := []error{checkDemand(in.Config, in.Demand)}
+	errs := []error{CheckDemand(in.Config, in.Demand)}
 	for _, e := range in.Config.Clusters {
 		st, ok := in.Clusters[e.Name]
 		if !ok {

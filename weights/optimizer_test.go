@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/internal/configtest"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -16,31 +17,9 @@ import (
 // 50 ms, no egress), each 100 token-cost/s at full capacity; target 0.8,
 // the default utilization curve: 0.25, 0.5, 1, 2, 4, 8 in six bands up to
 // 0.8, then 1000, 1500, 3000, 6000 up to 1.
-const twoRegions = `
-regions: [{name: a}, {name: b}]
-network:
-  - {from: a, to: b, rtt_ms: 50, egress_usd_per_gb: 0}
-  - {from: b, to: a, rtt_ms: 50, egress_usd_per_gb: 0}
-sources:
-  - {name: src, region: a}
-  - {name: local-only, region: a, allowed_regions: [a]}
-models: [{name: m}]
-profiles: [{name: p, capacity_per_replica: 100}]
-clusters:
-  - {name: near, region: a, engine: vllm, models: [m], profile: p, endpoints: ["10.0.0.1:80"]}
-  - {name: far, region: b, engine: vllm, models: [m], profile: p, endpoints: ["10.0.1.1:80"]}
-controller: {min_cell_demand: 0, max_weight_step: 1, max_utilization_step: 1, deadband: 0}
-`
-
-// cfg parses twoRegions afresh (tests change its controller settings).
-func cfg(t *testing.T) *config.Config {
-	t.Helper()
-	c, err := config.Parse([]byte(twoRegions))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+// cfg parses the two-region world afresh (tests change its controller
+// settings).
+func cfg(t *testing.T) *config.Config { return configtest.TwoRegions(t) }
 
 func demandOf(rows ...any) weights.Demand {
 	d := weights.Demand{}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"time"
@@ -231,6 +232,12 @@ func (w *Weights) Cell(source, model string) (Cell, bool) {
 // explanations (see Explained). The slice is a copy; the cells' slices are
 // shared and must not be modified.
 func (w *Weights) Cells() []Cell { return slices.Clone(w.cells) }
+
+// Len is the number of cells.
+func (w *Weights) Len() int { return len(w.cells) }
+
+// All yields the cells in (source, model) order without copying them.
+func (w *Weights) All() iter.Seq[Cell] { return slices.Values(w.cells) }
 
 // Explain returns the explanation of one cell, computing it if the policy
 // attached it lazily.

@@ -52,7 +52,7 @@ func (o Optimizer) release(ws *workspace) {
 // MinCellDemand (as the package's floorDemand does), and returns the
 // total in the order of Demand.Keys — the same float sum as
 // Demand.Total of the floored map — and whether any critical demand is
-// positive. d must have passed checkDemand against ix's configuration.
+// positive. d must have passed CheckDemand against ix's configuration.
 func (ws *workspace) floorDemand(ix *index, d Demand) (total float64, critical bool) {
 	c := ix.c
 	ns, nm := len(c.Sources), len(c.Models)

@@ -29,6 +29,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -71,7 +72,7 @@ type Authorizer interface {
 
 // Server is ILB's xDS control plane: a go-control-plane ADS server (state
 // of the world and delta) over a snapshot cache keyed by node.cluster, the
-// source. It is a weights.Sink: each published weights version becomes one
+// source. It is a controller.Sink: each published weights version becomes one
 // validated snapshot per source. Safe for concurrent use.
 type Server struct {
 	cfg     *config.Config
@@ -101,7 +102,7 @@ type Server struct {
 	banRead  time.Time  // when the store was last read (guarded by mu)
 }
 
-var _ weights.Sink = (*Server)(nil)
+var _ controller.Sink = (*Server)(nil)
 
 // New builds the server; it serves nothing until Serve or Register.
 func New(ctx context.Context, o Options) (*Server, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/auth"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -55,7 +56,7 @@ func serveSecureAdmin(t *testing.T, sec config.Security) string {
 		t.Fatal(err)
 	}
 	c.Security = sec
-	ctl, err := weights.NewController(weights.ControllerOptions{
+	ctl, err := controller.New(controller.Options{
 		Config: c, Policy: weights.Proportional{},
 		State: func() (map[string]weights.ClusterState, time.Time) { return weights.StaticState(c), time.Now() },
 	})

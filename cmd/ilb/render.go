@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/istio"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -120,7 +121,7 @@ func renderWeights(c *config.Config, weightsPath, demandPath string) (*weights.W
 		if err != nil {
 			return nil, err
 		}
-		d, states, err := weights.ParseDemandFile(c, data)
+		d, states, err := controller.ParseDemandFile(c, data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", demandPath, err)
 		}

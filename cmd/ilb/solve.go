@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -38,7 +39,7 @@ func runSolve(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("solve: %w", err)
 	}
-	demand, states, err := weights.ParseDemandFile(c, data)
+	demand, states, err := controller.ParseDemandFile(c, data)
 	if err != nil {
 		return fmt.Errorf("solve: %s: %w", *demandPath, err)
 	}

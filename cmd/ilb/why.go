@@ -11,18 +11,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
 // historyEntry is one version of /debug/weights/history.
 type historyEntry struct {
-	Version   string              `json:"version"`
-	Published time.Time           `json:"published"`
-	Policy    string              `json:"policy"`
-	Status    string              `json:"status"`
-	Previous  string              `json:"previous"`
-	Changes   []weights.CellDiff  `json:"changes"`
-	Cells     []weights.CellRoute `json:"cells"`
+	Version   string                 `json:"version"`
+	Published time.Time              `json:"published"`
+	Policy    string                 `json:"policy"`
+	Status    string                 `json:"status"`
+	Previous  string                 `json:"previous"`
+	Changes   []controller.CellDiff  `json:"changes"`
+	Cells     []controller.CellRoute `json:"cells"`
 }
 
 // runWhy prints why one cell's weights are what they are: the current
@@ -158,7 +159,7 @@ func printHistory(w io.Writer, source, model string, hist []historyEntry) {
 		if e.Status != "" {
 			fmt.Fprintf(w, "    status: %s\n", e.Status)
 		}
-		i := slices.IndexFunc(e.Changes, func(d weights.CellDiff) bool { return d.Source == source && d.Model == model })
+		i := slices.IndexFunc(e.Changes, func(d controller.CellDiff) bool { return d.Source == source && d.Model == model })
 		switch {
 		case e.Previous == "":
 			fmt.Fprintf(w, "    the oldest version kept: %s\n", targetsText(e.Cells, source, model))
@@ -171,7 +172,7 @@ func printHistory(w io.Writer, source, model string, hist []historyEntry) {
 }
 
 // printDiff writes one cell's changes, one line each.
-func printDiff(w io.Writer, d weights.CellDiff) {
+func printDiff(w io.Writer, d controller.CellDiff) {
 	switch {
 	case d.Added:
 		fmt.Fprintln(w, "    the cell is new in this version")
@@ -187,8 +188,8 @@ func printDiff(w io.Writer, d weights.CellDiff) {
 }
 
 // targetsText is a cell's routing on one line.
-func targetsText(cells []weights.CellRoute, source, model string) string {
-	i := slices.IndexFunc(cells, func(c weights.CellRoute) bool { return c.Source == source && c.Model == model })
+func targetsText(cells []controller.CellRoute, source, model string) string {
+	i := slices.IndexFunc(cells, func(c controller.CellRoute) bool { return c.Source == source && c.Model == model })
 	if i < 0 {
 		return "the cell does not exist"
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ilbproject/ilb/admin"
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -18,16 +19,16 @@ import (
 // three versions into a History: full capacity, us-east-vllm at half,
 // then us-east-vllm without capacity. With noHistory, the History is not
 // served.
-func whyAdmin(t *testing.T, noHistory bool) (string, *weights.Controller) {
+func whyAdmin(t *testing.T, noHistory bool) (string, *controller.Controller) {
 	t.Helper()
 	c, err := config.Load("../../examples/demo/ilb.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hist := weights.NewHistory(0, nil)
+	hist := controller.NewHistory(0, nil)
 	state := weights.StaticState(c)
-	ctl, err := weights.NewController(weights.ControllerOptions{
-		Config: c, Policy: weights.Proportional{}, Sinks: []weights.Sink{hist},
+	ctl, err := controller.New(controller.Options{
+		Config: c, Policy: weights.Proportional{}, Sinks: []controller.Sink{hist},
 		State: func() (map[string]weights.ClusterState, time.Time) { return state, time.Now() },
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
@@ -148,7 +149,7 @@ type runner struct {
 	snapBuf      [][]signals.Replica
 	addrs        map[string]int // replica address → index in replicas
 	table        *table
-	ctl          *weights.Controller
+	ctl          *controller.Controller
 	est          *capacity.Estimator // nil unless the policy learns capacity
 	// ttftTarget is the engines' share of the SLO: the SLO less the
 	// fleet's longest round trip (as Calibrate measures).
@@ -166,7 +167,7 @@ type runner struct {
 	rec      *recorder
 	results  []replica.Result
 	// The controller's schedule: ticks every controller.tick, and at once
-	// (at most one a second: weights.DefaultMinResolveGap) when a
+	// (at most one a second: controller.DefaultMinResolveGap) when a
 	// cluster's serving replicas change, as app's signals hook triggers
 	// it; a triggered tick resets the ticker.
 	nextTick, lastTick time.Duration
@@ -308,7 +309,7 @@ func newRunner(o Options) (*runner, error) {
 	r.rec = newRecorder(r, o.Window)
 	if !o.Policy.LeastLoaded {
 		now := func() time.Time { return epoch.Add(r.clock.now) }
-		r.ctl, err = weights.NewController(weights.ControllerOptions{
+		r.ctl, err = controller.New(controller.Options{
 			Config: cfg, Policy: mustPolicy(o.Policy.Weights), Now: now,
 			State:  func() (map[string]weights.ClusterState, time.Time) { return r.clusterStates(), now() },
 			Demand: func() (weights.Demand, time.Time) { return r.takeDemand(), now() },

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/signals"
 
@@ -191,7 +192,7 @@ func (r *runner) trigger() {
 	if r.ctl == nil {
 		return
 	}
-	at := max(r.clock.now, r.lastTick+weights.DefaultMinResolveGap)
+	at := max(r.clock.now, r.lastTick+controller.DefaultMinResolveGap)
 	if at < r.nextTick {
 		r.nextTick = at
 		r.clock.at(at, evTick, 0)

@@ -1,4 +1,4 @@
-package weights
+package controller
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/weights"
 )
 
 // Sink serves weights versions. A version is rolled out in two phases so
@@ -23,34 +24,34 @@ import (
 // the sink needs for w without changing what it serves, and returns commit,
 // which switches the sink to w and cannot fail.
 type Sink interface {
-	Prepare(ctx context.Context, w *Weights) (commit func(), err error)
+	Prepare(ctx context.Context, w *weights.Weights) (commit func(), err error)
 }
 
 // refresher is a sink that also takes the fresh weights of a tick whose
 // routing did not change (same version, new demand and explanations):
 // metrics must describe the latest tick, not the first of a version.
 type refresher interface {
-	Refresh(w *Weights)
+	Refresh(w *weights.Weights)
 }
 
 // StateFunc returns the current state of every engine cluster and when it
 // was observed.
-type StateFunc func() (map[string]ClusterState, time.Time)
+type StateFunc func() (map[string]weights.ClusterState, time.Time)
 
 // DemandFunc returns the demand measured since the last call (rates per
 // stream, canonical model names) and how fresh it is: the time by which
 // every reporter had reported. A reporter that falls silent makes the
 // demand stale (the controller then keeps the last good weights), rather
 // than look like zero demand.
-type DemandFunc func() (Demand, time.Time)
+type DemandFunc func() (weights.Demand, time.Time)
 
-// ControllerOptions configure a Controller.
-type ControllerOptions struct {
+// Options configure a Controller.
+type Options struct {
 	Config *config.Config // validated; required
-	Policy Policy         // required
+	Policy weights.Policy // required
 	// Fallback computes weights when Policy fails and there are no last
 	// good weights to keep; nil: Proportional.
-	Fallback Policy
+	Fallback weights.Policy
 	// State reports cluster states; nil means StaticState(Config), always
 	// fresh.
 	State StateFunc
@@ -80,11 +81,11 @@ type ControllerOptions struct {
 // Controller runs the policy every tick and publishes new versions. Its
 // methods are safe for concurrent use.
 type Controller struct {
-	opts    ControllerOptions
+	opts    Options
 	mu      sync.Mutex // serialises ticks; guards the fields below
 	smooth  *Smoother
 	guard   guard
-	current atomic.Pointer[Weights]
+	current atomic.Pointer[weights.Weights]
 	metrics *controllerMetrics
 	trigger chan struct{}
 	tracer  trace.Tracer
@@ -94,8 +95,8 @@ type Controller struct {
 // asks for: a flapping cluster cannot make the controller solve in a loop.
 const DefaultMinResolveGap = time.Second
 
-// NewController checks the options and registers the metrics.
-func NewController(o ControllerOptions) (*Controller, error) {
+// New checks the options and registers the metrics.
+func New(o Options) (*Controller, error) {
 	var errs []error
 	if o.Config == nil {
 		errs = append(errs, errors.New("controller: Config is required"))
@@ -110,19 +111,19 @@ func NewController(o ControllerOptions) (*Controller, error) {
 		o.MinResolveGap = DefaultMinResolveGap
 	}
 	if o.Fallback == nil {
-		o.Fallback = Proportional{}
+		o.Fallback = weights.Proportional{}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.State == nil {
-		st := StaticState(o.Config)
+		st := weights.StaticState(o.Config)
 		now := o.Now
-		o.State = func() (map[string]ClusterState, time.Time) { return st, now() }
+		o.State = func() (map[string]weights.ClusterState, time.Time) { return st, now() }
 	}
 	if o.Demand == nil {
 		now := o.Now
-		o.Demand = func() (Demand, time.Time) { return Demand{}, now() }
+		o.Demand = func() (weights.Demand, time.Time) { return weights.Demand{}, now() }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -143,14 +144,14 @@ func NewController(o ControllerOptions) (*Controller, error) {
 
 // Current returns the last version every sink accepted, or nil before the
 // first. While the controller is fail-static, its Status says why.
-func (c *Controller) Current() *Weights { return c.current.Load() }
+func (c *Controller) Current() *weights.Weights { return c.current.Load() }
 
 // Adopt makes w, a version published elsewhere (another ILB replica's,
 // read from etcd), the one this controller holds: the next tick plans
 // from it (step bounds, movement cost, deadband) and publishes only if
 // its result differs. It publishes nothing itself. A nil w changes
 // nothing.
-func (c *Controller) Adopt(w *Weights) {
+func (c *Controller) Adopt(w *weights.Weights) {
 	if w == nil {
 		return
 	}
@@ -180,10 +181,10 @@ func (c *Controller) Tick(ctx context.Context) error {
 	states, stateAt := c.opts.State()
 	raw, demandAt := c.opts.Demand()
 
-	in := Input{Config: c.opts.Config, Clusters: states, Previous: prev, Now: now}
+	in := weights.Input{Config: c.opts.Config, Clusters: states, Previous: prev, Now: now}
 	// Raw demand is checked before it reaches the moving average: one NaN
 	// folded in would fail every later tick.
-	if err := checkDemand(c.opts.Config, raw); err != nil {
+	if err := weights.CheckDemand(c.opts.Config, raw); err != nil {
 		return c.failStatic(ctx, reasonBadInput, fmt.Errorf("measured demand refused: %w", err))
 	}
 	if reason, err := c.guard.check(now, states, stateAt, raw, demandAt); err != nil {
@@ -201,7 +202,7 @@ func (c *Controller) Tick(ctx context.Context) error {
 	span.SetAttributes(attribute.Float64("ilb.solve_seconds", solve))
 	if err != nil {
 		reason := reasonSolver
-		if errors.Is(err, ErrBadInput) {
+		if errors.Is(err, weights.ErrBadInput) {
 			reason = reasonBadInput
 		}
 		if prev == nil { // nothing to keep: the fallback policy
@@ -267,7 +268,7 @@ func (c *Controller) failStatic(ctx context.Context, reason string, err error) e
 // tracerName is the instrumentation scope of the controller's spans.
 const tracerName = "github.com/ilbproject/ilb/weights"
 
-func versionOf(w *Weights) string {
+func versionOf(w *weights.Weights) string {
 	if w == nil {
 		return ""
 	}
@@ -275,7 +276,7 @@ func versionOf(w *Weights) string {
 }
 
 // Trigger asks Run for a tick now (a cluster became unhealthy or ready),
-// at most one per ControllerOptions.MinResolveGap. It never blocks.
+// at most one per Options.MinResolveGap. It never blocks.
 func (c *Controller) Trigger() {
 	select {
 	case c.trigger <- struct{}{}:

@@ -1,4 +1,4 @@
-package weights_test
+package controller_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -23,8 +24,8 @@ func TestTickSpans(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	sink := &recordingSink{}
-	ctl, err := weights.NewController(weights.ControllerOptions{
-		Config: c, Policy: weights.Proportional{}, Sinks: []weights.Sink{sink}, TracerProvider: tp,
+	ctl, err := controller.New(controller.Options{
+		Config: c, Policy: weights.Proportional{}, Sinks: []controller.Sink{sink}, TracerProvider: tp,
 		State: func() (map[string]weights.ClusterState, time.Time) { return state, time.Now() },
 	})
 	if err != nil {

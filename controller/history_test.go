@@ -1,4 +1,4 @@
-package weights_test
+package controller_test
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
 // publish builds one version of cells and records it in h, as the
 // controller does: prepare, then commit.
-func publish(t *testing.T, h *weights.History, status string, cells ...weights.Cell) *weights.Weights {
+func publish(t *testing.T, h *controller.History, status string, cells ...weights.Cell) *weights.Weights {
 	t.Helper()
 	w, err := weights.New("test", time.Unix(1700000000, 0), cells)
 	if err != nil {
@@ -40,7 +41,7 @@ func tg(cluster string, w uint32) weights.Target { return weights.Target{Cluster
 
 func TestHistoryVersions(t *testing.T) {
 	clock := time.Unix(1800000000, 0)
-	h := weights.NewHistory(3, func() time.Time { clock = clock.Add(time.Second); return clock })
+	h := controller.NewHistory(3, func() time.Time { clock = clock.Add(time.Second); return clock })
 	if got := h.Versions(10); len(got) != 0 {
 		t.Fatalf("empty history: %v", got)
 	}
@@ -81,52 +82,52 @@ func TestHistoryVersions(t *testing.T) {
 }
 
 func TestDiff(t *testing.T) {
-	h := weights.NewHistory(0, nil)
-	summary := func(cells ...weights.Cell) weights.VersionSummary {
+	h := controller.NewHistory(0, nil)
+	summary := func(cells ...weights.Cell) controller.VersionSummary {
 		publish(t, h, "", cells...)
 		return h.Versions(1)[0]
 	}
 	base := summary(cell("s1", 0, tg("a", 5000), tg("b", 5000)), cell("s2", 0, tg("a", 10000)))
 	tests := []struct {
 		name string
-		b    weights.VersionSummary
-		want []weights.CellDiff
+		b    controller.VersionSummary
+		want []controller.CellDiff
 	}{
 		{"same routing", base, nil},
 		{
 			"weights move", summary(cell("s1", 0, tg("a", 3000), tg("b", 7000)), cell("s2", 0, tg("a", 10000))),
-			[]weights.CellDiff{{Source: "s1", Model: "m", Clusters: []weights.WeightChange{{Cluster: "a", Before: 5000, After: 3000}, {Cluster: "b", Before: 5000, After: 7000}}}},
+			[]controller.CellDiff{{Source: "s1", Model: "m", Clusters: []controller.WeightChange{{Cluster: "a", Before: 5000, After: 3000}, {Cluster: "b", Before: 5000, After: 7000}}}},
 		},
 		{
 			"cluster dropped and added, shed starts", summary(cell("s1", 0.25, tg("b", 4000), tg("c", 6000)), cell("s2", 0, tg("a", 10000))),
-			[]weights.CellDiff{{
+			[]controller.CellDiff{{
 				Source: "s1", Model: "m",
-				Clusters: []weights.WeightChange{{Cluster: "b", Before: 5000, After: 4000}, {Cluster: "c", After: 6000}, {Cluster: "a", Before: 5000}},
-				Shed:     []weights.ShedChange{{Priority: weights.Standard, After: 0.25}},
+				Clusters: []controller.WeightChange{{Cluster: "b", Before: 5000, After: 4000}, {Cluster: "c", After: 6000}, {Cluster: "a", Before: 5000}},
+				Shed:     []controller.ShedChange{{Priority: weights.Standard, After: 0.25}},
 			}},
 		},
 		{
 			"cell added and removed", summary(cell("s1", 0, tg("a", 5000), tg("b", 5000)), cell("s3", 0, tg("a", 10000))),
-			[]weights.CellDiff{
-				{Source: "s2", Model: "m", Removed: true, Clusters: []weights.WeightChange{{Cluster: "a", Before: 10000}}},
-				{Source: "s3", Model: "m", Added: true, Clusters: []weights.WeightChange{{Cluster: "a", After: 10000}}},
+			[]controller.CellDiff{
+				{Source: "s2", Model: "m", Removed: true, Clusters: []controller.WeightChange{{Cluster: "a", Before: 10000}}},
+				{Source: "s3", Model: "m", Added: true, Clusters: []controller.WeightChange{{Cluster: "a", After: 10000}}},
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := weights.Diff(base, tt.b); !reflect.DeepEqual(got, tt.want) {
+			if got := controller.Diff(base, tt.b); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Diff =\n%+v\nwant\n%+v", got, tt.want)
 			}
 		})
 	}
 	// The JSON form round-trips (the admin API serves it).
-	d := weights.Diff(base, tests[2].b)
+	d := controller.Diff(base, tests[2].b)
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back []weights.CellDiff
+	var back []controller.CellDiff
 	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, d) {
 		t.Errorf("JSON round trip: %v\n%s", err, b)
 	}
@@ -135,7 +136,7 @@ func TestDiff(t *testing.T) {
 // TestHistoryConcurrent publishes into a History while readers read it;
 // run with -race.
 func TestHistoryConcurrent(t *testing.T) {
-	h := weights.NewHistory(4, nil)
+	h := controller.NewHistory(4, nil)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 4 {
@@ -147,7 +148,7 @@ func TestHistoryConcurrent(t *testing.T) {
 				default:
 				}
 				for _, v := range h.Versions(10) {
-					_ = weights.Diff(v, v)
+					_ = controller.Diff(v, v)
 				}
 			}
 		})

@@ -1,4 +1,4 @@
-package weights_test
+package controller_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -18,7 +19,7 @@ func tickSeq(t *testing.T, ticks int, level func(i int) float64) (string, error)
 	c := cfg(t)
 	now := time.Unix(1000, 0)
 	i := 0
-	ctl, err := weights.NewController(weights.ControllerOptions{
+	ctl, err := controller.New(controller.Options{
 		Config: c, Policy: weights.Optimizer{},
 		Now: func() time.Time { return now },
 		Demand: func() (weights.Demand, time.Time) {
@@ -107,7 +108,7 @@ func TestStaleDemandHolds(t *testing.T) {
 	c := cfg(t)
 	now := time.Unix(1000, 0)
 	measured := now
-	ctl, err := weights.NewController(weights.ControllerOptions{
+	ctl, err := controller.New(controller.Options{
 		Config: c, Policy: weights.Optimizer{},
 		Now: func() time.Time { return now },
 		Demand: func() (weights.Demand, time.Time) {

@@ -1,4 +1,4 @@
-package weights
+package controller
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ilbproject/ilb/weights"
 )
 
 // MetricsSink exports every published weights version as Prometheus
@@ -73,15 +75,15 @@ var _ refresher = (*MetricsSink)(nil)
 
 // Refresh exports w, the same routing as the version in force with a new
 // tick's demand and planned load.
-func (m *MetricsSink) Refresh(w *Weights) { m.set(w) }
+func (m *MetricsSink) Refresh(w *weights.Weights) { m.set(w) }
 
 // Prepare returns a commit that exports w; it never fails.
-func (m *MetricsSink) Prepare(_ context.Context, w *Weights) (func(), error) {
+func (m *MetricsSink) Prepare(_ context.Context, w *weights.Weights) (func(), error) {
 	return func() { m.set(w) }, nil
 }
 
 // set replaces the exported series with w's.
-func (m *MetricsSink) set(w *Weights) {
+func (m *MetricsSink) set(w *weights.Weights) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.share.Reset()
@@ -89,13 +91,13 @@ func (m *MetricsSink) set(w *Weights) {
 	m.demand.Reset()
 	m.served.Reset()
 	load := map[string]float64{}
-	for _, c := range w.cells {
+	for c := range w.All() {
 		for _, t := range c.Targets {
-			s := float64(t.Weight) / Total
+			s := float64(t.Weight) / weights.Total
 			m.share.WithLabelValues(c.Source, c.Model, t.Cluster).Set(s)
 			load[t.Cluster] += c.Served * s
 		}
-		for _, p := range Priorities {
+		for _, p := range weights.Priorities {
 			m.shed.WithLabelValues(c.Source, c.Model, p.String()).Set(c.Shed[p])
 		}
 		m.demand.WithLabelValues(c.Source, c.Model).Set(c.Demand)
@@ -110,5 +112,5 @@ func (m *MetricsSink) set(w *Weights) {
 		m.load.WithLabelValues(cl).Set(v)
 		m.clusters[cl] = true
 	}
-	m.published.Set(float64(w.computed.UnixNano()) / 1e9)
+	m.published.Set(float64(w.Computed().UnixNano()) / 1e9)
 }

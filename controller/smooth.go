@@ -1,8 +1,10 @@
-package weights
+package controller
 
 import (
 	"math"
 	"time"
+
+	"github.com/ilbproject/ilb/weights"
 )
 
 // Smoother is an exponentially weighted moving average of demand per
@@ -11,7 +13,7 @@ import (
 type Smoother struct {
 	halfLife time.Duration
 	at       time.Time
-	avg      Demand
+	avg      weights.Demand
 }
 
 // NewSmoother returns a smoother with the given half-life (> 0).
@@ -23,9 +25,9 @@ func NewSmoother(halfLife time.Duration) *Smoother { return &Smoother{halfLife: 
 // for at its measured rate at once, not ramped up from zero over the
 // half-life); a stream absent from an observation counts as zero then,
 // and decays.
-func (s *Smoother) Observe(d Demand, at time.Time) Demand {
+func (s *Smoother) Observe(d weights.Demand, at time.Time) weights.Demand {
 	if s.avg == nil {
-		s.avg = make(Demand, len(d))
+		s.avg = make(weights.Demand, len(d))
 		for k, r := range d {
 			s.avg[k] = r
 		}
@@ -37,9 +39,9 @@ func (s *Smoother) Observe(d Demand, at time.Time) Demand {
 		dt = 0
 	}
 	a := 1 - math.Exp2(-dt.Seconds()/s.halfLife.Seconds()) // weight of the new observation
-	next := make(Demand, len(s.avg)+len(d))
+	next := make(weights.Demand, len(s.avg)+len(d))
 	for k, r := range s.avg {
-		next[k] = Rate{RequestsPerSecond: (1 - a) * r.RequestsPerSecond, CostPerSecond: (1 - a) * r.CostPerSecond}
+		next[k] = weights.Rate{RequestsPerSecond: (1 - a) * r.RequestsPerSecond, CostPerSecond: (1 - a) * r.CostPerSecond}
 	}
 	for k, r := range d {
 		o, known := next[k]
@@ -47,7 +49,7 @@ func (s *Smoother) Observe(d Demand, at time.Time) Demand {
 			next[k] = r
 			continue
 		}
-		next[k] = Rate{RequestsPerSecond: o.RequestsPerSecond + a*r.RequestsPerSecond, CostPerSecond: o.CostPerSecond + a*r.CostPerSecond}
+		next[k] = weights.Rate{RequestsPerSecond: o.RequestsPerSecond + a*r.RequestsPerSecond, CostPerSecond: o.CostPerSecond + a*r.CostPerSecond}
 	}
 	for k, r := range next { // forget streams that decayed to nothing
 		if r.CostPerSecond < 1e-9 && r.RequestsPerSecond < 1e-9 {
@@ -59,8 +61,8 @@ func (s *Smoother) Observe(d Demand, at time.Time) Demand {
 }
 
 // Current returns a copy of the smoothed demand.
-func (s *Smoother) Current() Demand {
-	out := make(Demand, len(s.avg))
+func (s *Smoother) Current() weights.Demand {
+	out := make(weights.Demand, len(s.avg))
 	for k, r := range s.avg {
 		out[k] = r
 	}

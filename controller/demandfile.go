@@ -1,14 +1,16 @@
-package weights
+package controller
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/weights"
 )
 
 // DemandFile is the input of `ilb solve`: demand rows and, optionally,
@@ -46,7 +48,7 @@ type ReplicaRow struct {
 // ParseDemandFile decodes a demand file strictly and turns it into demand
 // and cluster states for c, reporting every bad row at once with its
 // index and field.
-func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterState, error) {
+func ParseDemandFile(c *config.Config, data []byte) (weights.Demand, map[string]weights.ClusterState, error) {
 	var f DemandFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -58,7 +60,7 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 		return nil, nil, errors.New("demand file: the file holds more than one YAML document")
 	}
 	var errs []error
-	demand := Demand{}
+	demand := weights.Demand{}
 	for i, r := range f.Demand {
 		at := fmt.Sprintf("demand[%d]", i)
 		s, okS := c.Source(r.Source)
@@ -69,9 +71,9 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 		if !okM {
 			errs = append(errs, fmt.Errorf("%s.model: unknown model %q", at, r.Model))
 		}
-		p, err := ParsePriority(r.Priority)
+		p, err := weights.ParsePriority(r.Priority)
 		if r.Priority == "" {
-			p, err = Standard, nil
+			p, err = weights.Standard, nil
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s.priority: %w", at, err))
@@ -81,7 +83,7 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 			field string
 			v     float64
 		}{{"requests_per_second", r.RequestsPerSecond}, {"prompt_tokens", r.PromptTokens}, {"output_tokens", r.OutputTokens}} {
-			if bad(v.v) {
+			if badValue(v.v) {
 				errs = append(errs, fmt.Errorf("%s.%s: %v is not a finite number >= 0", at, v.field, v.v))
 				numbersOK = false
 			}
@@ -89,21 +91,21 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 		if !okS || !okM || err != nil || !numbersOK {
 			continue
 		}
-		k := DemandKey{Source: s.Name, Model: name, Priority: p}
+		k := weights.DemandKey{Source: s.Name, Model: name, Priority: p}
 		if _, dup := demand[k]; dup {
 			errs = append(errs, fmt.Errorf("%s: a second row for (%s, %s, %s)", at, s.Name, name, p))
 			continue
 		}
 		m, _ := modelOf(c, name)
-		rate := RateOf(m, r.RequestsPerSecond, r.PromptTokens, r.OutputTokens)
-		if bad(rate.CostPerSecond) {
+		rate := weights.RateOf(m, r.RequestsPerSecond, r.PromptTokens, r.OutputTokens)
+		if badValue(rate.CostPerSecond) {
 			errs = append(errs, fmt.Errorf("%s: %v requests/s of %v prompt and %v output tokens cost %v token-cost units/s: want a finite cost",
 				at, r.RequestsPerSecond, r.PromptTokens, r.OutputTokens, rate.CostPerSecond))
 			continue
 		}
 		demand[k] = rate
 	}
-	states := StaticState(c)
+	states := weights.StaticState(c)
 	rowOf := map[string]int{}
 	for i, r := range f.Replicas {
 		at := fmt.Sprintf("replicas[%d]", i)
@@ -122,12 +124,12 @@ func ParseDemandFile(c *config.Config, data []byte) (Demand, map[string]ClusterS
 			continue
 		}
 		for j, w := range r.Warming {
-			if bad(w) || w > 1 {
+			if badValue(w) || w > 1 {
 				errs = append(errs, fmt.Errorf("%s.warming[%d]: %v is not a ramp fraction in [0, 1]", at, j, w))
 			}
 		}
 		p, _ := c.Profile(e.Profile)
-		states[e.Name] = NewClusterState(p.CapacityPerReplica, r.Ready, r.Warming, r.Draining, r.Unhealthy)
+		states[e.Name] = weights.NewClusterState(p.CapacityPerReplica, r.Ready, r.Warming, r.Draining, r.Unhealthy)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
@@ -143,3 +145,6 @@ func modelOf(c *config.Config, name string) (config.Model, bool) {
 	}
 	return config.Model{}, false
 }
+
+// badValue reports a rate or cost that is not a finite number >= 0.
+func badValue(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }

@@ -1,4 +1,4 @@
-package weights
+package controller
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ilbproject/ilb/weights"
 )
 
 // DefaultHistorySize is how many versions a History keeps when it is
@@ -54,20 +56,20 @@ type VersionSummary struct {
 
 // CellRoute is the routing content of one cell in one version.
 type CellRoute struct {
-	Source  string        `json:"source"`
-	Model   string        `json:"model"`
-	Targets []Target      `json:"targets"`
-	Shed    ShedFractions `json:"shed"`
+	Source  string                `json:"source"`
+	Model   string                `json:"model"`
+	Targets []weights.Target      `json:"targets"`
+	Shed    weights.ShedFractions `json:"shed"`
 }
 
 // Prepare records nothing and cannot fail; its commit records w as the
 // newest version, stamped with the time of the commit.
-func (h *History) Prepare(_ context.Context, w *Weights) (func(), error) {
+func (h *History) Prepare(_ context.Context, w *weights.Weights) (func(), error) {
 	s := VersionSummary{
 		Version: w.Version(), Computed: w.Computed(), Policy: w.Policy(), Status: w.Status(),
-		Cells: make([]CellRoute, 0, len(w.cells)),
+		Cells: make([]CellRoute, 0, w.Len()),
 	}
-	for _, c := range w.cells { // the targets are immutable: shared
+	for c := range w.All() { // the targets are immutable: shared
 		s.Cells = append(s.Cells, CellRoute{Source: c.Source, Model: c.Model, Targets: c.Targets, Shed: c.Shed})
 	}
 	return func() { h.add(s) }, nil
@@ -127,9 +129,9 @@ type WeightChange struct {
 
 // ShedChange is one priority's shed fraction before and after.
 type ShedChange struct {
-	Priority Priority `json:"priority"`
-	Before   float64  `json:"before"`
-	After    float64  `json:"after"`
+	Priority weights.Priority `json:"priority"`
+	Before   float64          `json:"before"`
+	After    float64          `json:"after"`
 }
 
 // Diff lists, per (source, model) cell, what changed from version a to
@@ -181,7 +183,7 @@ func diffCell(a, b CellRoute) CellDiff {
 			d.Clusters = append(d.Clusters, WeightChange{Cluster: t.Cluster, Before: w})
 		}
 	}
-	for _, p := range Priorities {
+	for _, p := range weights.Priorities {
 		if x, y := a.Shed[p], b.Shed[p]; math.Float64bits(x) != math.Float64bits(y) {
 			d.Shed = append(d.Shed, ShedChange{Priority: p, Before: x, After: y})
 		}

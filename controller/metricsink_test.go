@@ -1,24 +1,22 @@
-package weights_test
+package controller_test
 
 import (
-	"flag"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/internal/promtest"
 	"github.com/ilbproject/ilb/weights"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 // TestMetricsSinkGolden publishes two weights versions through the
 // metrics sink and compares the exposition after each with golden files:
 // the second version drops a target and a cell, whose series must go.
 func TestMetricsSinkGolden(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	sink, err := weights.NewMetricsSink(reg)
+	sink, err := controller.NewMetricsSink(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +62,14 @@ func TestMetricsSinkGolden(t *testing.T) {
 func TestMetricsRefreshedEveryTick(t *testing.T) {
 	c := load(t)
 	reg := prometheus.NewRegistry()
-	sink, err := weights.NewMetricsSink(reg)
+	sink, err := controller.NewMetricsSink(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	demand := 100.0
-	ctl, err := weights.NewController(weights.ControllerOptions{
-		Config: c, Policy: weights.Proportional{}, Sinks: []weights.Sink{sink}, Registry: reg,
+	ctl, err := controller.New(controller.Options{
+		Config: c, Policy: weights.Proportional{}, Sinks: []controller.Sink{sink}, Registry: reg,
 		Now: func() time.Time { return now },
 		Demand: func() (weights.Demand, time.Time) {
 			return weights.Demand{{Source: "edge-us", Model: "m1", Priority: weights.Standard}: {RequestsPerSecond: 1, CostPerSecond: demand}}, now

@@ -1,4 +1,4 @@
-package weights_test
+package controller_test
 
 import (
 	"math"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -19,7 +20,7 @@ func TestParseDemandFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, st, err := weights.ParseDemandFile(c, data)
+	d, st, err := controller.ParseDemandFile(c, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ replicas:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := weights.ParseDemandFile(c, []byte(tt.file))
+			_, _, err := controller.ParseDemandFile(c, []byte(tt.file))
 			if err == nil {
 				t.Fatal("no error")
 			}

@@ -1,4 +1,4 @@
-package weights_test
+package controller_test
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
 func TestSmootherHalfLife(t *testing.T) {
-	s := weights.NewSmoother(10 * time.Second)
+	s := controller.NewSmoother(10 * time.Second)
 	k := weights.DemandKey{Source: "s", Model: "m", Priority: weights.Standard}
 	t0 := time.Unix(0, 0)
 	s.Observe(weights.Demand{k: {CostPerSecond: 100}}, t0)
@@ -92,8 +93,8 @@ func TestFailStatic(t *testing.T) {
 			sink := &recordingSink{}
 			reg := prometheus.NewRegistry()
 			base := weights.StaticState(c)
-			ctl, err := weights.NewController(weights.ControllerOptions{
-				Config: c, Policy: policy, Sinks: []weights.Sink{sink}, Registry: reg,
+			ctl, err := controller.New(controller.Options{
+				Config: c, Policy: policy, Sinks: []controller.Sink{sink}, Registry: reg,
 				Now: func() time.Time { return now },
 				State: func() (map[string]weights.ClusterState, time.Time) {
 					st := map[string]weights.ClusterState{}
@@ -148,7 +149,7 @@ func TestFailStatic(t *testing.T) {
 
 func TestFallbackWithoutLastGood(t *testing.T) {
 	c := load(t)
-	ctl, err := weights.NewController(weights.ControllerOptions{Config: c, Policy: &fakePolicy{err: errors.New("no solution")}})
+	ctl, err := controller.New(controller.Options{Config: c, Policy: &fakePolicy{err: errors.New("no solution")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestTriggerTicksNow(t *testing.T) {
 	c.Controller.Tick = config.Duration(time.Hour)
 	reg := prometheus.NewRegistry()
 	var calls atomic.Int32
-	ctl, err := weights.NewController(weights.ControllerOptions{
+	ctl, err := controller.New(controller.Options{
 		Config: c, Policy: weights.Proportional{}, Registry: reg, MinResolveGap: 20 * time.Millisecond,
 		State: func() (map[string]weights.ClusterState, time.Time) {
 			calls.Add(1)

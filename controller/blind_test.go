@@ -1,4 +1,4 @@
-package weights_test
+package controller_test
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/weights"
 )
 
-// TestBlindFailsStatic: while ControllerOptions.Blind gives a reason,
+// TestBlindFailsStatic: while Options.Blind gives a reason,
 // every tick fails static with reason blind and the last good weights
 // stay, however long it lasts and whatever the state says (unlike
 // capacity_drop, never believed); when it clears, ticks use their inputs
@@ -34,8 +35,8 @@ func TestBlindFailsStatic(t *testing.T) {
 			sink := &recordingSink{}
 			reg := prometheus.NewRegistry()
 			base := weights.StaticState(c)
-			ctl, err := weights.NewController(weights.ControllerOptions{
-				Config: c, Policy: weights.Optimizer{}, Sinks: []weights.Sink{sink}, Registry: reg,
+			ctl, err := controller.New(controller.Options{
+				Config: c, Policy: weights.Optimizer{}, Sinks: []controller.Sink{sink}, Registry: reg,
 				Now:   func() time.Time { return now },
 				Blind: func() string { return blind },
 				State: func() (map[string]weights.ClusterState, time.Time) {

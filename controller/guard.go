@@ -1,10 +1,11 @@
-package weights
+package controller
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/weights"
 )
 
 // Reasons the controller keeps the last good weights (the values of the
@@ -36,14 +37,14 @@ var failStaticReasons = []string{reasonStaleState, reasonStaleDemand, reasonDema
 // because it cannot see, and is not believed however long it lasts.
 type guard struct {
 	cfg          config.Controller
-	blind        func() string // ControllerOptions.Blind; nil: never blind
+	blind        func() string // Options.Blind; nil: never blind
 	lastCapacity float64       // total capacity last accepted, 0 before
 	lastDemand   float64       // total raw demand last accepted, 0 before
 	demandJumps  int           // consecutive ticks with an implausible demand
 	capDrops     int
 }
 
-func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt time.Time, raw Demand, demandAt time.Time) (string, error) {
+func (g *guard) check(now time.Time, states map[string]weights.ClusterState, stateAt time.Time, raw weights.Demand, demandAt time.Time) (string, error) {
 	if g.blind != nil {
 		if why := g.blind(); why != "" {
 			return reasonBlind, fmt.Errorf("the engine signals are blind: %s", why)
@@ -77,13 +78,13 @@ func (g *guard) check(now time.Time, states map[string]ClusterState, stateAt tim
 
 // accept records inputs that were used: the levels later ticks are
 // compared with (a believed jump rebases them).
-func (g *guard) accept(states map[string]ClusterState, raw Demand) {
+func (g *guard) accept(states map[string]weights.ClusterState, raw weights.Demand) {
 	g.lastCapacity = totalCapacity(states)
 	g.lastDemand = raw.Total()
 	g.demandJumps, g.capDrops = 0, 0
 }
 
-func totalCapacity(states map[string]ClusterState) float64 {
+func totalCapacity(states map[string]weights.ClusterState) float64 {
 	var t float64
 	for _, s := range states {
 		t += s.Capacity
