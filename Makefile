@@ -148,8 +148,8 @@ FUZZ_TARGETS     ?= \
 	./envoy:FuzzBundle \
 	./signals:FuzzParseTargets \
 	./signals:FuzzParseExposition \
-	./weights:FuzzParseDemandFile \
-	./extproc:FuzzRequestBody \
+	./controller:FuzzParseDemandFile \
+	./openai:FuzzRequestBody \
 	./extproc:FuzzStream \
 	./demand:FuzzReport \
 	./xds:FuzzRequests

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -26,31 +27,6 @@ func benchChat(n int) []byte {
 	user, _ := json.Marshal(text[n/4:])
 	return fmt.Appendf(nil, `{"model":"llama3-8b","stream":true,"max_tokens":256,"user":"user-1234",`+
 		`"messages":[{"role":"system","content":%s},{"role":"user","content":%s}],"temperature":0.7}`, sys, user)
-}
-
-// BenchmarkParseBody reads a chat body of each size with parseBody (one
-// scan, only the fields ILB needs) and with the encoding/json
-// implementation it replaced (impl=encoding-json), in the same run.
-//
-//	go test -run '^$' -bench ParseBody -benchmem -count 6 ./extproc/
-func BenchmarkParseBody(b *testing.B) {
-	for _, n := range benchSizes {
-		body := benchChat(n)
-		for _, impl := range []struct {
-			name  string
-			parse func(Endpoint, []byte) (Body, error)
-		}{{"scan", parseBody}, {"encoding-json", parseBodyStd}} {
-			b.Run(fmt.Sprintf("prompt=%dKiB/impl=%s", n>>10, impl.name), func(b *testing.B) {
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, err := impl.parse(EndpointChat, body); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
-	}
 }
 
 // BenchmarkDecide measures the request-path work of one chat request:
@@ -89,7 +65,7 @@ func BenchmarkDecide(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				for b.Loop() {
-					pb, err := parseBody(EndpointChat, body)
+					pb, err := openai.ParseBody(openai.EndpointChat, body)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -16,6 +16,7 @@ import (
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/route"
 )
 
@@ -32,7 +33,7 @@ const (
 // saturation), draws, predicts the cluster Envoy will
 // take and returns the header mutation that makes Envoy route there. It
 // fills x.rec. body is nil when ILB decides on headers alone.
-func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, error) {
+func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutation, error) {
 	st, src, h, rec := x.st, x.src, &x.h, x.rec
 	name := h.model
 	rec.ModelFrom = "header"
@@ -154,7 +155,7 @@ func (s *Server) decide(x *exchange, body *Body) (*extprocv3.HeaderMutation, err
 // client, capped by the model's limits: the prompt by its context, the
 // output by max_output_tokens and what the context leaves after the
 // prompt. prompt is the prompt tokens it counts.
-func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) (cost, prompt float64) {
+func (s *Server) tokenCost(st *State, model string, h *hints, body *openai.Body) (cost, prompt float64) {
 	lim := st.limits[model]
 	prompt, ok := promptTokens(lim, h, body)
 	maxTokens := 0
@@ -167,7 +168,7 @@ func (s *Server) tokenCost(st *State, model string, h *hints, body *Body) (cost,
 // promptTokens is a request's prompt length as the client's evidence
 // gives it: the body's count, else Content-Length / 4 (at least 1),
 // capped by the model's context; ok is false when there is neither.
-func promptTokens(l demand.Limits, h *hints, body *Body) (tokens float64, ok bool) {
+func promptTokens(l demand.Limits, h *hints, body *openai.Body) (tokens float64, ok bool) {
 	switch {
 	case body != nil:
 		return min(float64(body.PromptTokens), l.Context), true

@@ -42,11 +42,17 @@ func badRequest(param, code, msg string) *RequestError {
 }
 
 // immediate is the one boundary that turns an error into Envoy's answer:
-// a *RequestError keeps its status and code; anything else is an internal
-// error (500) whose message is not leaked.
+// a *RequestError, or the body parser's *openai.RequestError, keeps its
+// status and code; anything else is an internal error (500) whose message
+// is not leaked.
 func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
 	var re *RequestError
-	if !errors.As(err, &re) {
+	var oe *openai.RequestError
+	switch {
+	case errors.As(err, &re):
+	case errors.As(err, &oe):
+		re = &RequestError{Status: oe.Status, Type: oe.Type, Code: oe.Code, Param: oe.Param, Msg: oe.Msg}
+	default:
 		re = &RequestError{Status: 500, Type: "internal_error", Code: "internal_error", Msg: "the router failed to process the request"}
 	}
 	// Messages quote client values in bounded excerpts already; the

@@ -3,6 +3,8 @@ package extproc
 import (
 	"net/url"
 	"strings"
+
+	"github.com/ilbproject/ilb/openai"
 )
 
 // ambiguousPath says why a request path (query excluded) could be read
@@ -33,8 +35,8 @@ func ambiguousPath(path string, prefixes []string) string {
 	if why := unsafePath(d); why != "" {
 		return "once decoded, " + why
 	}
-	if endpointOf(d) != endpointOf(p) || servedPath(prefixes, d) != servedPath(prefixes, p) {
-		return "percent-escapes that change the endpoint it names (" + string(endpointOf(d)) + " once decoded)"
+	if openai.EndpointOf(d) != openai.EndpointOf(p) || servedPath(prefixes, d) != servedPath(prefixes, p) {
+		return "percent-escapes that change the endpoint it names (" + string(openai.EndpointOf(d)) + " once decoded)"
 	}
 	return ""
 }

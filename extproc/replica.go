@@ -12,6 +12,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/picker"
 )
 
@@ -107,7 +108,7 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 // the request's Content-Length (as x.cost's is) and the session key, if
 // any, stands for its prefix. session is the session key's hash (0:
 // none); it also orders ties, so a session's requests agree on them.
-func (s *Server) pickReplica(x *exchange, body *Body, model string, ls *live.State, session uint64) string {
+func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *live.State, session uint64) string {
 	cluster := x.rec.Chosen
 	pk := s.pickers[cluster]
 	if pk == nil {
@@ -133,8 +134,8 @@ func (s *Server) pickReplica(x *exchange, body *Body, model string, ls *live.Sta
 	p := live.Prompt{Session: session}
 	if body != nil {
 		p.Read, p.MaxTokens, p.Tokens = true, body.MaxTokens, body.PromptTokens
-		if n := len(body.prompt) / picker.BlockBytes; n > 0 {
-			p.Blocks = picker.AppendBlocks(make([]uint64, 0, picker.Hashes(n)), picker.Seed(model), body.prompt)
+		if n := len(body.Prompt) / picker.BlockBytes; n > 0 {
+			p.Blocks = picker.AppendBlocks(make([]uint64, 0, picker.Hashes(n)), picker.Seed(model), body.Prompt)
 		}
 	} else {
 		// The prompt was not read: its length is estimated from the

@@ -19,6 +19,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
+	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -29,7 +30,7 @@ type hints struct {
 	priority                string
 	session, model          string
 	debug                   bool
-	endpoint                Endpoint
+	endpoint                openai.Endpoint
 	contentLength           int
 }
 
@@ -199,7 +200,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 	x.h = hints{
 		requestID: bound.String(hs[0], bound.Name), method: bound.String(hs[1], 16),
 		path: bound.String(hs[2], bound.Path), priority: hs[3], session: hs[4],
-		model: hs[5], debug: hs[6] == "1", endpoint: endpointOf(hs[2]),
+		model: hs[5], debug: hs[6] == "1", endpoint: openai.EndpointOf(hs[2]),
 	}
 	x.h.contentLength, _ = strconv.Atoi(hs[7])
 	if x.h.requestID == "" {
@@ -214,7 +215,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		return s.reject(x, err, began)
 	}
 	switch {
-	case m.GetEndOfStream() && !needsBody(x.h) || x.h.model != "" && x.h.endpoint == EndpointOther:
+	case m.GetEndOfStream() && !needsBody(x.h) || x.h.model != "" && x.h.endpoint == openai.EndpointOther:
 		// There is no body to read (GET /v1/models), or the client named
 		// the model of an endpoint whose body ILB does not parse (it may
 		// not be JSON: an upload): decide now, and tell Envoy to skip any
@@ -253,7 +254,7 @@ func servedPath(prefixes []string, path string) bool {
 // needsBody reports whether a request must carry a JSON body: a POST to
 // an OpenAI endpoint ILB parses.
 func needsBody(h hints) bool {
-	return h.endpoint != EndpointOther && (h.method == "" || h.method == "POST")
+	return h.endpoint != openai.EndpointOther && (h.method == "" || h.method == "POST")
 }
 
 // admit checks what the headers say before any decision: the weights are
@@ -348,14 +349,14 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 // decideBody decides on the whole request body data; an error is the
 // request's refusal.
 func (s *Server) decideBody(ctx context.Context, x *exchange, data []byte, began time.Time) (*extprocv3.HeaderMutation, error) {
-	b, err := parseBody(x.h.endpoint, data)
-	if err != nil && x.h.endpoint != EndpointOther {
+	b, err := openai.ParseBody(x.h.endpoint, data)
+	if err != nil && x.h.endpoint != openai.EndpointOther {
 		return nil, err
 	}
 	if err != nil {
 		// Not an OpenAI endpoint ILB knows: the body need not be JSON;
 		// route by the default model.
-		b = Body{}
+		b = openai.Body{}
 	}
 	mut, err := s.decide(x, &b)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ilbproject/ilb/internal/bound"
+	"github.com/ilbproject/ilb/openai"
 )
 
 // spanName is the name of the decision span. The GenAI semantic
@@ -101,13 +102,13 @@ func (s *Server) startSpan(ctx context.Context, x *exchange, headers *corev3.Hea
 }
 
 // operationOf is gen_ai.operation.name of an endpoint, "" for others.
-func operationOf(e Endpoint) string {
+func operationOf(e openai.Endpoint) string {
 	switch e {
-	case EndpointChat:
+	case openai.EndpointChat:
 		return "chat"
-	case EndpointCompletions:
+	case openai.EndpointCompletions:
 		return "text_completion"
-	case EndpointEmbeddings:
+	case openai.EndpointEmbeddings:
 		return "embeddings"
 	}
 	return ""
@@ -149,7 +150,7 @@ func (s *Server) spanRequest(x *exchange) {
 	if r.RequestedModel != "" {
 		x.span.SetAttributes(attrModel.String(r.RequestedModel), attrRouted.String(r.Model))
 	}
-	if r.ModelFrom == "body" && x.h.endpoint != EndpointOther {
+	if r.ModelFrom == "body" && x.h.endpoint != openai.EndpointOther {
 		x.span.SetAttributes(attrStream.Bool(r.Stream))
 		if r.MaxTokens > 0 {
 			x.span.SetAttributes(attrMaxTokens.Int(r.MaxTokens))

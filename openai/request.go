@@ -1,4 +1,4 @@
-package extproc
+package openai
 
 import (
 	"bytes"
@@ -21,9 +21,9 @@ const (
 	EndpointOther       Endpoint = "other"
 )
 
-// endpointOf maps a request path (query string ignored) to its endpoint by
+// EndpointOf maps a request path (query string ignored) to its endpoint by
 // suffix, so /v1/chat/completions and /openai/v1/chat/completions match.
-func endpointOf(path string) Endpoint {
+func EndpointOf(path string) Endpoint {
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
@@ -46,19 +46,19 @@ type Body struct {
 	// PromptTokens estimates the prompt length: bytes of the prompt's JSON
 	// (messages, prompt or input) divided by 4, at least 1.
 	PromptTokens int
-	// prompt is the prompt's raw JSON (it shares the body's memory): the
+	// Prompt is the prompt's raw JSON (it shares the body's memory): the
 	// replica picker hashes its leading blocks.
-	prompt []byte
+	Prompt []byte
 }
 
-// parseBody reads and checks the JSON body of an OpenAI request with
+// ParseBody reads and checks the JSON body of an OpenAI request with
 // encoding/json's rules and errors — the same syntax errors at the same
 // offsets, the first wrongly typed field in document order, the last of
 // duplicate keys, keys matched case-insensitively, strings decoded as
 // Unmarshal decodes them — in one pass that decodes only the fields ILB
 // reads: the prompt is measured, never decoded or copied. Every error is
 // a *RequestError naming the field.
-func parseBody(ep Endpoint, data []byte) (Body, error) {
+func ParseBody(ep Endpoint, data []byte) (Body, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return Body{}, badRequest("", "invalid_json", "the request body is empty: want a JSON object")
 	}
@@ -114,7 +114,7 @@ func parseBody(ep Endpoint, data []byte) (Body, error) {
 		return Body{}, badRequest(fieldNames[field], "missing_required_parameter", fmt.Sprintf("the request has no %q: %s needs it", fieldNames[field], ep))
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
-	b.prompt = prompt
+	b.Prompt = prompt
 	return b, nil
 }
 

@@ -1,4 +1,4 @@
-package extproc
+package openai
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"github.com/ilbproject/ilb/internal/bound"
 )
 
-// This file keeps the encoding/json implementation parseBody replaced
+// This file keeps the encoding/json implementation ParseBody replaced
 // (parseBodyStd), with the ambiguity rules added since computed its own
 // way (ambiguousStd: encoding/json's tokens, strings.EqualFold): the
 // oracle of the differential fuzz test (FuzzBodyMatchesEncodingJSON).
@@ -98,7 +98,7 @@ func parseBodyStd(ep Endpoint, data []byte) (Body, error) {
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
 	if len(prompt) > 0 {
-		b.prompt = prompt // the raw JSON encoding/json kept: what the replica picker hashes
+		b.Prompt = prompt // the raw JSON encoding/json kept: what the replica picker hashes
 	}
 	return b, nil
 }

@@ -1,4 +1,4 @@
-package extproc
+package openai
 
 import (
 	"bytes"
@@ -17,13 +17,13 @@ const fuzzMaxErrMsg = 2048
 // fuzzMaxBody caps the repeated part of a fuzzed body.
 const fuzzMaxBody = 1 << 16
 
-// bodyFields are the request fields parseBody may name in an error.
+// bodyFields are the request fields ParseBody may name in an error.
 var bodyFields = []string{
 	"", "model", "stream", "max_tokens", "max_completion_tokens", "user", "prompt_cache_key",
 	"messages", "prompt", "input",
 }
 
-// FuzzRequestBody feeds arbitrary request bodies to parseBody for every
+// FuzzRequestBody feeds arbitrary request bodies to ParseBody for every
 // endpoint; a body is head + mid×n + tail, so bodies and values reach
 // tens of KiB, beyond the fuzzer's small inputs. Invariants: no panic; the same bytes give the same answer; a
 // refusal is a *RequestError with status 400, a code, a message of at most
@@ -75,8 +75,8 @@ func FuzzRequestBody(f *testing.F) {
 			data = slices.Concat(head, bytes.Repeat(mid, int(n)), tail)
 		}
 		for _, ep := range endpoints {
-			b, err := parseBody(ep, data)
-			b2, err2 := parseBody(ep, data)
+			b, err := ParseBody(ep, data)
+			b2, err2 := ParseBody(ep, data)
 			if !reflect.DeepEqual(b, b2) || fuzzErrString(err) != fuzzErrString(err2) {
 				t.Fatalf("%s: not deterministic: %+v %v, then %+v %v", ep, b, err, b2, err2)
 			}

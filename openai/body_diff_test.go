@@ -1,4 +1,4 @@
-package extproc
+package openai
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// diffBodies are bodies on which parseBody must answer exactly as the
+// diffBodies are bodies on which ParseBody must answer exactly as the
 // encoding/json implementation it replaced (parseBodyStd): every syntax
 // error state of encoding/json's scanner, at the end of the text and
 // before it; each wrong type of each field; duplicate keys; keys matched
@@ -88,15 +88,15 @@ var diffBodies = []string{
 	`{"model":"m","messages":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`,
 }
 
-// diffEndpoints are the endpoints parseBody is compared on.
+// diffEndpoints are the endpoints ParseBody is compared on.
 var diffEndpoints = []Endpoint{EndpointChat, EndpointCompletions, EndpointEmbeddings, EndpointOther}
 
-// diffBody fails t when parseBody and the encoding/json oracle answer
+// diffBody fails t when ParseBody and the encoding/json oracle answer
 // data differently on any endpoint.
 func diffBody(t *testing.T, data []byte) {
 	t.Helper()
 	for _, ep := range diffEndpoints {
-		got, gotErr := parseBody(ep, data)
+		got, gotErr := ParseBody(ep, data)
 		want, wantErr := parseBodyStd(ep, data)
 		if !reflect.DeepEqual(got, want) || !sameRequestError(gotErr, wantErr) {
 			t.Fatalf("%s %.200q:\n got  %+v, %v\n want %+v, %v (encoding/json)", ep, data, got, describeErr(gotErr), want, describeErr(wantErr))
@@ -122,7 +122,7 @@ func describeErr(err error) string {
 
 // TestParseBodyMatchesEncodingJSON: on every body of diffBodies, and each
 // with its last byte cut (a body that ends early in every state),
-// parseBody answers as encoding/json did.
+// ParseBody answers as encoding/json did.
 func TestParseBodyMatchesEncodingJSON(t *testing.T) {
 	for _, s := range diffBodies {
 		diffBody(t, []byte(s))
@@ -161,21 +161,21 @@ func TestParseBodyDecodes(t *testing.T) {
 		{"no prompt", `{"model":"m","messages":[]}`, Body{}, `400 missing_required_parameter: the request has no "messages": chat/completions needs it`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseBody(EndpointChat, []byte(tc.body))
-			got.prompt = nil // the prompt's raw JSON: checked by the replica tests
+			got, err := ParseBody(EndpointChat, []byte(tc.body))
+			got.Prompt = nil // the prompt's raw JSON: checked by the replica tests
 			msg := ""
 			if err != nil {
 				msg = err.Error()
 			}
 			if !reflect.DeepEqual(got, tc.want) || msg != tc.err {
-				t.Errorf("parseBody = %+v, %v; want %+v, %s", got, err, tc.want, tc.err)
+				t.Errorf("ParseBody = %+v, %v; want %+v, %s", got, err, tc.want, tc.err)
 			}
 		})
 	}
 }
 
 // FuzzBodyMatchesEncodingJSON: on any body (head + mid×n + tail, to
-// reach tens of KiB), parseBody answers exactly as the encoding/json
+// reach tens of KiB), ParseBody answers exactly as the encoding/json
 // implementation it replaced: the same Body, or the same *RequestError
 // (status, code, param and message, syntax error offsets included).
 //

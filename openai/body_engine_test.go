@@ -1,4 +1,4 @@
-package extproc
+package openai
 
 import (
 	"encoding/json"
@@ -64,7 +64,7 @@ func FuzzBodyReadAsEnginesRead(f *testing.F) {
 
 func checkEngineView(t *testing.T, data []byte) {
 	t.Helper()
-	b, err := parseBody(EndpointChat, data)
+	b, err := ParseBody(EndpointChat, data)
 	if err != nil {
 		return // refused: the engine never sees it
 	}

@@ -1,4 +1,4 @@
-package extproc
+package openai
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 // text exactly as encoding/json does (same syntax errors, same byte
 // offsets) but keeps only where the top-level values ILB reads are: a
 // prompt of a megabyte is skipped over, 32 bytes at a time, and never
-// decoded or copied. parseBody then turns those spans into a Body with
+// decoded or copied. ParseBody then turns those spans into a Body with
 // encoding/json's rules (see request.go).
 
 // bodyField is a top-level field of an OpenAI request that ILB reads.
@@ -124,7 +124,7 @@ func (b *bodyScan) noteKey(f bodyField, raw []byte) {
 	b.seen[f] = true
 }
 
-// typeError is encoding/json's UnmarshalTypeError as parseBody reports
+// typeError is encoding/json's UnmarshalTypeError as ParseBody reports
 // it: the field (fieldNone: the body itself), what the JSON value is
 // ("string", "number 1.5", ...) and what the field wants.
 type typeError struct {
