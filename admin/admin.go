@@ -16,8 +16,8 @@ import (
 	"github.com/ilbproject/ilb/capacity"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/controller"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
-	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
@@ -31,12 +31,12 @@ type Weights interface {
 
 // Decisions looks up and follows decision records.
 type Decisions interface {
-	Get(requestID string) (extproc.Record, bool)
+	Get(requestID string) (decision.Record, bool)
 	// Find returns up to n most recent records matching f, newest first.
-	Find(f extproc.Filter, n int) []extproc.Record
+	Find(f decision.Filter, n int) []decision.Record
 	// Subscribe follows the records matching f as they complete, until
 	// ctx is done.
-	Subscribe(ctx context.Context, f extproc.Filter, size int) *extproc.Subscription
+	Subscribe(ctx context.Context, f decision.Filter, size int) *decision.Subscription
 }
 
 // History reports the last published weights versions, newest first.
@@ -73,7 +73,7 @@ type Capacity interface {
 
 var (
 	_ Weights   = (*controller.Controller)(nil)
-	_ Decisions = (*extproc.Log)(nil)
+	_ Decisions = (*decision.Log)(nil)
 	_ Nodes     = (*xds.Server)(nil)
 	_ Rollouts  = (*xds.Server)(nil)
 	_ Signals   = (*signals.Monitor)(nil)

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/internal/bound"
 )
 
@@ -33,7 +33,7 @@ func serveDecisions(w http.ResponseWriter, r *http.Request, d Decisions, log *sl
 			return
 		}
 	}
-	f := extproc.Filter{Source: q.Get("source"), Model: q.Get("model"), Cluster: q.Get("cluster"), Reason: q.Get("reason")}
+	f := decision.Filter{Source: q.Get("source"), Model: q.Get("model"), Cluster: q.Get("cluster"), Reason: q.Get("reason")}
 	if s := q.Get("before"); s != "" {
 		if f.Before, err = strconv.ParseUint(s, 10, 64); err != nil || f.Before == 0 {
 			writeError(w, http.StatusBadRequest, "before "+bound.Quote(s, bound.Excerpt)+" is not a record sequence number (the seq of the last record of a page)")
@@ -111,7 +111,7 @@ const MaxPageBytes = 4 << 20
 // another page follows) as a JSON array within MaxPageBytes. When records
 // remain, a Link header (rel="next") gives the URL of the next page: the
 // same query with before= the last record's seq.
-func writePage(w http.ResponseWriter, u *url.URL, recs []extproc.Record, n int) {
+func writePage(w http.ResponseWriter, u *url.URL, recs []decision.Record, n int) {
 	var buf bytes.Buffer
 	buf.WriteString("[")
 	shown := 0

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/admin"
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 )
 
 // fill plays the requests every decisions test reads: two served (one
@@ -84,7 +84,7 @@ func TestDecisionsQuery(t *testing.T) {
 				}
 				return
 			}
-			var recs []extproc.Record
+			var recs []decision.Record
 			if err := json.Unmarshal([]byte(body), &recs); err != nil {
 				t.Fatalf("%v: %s", err, body)
 			}
@@ -129,7 +129,7 @@ func TestDecisionsPages(t *testing.T) {
 		if len(b) > admin.MaxPageBytes {
 			t.Errorf("page of %d bytes; want <= %d", len(b), admin.MaxPageBytes)
 		}
-		var recs []extproc.Record
+		var recs []decision.Record
 		if err := json.Unmarshal(b, &recs); err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestDecisionsFollow(t *testing.T) {
 				if !streams[i].Scan() {
 					t.Fatalf("stream ended before %s: %v", want, streams[i].Err())
 				}
-				var r extproc.Record
+				var r decision.Record
 				if err := json.Unmarshal(streams[i].Bytes(), &r); err != nil {
 					t.Fatalf("line %q: %v", streams[i].Text(), err)
 				}
@@ -210,11 +210,11 @@ func TestDecisionsFollow(t *testing.T) {
 // slowLog subscribes with a buffer of one record and, before the handler
 // reads it, has ext_proc complete three: two are dropped.
 type slowLog struct {
-	*extproc.Log
+	*decision.Log
 	before func()
 }
 
-func (s slowLog) Subscribe(ctx context.Context, f extproc.Filter, _ int) *extproc.Subscription {
+func (s slowLog) Subscribe(ctx context.Context, f decision.Filter, _ int) *decision.Subscription {
 	sub := s.Log.Subscribe(ctx, f, 1)
 	s.before()
 	return sub

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/ilbproject/ilb/dashboard"
+	"github.com/ilbproject/ilb/decision"
 
-	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -99,7 +99,7 @@ func TestAPIOnDemo(t *testing.T) {
 		t.Fatal("the weights version kept changing")
 	})
 	t.Run("decisions are the log's, newest first", func(t *testing.T) {
-		var recs []extproc.Record
+		var recs []decision.Record
 		getJSON(t, d.URL+"/ui/api/decisions?limit=7", &recs)
 		if len(recs) != 7 {
 			t.Fatalf("%d records, want 7", len(recs))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/controller"
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -26,9 +26,9 @@ type Weights interface {
 
 // Decisions looks up decision records.
 type Decisions interface {
-	Recent(n int) []extproc.Record
-	Get(id string) (extproc.Record, bool)
-	Tally(after uint64) extproc.Tally
+	Recent(n int) []decision.Record
+	Get(id string) (decision.Record, bool)
+	Tally(after uint64) decision.Tally
 }
 
 // Signals reports the engines' state.
@@ -38,7 +38,7 @@ type Signals interface {
 
 var (
 	_ Weights   = (*controller.Controller)(nil)
-	_ Decisions = (*extproc.Log)(nil)
+	_ Decisions = (*decision.Log)(nil)
 	_ Signals   = (*signals.Monitor)(nil)
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -133,13 +133,13 @@ func (d *Dashboard) countDecisions(s *ShedSample) {
 	if d.o.Decisions == nil {
 		return
 	}
-	after := extproc.TallyStart
+	after := decision.TallyStart
 	if d.primed {
 		after = d.tallied
 	}
 	t := d.o.Decisions.Tally(after)
 	d.tallied, d.primed = t.Through, true
-	if after == extproc.TallyStart {
+	if after == decision.TallyStart {
 		return
 	}
 	s.Requests = t.Records

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -35,19 +35,19 @@ func (f *fakeWeights) set(w *weights.Weights) {
 // fakeLog is a decision log that records are appended to.
 type fakeLog struct {
 	mu   sync.Mutex
-	recs []extproc.Record // oldest first
+	recs []decision.Record // oldest first
 }
 
-func (f *fakeLog) add(rs ...extproc.Record) {
+func (f *fakeLog) add(rs ...decision.Record) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recs = append(f.recs, rs...)
 }
 
-func (f *fakeLog) Recent(n int) []extproc.Record {
+func (f *fakeLog) Recent(n int) []decision.Record {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []extproc.Record
+	var out []decision.Record
 	for i := len(f.recs) - 1; i >= 0 && len(out) < n; i-- {
 		out = append(out, f.recs[i])
 	}
@@ -56,10 +56,10 @@ func (f *fakeLog) Recent(n int) []extproc.Record {
 
 // Tally counts the records appended after the first after, by reason (a
 // fake log never evicts).
-func (f *fakeLog) Tally(after uint64) extproc.Tally {
+func (f *fakeLog) Tally(after uint64) decision.Tally {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := extproc.Tally{Through: uint64(len(f.recs)), ByReason: map[string]int{}}
+	t := decision.Tally{Through: uint64(len(f.recs)), ByReason: map[string]int{}}
 	if after >= t.Through {
 		return t
 	}
@@ -70,7 +70,7 @@ func (f *fakeLog) Tally(after uint64) extproc.Tally {
 	return t
 }
 
-func (f *fakeLog) Get(id string) (extproc.Record, bool) {
+func (f *fakeLog) Get(id string) (decision.Record, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.recs {
@@ -78,7 +78,7 @@ func (f *fakeLog) Get(id string) (extproc.Record, bool) {
 			return r, true
 		}
 	}
-	return extproc.Record{}, false
+	return decision.Record{}, false
 }
 
 var (
@@ -98,8 +98,8 @@ func split(t *testing.T, a uint32, shed float64) *weights.Weights {
 	return w
 }
 
-func rec(id, reason, chosen string) extproc.Record {
-	return extproc.Record{RequestID: id, Start: time.Unix(200, 0), Reason: reason, Chosen: chosen}
+func rec(id, reason, chosen string) decision.Record {
+	return decision.Record{RequestID: id, Start: time.Unix(200, 0), Reason: reason, Chosen: chosen}
 }
 
 // TestSampler drives the sampler with a fake clock: the ring keeps the
@@ -116,17 +116,17 @@ func TestSampler(t *testing.T) {
 
 	steps := []struct {
 		weights  *weights.Weights // nil: unchanged
-		add      []extproc.Record
+		add      []decision.Record
 		requests int
 		shed     int
 		rejected int
 		versions int
 	}{
 		{versions: 1},
-		{add: []extproc.Record{rec("a", "weighted", "c1"), rec("b", "shed", ""), rec("c", "no_capacity", "")}, requests: 3, shed: 1, rejected: 1, versions: 1},
+		{add: []decision.Record{rec("a", "weighted", "c1"), rec("b", "shed", ""), rec("c", "no_capacity", "")}, requests: 3, shed: 1, rejected: 1, versions: 1},
 		{weights: split(t, 2500, 0.5), versions: 2},
-		{add: []extproc.Record{rec("a", "overloaded", "")}, requests: 1, shed: 1, versions: 2}, // an id seen before is a new record
-		{weights: split(t, 1000, 0), add: []extproc.Record{rec("d", "session", "c2")}, requests: 1, versions: 2},
+		{add: []decision.Record{rec("a", "overloaded", "")}, requests: 1, shed: 1, versions: 2}, // an id seen before is a new record
+		{weights: split(t, 1000, 0), add: []decision.Record{rec("d", "session", "c2")}, requests: 1, versions: 2},
 		{versions: 2},
 	}
 	for i, st := range steps {

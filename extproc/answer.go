@@ -11,11 +11,12 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/header"
 )
 
 // decisionHeader is the compact x-ilb-decision value (debug only).
-func decisionHeader(r *Record) string {
+func decisionHeader(r *decision.Record) string {
 	v := fmt.Sprintf("request_id=%s; model=%s; cluster=%s; reason=%s; draw=%d; slot=%d/%d; version=%s",
 		r.RequestID, r.Model, r.Chosen, r.Reason, r.Draw, r.Slot, r.TotalWeight, r.WeightsVersion)
 	if rd := r.Replica; rd != nil && rd.Chosen != "" {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/weights"
@@ -69,7 +70,7 @@ func BenchmarkDecide(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					x := &exchange{st: st, src: src, rec: &Record{}, prio: weights.Standard, start: time.Now()}
+					x := &exchange{st: st, src: src, rec: &decision.Record{}, prio: weights.Standard, start: time.Now()}
 					if _, err := s.decide(x, &pb); err != nil {
 						b.Fatal(err)
 					}

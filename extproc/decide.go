@@ -12,6 +12,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
@@ -197,8 +198,8 @@ func SessionDraw(key string) uint64 {
 }
 
 // annotate copies the candidates with the live exclusions and marks.
-func (c *cell) annotate(ls *live.State) []Candidate {
-	out := append([]Candidate(nil), c.candidates...)
+func (c *cell) annotate(ls *live.State) []decision.Candidate {
+	out := append([]decision.Candidate(nil), c.candidates...)
 	if ls == nil {
 		return out
 	}

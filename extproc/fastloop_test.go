@@ -9,8 +9,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
-	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
@@ -230,7 +230,7 @@ func TestAwaitingRequestsSteer(t *testing.T) {
 	ls.Clusters["eu-west-vllm"] = slow
 	h.srv.SetLive(ls)
 	done := respHeaders(":status", "200", header.ServedCluster, "eu-west-vllm", header.WeightsVersion, h.w.Version())
-	chosen := func(id string) extproc.Record {
+	chosen := func(id string) decision.Record {
 		t.Helper()
 		rec, ok := h.srv.Decisions().Get(id)
 		if !ok {

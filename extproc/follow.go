@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/decision"
 )
 
 // Following a response: demand that follows what the engines generate.
@@ -180,26 +182,11 @@ func (s *Server) settle(x *exchange, outcome string) {
 	booked := x.cost - x.unconfirmed
 	x.unconfirmed = 0
 	s.typical.Observe(x.key, booked)
-	x.rec = s.log.update(x.rec, func(r *Record) {
+	x.rec = s.log.Update(x.rec, func(r *decision.Record) {
 		r.DemandBooked = booked
-		r.Generated = &Generated{Tokens: int64(tokens), From: from, Outcome: outcome}
+		r.Generated = &decision.Generated{Tokens: int64(tokens), From: from, Outcome: outcome}
 		if f.scan.usage.ok {
 			r.Generated.PromptTokens = f.scan.usage.prompt
 		}
 	})
-}
-
-// Generated is what a followed response showed an engine generated.
-type Generated struct {
-	// Tokens is the output tokens: the engine's usage, else one per
-	// server-sent event, else a token per 4 bytes of body.
-	Tokens int64 `json:"tokens"`
-	// PromptTokens is the usage's prompt tokens (0 without usage).
-	PromptTokens int64 `json:"prompt_tokens,omitempty"`
-	// From is where Tokens comes from: usage, events or bytes.
-	From string `json:"from"`
-	// Outcome is how following ended: complete (the body's end came),
-	// confirmed (the whole estimate was generated; ILB stopped
-	// following), ended (the stream ended first: the client went away).
-	Outcome string `json:"outcome"`
 }

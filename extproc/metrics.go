@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -42,7 +43,7 @@ type metrics struct {
 	following          prometheus.Gauge
 }
 
-func newMetrics(reg *prometheus.Registry, log *Log) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_decisions_total",

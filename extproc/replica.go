@@ -10,53 +10,12 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/picker"
 )
-
-// ReplicaDecision is the replica ILB chose inside the chosen cluster, and
-// why (clusters with replica_picking on).
-type ReplicaDecision struct {
-	// Chosen is the replica (host:port); "" when ILB left the choice to
-	// Envoy (Skipped says why).
-	Chosen string `json:"chosen,omitempty"`
-	// Hosts is the override-host list sent to Envoy: Chosen, then the
-	// replicas a retry takes.
-	Hosts []string `json:"hosts,omitempty"`
-	// Reason: prefix, session, load or only (package picker).
-	Reason string `json:"reason,omitempty"`
-	// PromptBlocks is how many hashes of the prompt's chain were taken
-	// (picker.AppendBlocks: one per 256-byte block for the first 512,
-	// then one per 2 KiB; at most picker.MaxBlocks).
-	PromptBlocks int `json:"prompt_blocks"`
-	// Terms are the chosen replica's: cached prefix, load, cost.
-	Terms picker.Term `json:"terms"`
-	// RunnerUp is the second best, and Lost why it was not chosen:
-	// more_work (more work there) or tie (equal work; more
-	// in flight, saturated, or later in rotation).
-	RunnerUp *picker.Term `json:"runner_up,omitempty"`
-	Lost     string       `json:"runner_up_lost,omitempty"`
-	// Skipped says why ILB chose no replica: Envoy's least request did.
-	Skipped string `json:"skipped,omitempty"`
-	// Served is set from the response: "chosen" when Envoy's upstream
-	// host is Chosen, "other" when it is another (a retry took the next
-	// host, or Envoy fell back because the host had left its cluster).
-	Served string `json:"served,omitempty"`
-}
-
-// size is the record memory the decision adds.
-func (d *ReplicaDecision) size() int {
-	n := 128 + len(d.Chosen) + len(d.Reason) + len(d.Lost) + len(d.Skipped) + len(d.Terms.Address)
-	for _, h := range d.Hosts {
-		n += 16 + len(h)
-	}
-	if d.RunnerUp != nil {
-		n += 96 + len(d.RunnerUp.Address)
-	}
-	return n
-}
 
 // replicaPicker is a cluster's replica picker and its metrics' counters,
 // resolved once.
@@ -73,10 +32,10 @@ const reasonSkipped = "skipped"
 // skippedNoLive is the replica decision of every request ILB left to
 // Envoy for want of live replica state: one value, shared by the records
 // and never changed (a record's copy-on-write leaves it alone).
-var skippedNoLive = &ReplicaDecision{Skipped: "no live replica state for the cluster: Envoy's least request chooses"}
+var skippedNoLive = &decision.ReplicaDecision{Skipped: "no live replica state for the cluster: Envoy's least request chooses"}
 
 // skippedNoneServing: every replica listed is draining or unhealthy.
-var skippedNoneServing = &ReplicaDecision{Skipped: "no serving replica in the live state: Envoy's least request chooses among what it has"}
+var skippedNoneServing = &decision.ReplicaDecision{Skipped: "no serving replica in the live state: Envoy's least request chooses among what it has"}
 
 // newPickers makes one replica picker per cluster with replica picking
 // on. They live as long as the server: what they learned survives
@@ -145,7 +104,7 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 		p.Tokens = int(t)
 	}
 	req := live.PickerRequest(lim.Model, s.opts.Config.ExtProc, p, s.opts.Rand)
-	rd := &ReplicaDecision{}
+	rd := &decision.ReplicaDecision{}
 	x.rec.Replica = rd
 	d, t := pk.Pick(cands, req)
 	x.ticket = t
@@ -161,7 +120,7 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 }
 
 // replicaServed notes, from the response, which replica served.
-func (s *Server) replicaServed(r *Record) {
+func (s *Server) replicaServed(r *decision.Record) {
 	rd := r.Replica
 	if rd == nil || rd.Chosen == "" || r.UpstreamHost == "" {
 		return

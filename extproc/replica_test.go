@@ -7,6 +7,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
@@ -284,7 +285,7 @@ func TestReplicaPickerForgetsRemovedReplicas(t *testing.T) {
 // (Content-Length ÷ 4), and
 // the record says the credit came from the session.
 func TestReplicaPickingBySession(t *testing.T) {
-	send := func(h *harness, id, session string, length int) extproc.Record {
+	send := func(h *harness, id, session string, length int) decision.Record {
 		t.Helper()
 		kv := []string{
 			":method", "POST", ":path", "/v1/messages", ":authority", "ilb", header.RequestID, id,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/controller"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/live"
@@ -79,7 +80,7 @@ type Server struct {
 	opts      Options
 	state     atomic.Pointer[State]
 	liveState atomic.Pointer[live.State]
-	log       *Log
+	log       *decision.Log
 	metrics   *metrics
 	tracer    trace.Tracer      // nil: tracing off
 	engines   map[string]string // cluster -> engine kind, for spans
@@ -130,7 +131,7 @@ func New(o Options) (*Server, error) {
 	if o.NewID == nil {
 		o.NewID = rand.Text
 	}
-	dlog := NewLog(o.Config.ExtProc.DecisionLogSize, o.Config.ExtProc.DecisionLogBytes)
+	dlog := decision.NewLog(o.Config.ExtProc.DecisionLogSize, o.Config.ExtProc.DecisionLogBytes)
 	m, err := newMetrics(o.Registry, dlog)
 	if err != nil {
 		return nil, err
@@ -187,7 +188,7 @@ func (s *Server) Version() string {
 }
 
 // Decisions is the decision log.
-func (s *Server) Decisions() *Log { return s.log }
+func (s *Server) Decisions() *decision.Log { return s.log }
 
 // GRPCOptions are the server options ext_proc needs: messages large
 // enough for a whole buffered request body (gRPC's default is 4 MiB),

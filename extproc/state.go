@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
@@ -47,7 +48,7 @@ type sourceState struct {
 type cell struct {
 	targets    []route.Target // weighted, then spill targets (route.Targets)
 	rc         *route.Cell
-	candidates []Candidate
+	candidates []decision.Candidate
 	// modelRaw and clusterRaw (by target) are the values of the route
 	// headers, shared by every decision's mutation.
 	modelRaw   []byte
@@ -123,7 +124,7 @@ func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell)
 		if !e.Serves(model) {
 			continue
 		}
-		cand := Candidate{Cluster: e.Name, Weight: weight[e.Name], Share: float64(weight[e.Name]) / float64(max(c.rc.Total(), 1))}
+		cand := decision.Candidate{Cluster: e.Name, Weight: weight[e.Name], Share: float64(weight[e.Name]) / float64(max(c.rc.Total(), 1))}
 		switch {
 		case !s.Allows(e.Region):
 			cand.Excluded = fmt.Sprintf("residency: region %s is not in the allowed regions of source %s", e.Region, s.Name)

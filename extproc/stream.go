@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/bound"
@@ -50,10 +51,10 @@ type exchange struct {
 	st     *State // pinned at request headers: one version per request
 	src    *sourceState
 	h      hints
-	rec    *Record // nil until ILB decided or answered
-	body   []byte  // request body chunks received so far
-	debug  bool    // debug asked and allowed
-	done   bool    // ILB answered with an ImmediateResponse
+	rec    *decision.Record // nil until ILB decided or answered
+	body   []byte           // request body chunks received so far
+	debug  bool             // debug asked and allowed
+	done   bool             // ILB answered with an ImmediateResponse
 	// responded: the response headers came back through ILB.
 	responded bool
 	prio      weights.Priority
@@ -206,7 +207,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 	if x.h.requestID == "" {
 		x.h.requestID = s.opts.NewID()
 	}
-	x.rec = &Record{
+	x.rec = &decision.Record{
 		RequestID: x.h.requestID, Start: x.start, Source: x.source,
 		Method: x.h.method, Path: x.h.path, Priority: weights.Standard.String(),
 	}
@@ -413,7 +414,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	x.unconfirmed = x.cost - provisional
 	x.claim = x.unconfirmed
 	x.rec.DemandBooked = provisional
-	s.log.add(x.rec)
+	s.log.Add(x.rec)
 	if s.opts.Meter != nil {
 		s.opts.Meter.Add(x.key, provisional, false)
 	}
@@ -450,10 +451,10 @@ func (s *Server) unfinished(x *exchange) {
 		x.rec.Reason = "undecided"
 		x.rec.Unanswered = fmt.Sprintf("the stream ended while ILB waited for the %s: Envoy stopped waiting for ILB, or the client went away; ILB did not decide", x.stage)
 		x.rec.Complete = true
-		s.log.add(x.rec)
+		s.log.Add(x.rec)
 		return
 	}
-	x.rec = s.log.update(x.rec, func(r *Record) {
+	x.rec = s.log.Update(x.rec, func(r *decision.Record) {
 		if r.Unanswered == "" {
 			r.Unanswered = "the stream ended before the response headers came back through ILB: the client went away, or Envoy stopped waiting for ILB and went on without its decision"
 		}
@@ -508,7 +509,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 		x.rec.DemandBooked = x.st.limits[x.key.Model].Refused(x.cost, s.typical.Of(x.key))
 		s.opts.Meter.Add(x.key, x.rec.DemandBooked, true)
 	}
-	s.log.add(x.rec)
+	s.log.Add(x.rec)
 	return resp
 }
 
@@ -521,9 +522,9 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 	var mode *extprocfilterv3.ProcessingMode
 	if x.rec != nil && !x.done {
 		mode = s.follow(x, code, hs[4], m.GetEndOfStream())
-		x.rec = s.log.update(x.rec, func(r *Record) {
+		x.rec = s.log.Update(x.rec, func(r *decision.Record) {
 			if x.unfollowed {
-				r.Generated = &Generated{From: "none", Outcome: followUnfollowed}
+				r.Generated = &decision.Generated{From: "none", Outcome: followUnfollowed}
 			}
 			r.Status = code
 			r.ServedCluster = bound.String(hs[1], bound.Name)

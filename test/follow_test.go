@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
-	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/sim/engine"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -102,7 +102,7 @@ func TestAbandonedStreamsAddOnlyTheirShare(t *testing.T) {
 	wg.Wait()
 
 	x := s.App.ExtProc
-	record := func(ours string) (extproc.Record, bool) { return x.Decisions().Get(ids[ours]) }
+	record := func(ours string) (decision.Record, bool) { return x.Decisions().Get(ids[ours]) }
 	var records []string
 	settled := func() bool {
 		records = records[:0]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/sim/engine"
@@ -26,9 +27,9 @@ func turnBody(conv string, n int) string {
 
 // replicaOf waits for the decision record of id to hold the response and
 // returns its replica decision and the host Envoy served from.
-func replicaOf(t *testing.T, x *extproc.Server, id string) (*extproc.ReplicaDecision, string) {
+func replicaOf(t *testing.T, x *extproc.Server, id string) (*decision.ReplicaDecision, string) {
 	t.Helper()
-	var rec extproc.Record
+	var rec decision.Record
 	waitUntil(t, "the decision record of "+id+" holds its response", 5*time.Second, func() bool {
 		var ok bool
 		rec, ok = x.Decisions().Get(id)

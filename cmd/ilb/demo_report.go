@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/weights"
@@ -256,7 +256,7 @@ type replicaTally struct {
 	reasons                                    map[string]int
 }
 
-func (t *replicaTally) add(rd *extproc.ReplicaDecision) {
+func (t *replicaTally) add(rd *decision.ReplicaDecision) {
 	if rd.Chosen == "" {
 		t.skipped++
 		return

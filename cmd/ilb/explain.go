@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/decision"
 )
 
 // runExplain prints the story of one request from the admin API.
@@ -47,19 +47,19 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // fetchRecord asks the admin API at adminAddr (plain HTTP) for the
 // decision record of id.
-func fetchRecord(ctx context.Context, adminAddr, id string) (extproc.Record, []byte, error) {
+func fetchRecord(ctx context.Context, adminAddr, id string) (decision.Record, []byte, error) {
 	return fetchRecordFrom(ctx, plainAdmin(adminAddr), id)
 }
 
 // fetchRecordFrom asks the admin API for the decision record of id.
-func fetchRecordFrom(ctx context.Context, c *adminClient, id string) (extproc.Record, []byte, error) {
+func fetchRecordFrom(ctx context.Context, c *adminClient, id string) (decision.Record, []byte, error) {
 	body, err := c.get(ctx, "/debug/decisions/"+url.PathEscape(id), 5*time.Second, 1<<20)
 	if err != nil {
-		return extproc.Record{}, nil, fmt.Errorf("explain: %w", err)
+		return decision.Record{}, nil, fmt.Errorf("explain: %w", err)
 	}
-	var rec extproc.Record
+	var rec decision.Record
 	if err := json.Unmarshal(body, &rec); err != nil {
-		return extproc.Record{}, nil, fmt.Errorf("explain: decode record: %w", err)
+		return decision.Record{}, nil, fmt.Errorf("explain: decode record: %w", err)
 	}
 	return rec, body, nil
 }
@@ -73,12 +73,12 @@ var reasonMeaning = map[string]string{
 }
 
 // printRecord writes a decision record for people, without a trace link.
-func printRecord(w io.Writer, r extproc.Record) { printStory(w, r, "") }
+func printRecord(w io.Writer, r decision.Record) { printStory(w, r, "") }
 
 // printStory writes a decision record for people: who asked for what, the
 // candidates and where the draw fell, what ILB chose and what Envoy
 // served, and the trace; traceURL is a link template ("" for none).
-func printStory(w io.Writer, r extproc.Record, traceURL string) {
+func printStory(w io.Writer, r decision.Record, traceURL string) {
 	p := func(k, f string, a ...any) { fmt.Fprintf(w, "%-11s %s\n", k, fmt.Sprintf(f, a...)) }
 	p("request", "%s  %s %s  at %s", r.RequestID, r.Method, r.Path, r.Start.UTC().Format(time.RFC3339Nano))
 	prio := map[string]string{
@@ -157,7 +157,7 @@ func printStory(w io.Writer, r extproc.Record, traceURL string) {
 
 // printReplica writes the replica decision inside the chosen cluster
 // (clusters with replica picking).
-func printReplica(p func(label, format string, args ...any), rd *extproc.ReplicaDecision) {
+func printReplica(p func(label, format string, args ...any), rd *decision.ReplicaDecision) {
 	if rd == nil {
 		return
 	}
@@ -198,7 +198,7 @@ func printReplica(p func(label, format string, args ...any), rd *extproc.Replica
 // share and interval of slots, why it is excluded or saturated, and where
 // the draw's slot fell (the cluster Envoy's draw names, which a redraw or
 // steering then passed over).
-func printCandidates(w io.Writer, r extproc.Record) {
+func printCandidates(w io.Writer, r decision.Record) {
 	if len(r.Candidates) == 0 {
 		return
 	}
@@ -248,7 +248,7 @@ func orDash(s string) string {
 
 // bookedText says how much of a request's estimate counts as demand, and
 // why.
-func bookedText(r extproc.Record) string {
+func bookedText(r decision.Record) string {
 	g := r.Generated
 	switch {
 	case g == nil && (r.Status == 429 || r.Status == 503):

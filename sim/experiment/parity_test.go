@@ -10,6 +10,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
@@ -183,7 +184,7 @@ func randomSnapshot(f Fleet, rng *rand.Rand, now time.Time) *signals.Snapshot {
 }
 
 // outcomeOf is a decision record in the words of the test.
-func outcomeOf(rec extproc.Record) string {
+func outcomeOf(rec decision.Record) string {
 	switch rec.Status {
 	case 0, 200:
 		return "routed to " + rec.Chosen

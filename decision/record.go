@@ -1,4 +1,4 @@
-package extproc
+package decision
 
 import "time"
 
@@ -179,4 +179,19 @@ func (r *Record) copy() Record {
 	c := *r
 	c.Candidates = append([]Candidate(nil), r.Candidates...)
 	return c
+}
+
+// Generated is what a followed response showed an engine generated.
+type Generated struct {
+	// Tokens is the output tokens: the engine's usage, else one per
+	// server-sent event, else a token per 4 bytes of body.
+	Tokens int64 `json:"tokens"`
+	// PromptTokens is the usage's prompt tokens (0 without usage).
+	PromptTokens int64 `json:"prompt_tokens,omitempty"`
+	// From is where Tokens comes from: usage, events or bytes.
+	From string `json:"from"`
+	// Outcome is how following ended: complete (the body's end came),
+	// confirmed (the whole estimate was generated; ILB stopped
+	// following), ended (the stream ended first: the client went away).
+	Outcome string `json:"outcome"`
 }

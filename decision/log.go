@@ -1,4 +1,4 @@
-package extproc
+package decision
 
 import (
 	"sync"
@@ -63,13 +63,13 @@ func (l *Log) load(seq uint64) *Record {
 	return nil
 }
 
-// add stores r, evicting the oldest records while the log is full in
+// Add stores r, evicting the oldest records while the log is full in
 // records or in bytes, and sets r.Seq. A record with the id of a kept one
 // hides it from Get. A record added complete (ILB answered it
 // itself) goes to the subscribers now. From now on r is the log's and
 // immutable: change it with update. r's strings must be bounded by its
 // producer.
-func (l *Log) add(r *Record) {
+func (l *Log) Add(r *Record) {
 	r.size = r.estimate()
 	l.wmu.Lock()
 	seq := l.added.Load() + 1
@@ -100,13 +100,13 @@ func (l *Log) evictOldest() {
 	}
 }
 
-// update returns a new version of r — a copy with f applied — and stores
+// Update returns a new version of r — a copy with f applied — and stores
 // it in r's place if r is still kept (records already evicted are
 // updated harmlessly). r must be the latest version: what add stored or
 // update returned; only the request's own goroutine updates its record.
 // f must not change Candidates (versions share them). When f completes
 // the record, it goes to the subscribers.
-func (l *Log) update(r *Record, f func(*Record)) *Record {
+func (l *Log) Update(r *Record, f func(*Record)) *Record {
 	n := new(Record)
 	*n = *r
 	f(n)

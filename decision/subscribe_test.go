@@ -1,4 +1,4 @@
-package extproc
+package decision
 
 import (
 	"context"
@@ -43,19 +43,19 @@ func TestLogSubscribeFilters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := NewLog(10, 0)
-			l.add(&Record{RequestID: "before", Source: "edge-us", Complete: true})
+			l.Add(&Record{RequestID: "before", Source: "edge-us", Complete: true})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			s := l.Subscribe(ctx, tt.f, 0)
-			l.add(&Record{RequestID: "rejected", Source: "edge-us", Model: "m1", Reason: "shed", Complete: true})
+			l.Add(&Record{RequestID: "rejected", Source: "edge-us", Model: "m1", Reason: "shed", Complete: true})
 			served := &Record{RequestID: "served", Source: "edge-us", Model: "m1", Reason: "weighted", Chosen: "a"}
-			l.add(served) // decided: not sent yet
+			l.Add(served) // decided: not sent yet
 			other := &Record{RequestID: "other", Source: "edge-eu", Model: "m2", Reason: "steered", Chosen: "c"}
-			l.add(other)
-			l.add(&Record{RequestID: "never-completes", Source: "edge-us", Model: "m1", Chosen: "a"})
-			served = l.update(served, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
-			l.update(served, func(r *Record) { r.Status = 200 }) // already complete: not sent again
-			l.update(other, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
+			l.Add(other)
+			l.Add(&Record{RequestID: "never-completes", Source: "edge-us", Model: "m1", Chosen: "a"})
+			served = l.Update(served, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
+			l.Update(served, func(r *Record) { r.Status = 200 }) // already complete: not sent again
+			l.Update(other, func(r *Record) { r.ServedCluster, r.Complete = "b", true })
 			got := recv(t, s)
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %v; want %v", got, tt.want)
@@ -72,7 +72,7 @@ func TestLogSubscribeFilters(t *testing.T) {
 func TestLogFind(t *testing.T) {
 	l := NewLog(4, 0)
 	for i := range 6 {
-		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"x", "y"}[i%2]})
+		l.Add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"x", "y"}[i%2]})
 	}
 	got := l.Find(Filter{Source: "x"}, 10)
 	if len(got) != 2 || got[0].RequestID != "r4" || got[1].RequestID != "r2" {
@@ -89,7 +89,7 @@ func TestLogSubscribeSlowReaderDrops(t *testing.T) {
 	defer cancel()
 	s := l.Subscribe(ctx, Filter{}, 2)
 	for i := range 5 {
-		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Complete: true}) // never blocks
+		l.Add(&Record{RequestID: "r" + strconv.Itoa(i), Complete: true}) // never blocks
 	}
 	if n := s.Dropped(); n != 3 {
 		t.Errorf("Dropped = %d; want 3", n)
@@ -117,8 +117,8 @@ func TestLogSubscribeCancel(t *testing.T) {
 				default:
 				}
 				r := &Record{RequestID: strconv.Itoa(w) + "-" + strconv.Itoa(i)}
-				l.add(r)
-				l.update(r, func(r *Record) { r.Complete = true })
+				l.Add(r)
+				l.Update(r, func(r *Record) { r.Complete = true })
 			}
 		})
 	}
@@ -150,10 +150,10 @@ func TestLogSubscribeDropPlacement(t *testing.T) {
 	defer cancel()
 	s := l.Subscribe(ctx, Filter{}, 2)
 	for _, id := range []string{"r0", "r1", "r2", "r3"} { // r2, r3 dropped
-		l.add(&Record{RequestID: id, Complete: true})
+		l.Add(&Record{RequestID: id, Complete: true})
 	}
 	first := <-s.Records()
-	l.add(&Record{RequestID: "r4", Complete: true}) // room again
+	l.Add(&Record{RequestID: "r4", Complete: true}) // room again
 	var got []string
 	for _, d := range []Delivery{first, <-s.Records(), <-s.Records()} {
 		got = append(got, d.Record.RequestID+"+"+strconv.FormatUint(d.DroppedBefore, 10))
@@ -172,14 +172,14 @@ func TestLogTally(t *testing.T) {
 		t.Fatalf("empty log: %+v", start)
 	}
 	for i, reason := range []string{"weighted", "shed", "weighted"} {
-		l.add(&Record{RequestID: "a" + strconv.Itoa(i), Reason: reason})
+		l.Add(&Record{RequestID: "a" + strconv.Itoa(i), Reason: reason})
 	}
 	t1 := l.Tally(start.Through)
 	if t1.Through != 3 || t1.Records != 3 || t1.ByReason["weighted"] != 2 || t1.ByReason["shed"] != 1 || t1.Lost != 0 {
 		t.Errorf("after 3: %+v", t1)
 	}
 	for i := range 5 { // 5 more into a log of 3: 2 evicted uncounted
-		l.add(&Record{RequestID: "b" + strconv.Itoa(i), Reason: "overloaded"})
+		l.Add(&Record{RequestID: "b" + strconv.Itoa(i), Reason: "overloaded"})
 	}
 	t2 := l.Tally(t1.Through)
 	if t2.Through != 8 || t2.Records != 3 || t2.ByReason["overloaded"] != 3 || t2.Lost != 2 {

@@ -1,4 +1,4 @@
-package extproc
+package decision
 
 import (
 	"context"
@@ -7,16 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/ilbproject/ilb/config"
-	"github.com/ilbproject/ilb/route"
-	"github.com/ilbproject/ilb/weights"
 )
 
 func TestLogRing(t *testing.T) {
 	l := NewLog(3, 0)
 	for i := range 5 {
-		l.add(&Record{RequestID: "r" + strconv.Itoa(i)})
+		l.Add(&Record{RequestID: "r" + strconv.Itoa(i)})
 	}
 	for _, tt := range []struct {
 		id   string
@@ -32,36 +28,18 @@ func TestLogRing(t *testing.T) {
 	}
 	// A later record with the same id wins; evicting the older one must
 	// not drop the newer from the index.
-	l.add(&Record{RequestID: "r2", Model: "new"})
-	l.add(&Record{RequestID: "x"})
+	l.Add(&Record{RequestID: "r2", Model: "new"})
+	l.Add(&Record{RequestID: "x"})
 	if r, ok := l.Get("r2"); !ok || r.Model != "new" {
 		t.Errorf("Get(r2) = %+v, %v; want the newer record", r, ok)
 	}
-}
-
-func TestPickMatchesEnvoy(t *testing.T) {
-	c := newCell(&config.Config{}, config.Source{}, "m", cellOf(3000, 7000))
-	for _, tt := range []struct {
-		draw uint64
-		want string
-	}{{0, "a"}, {2999, "a"}, {3000, "b"}, {9999, "b"}, {10000, "a"}, {13000, "b"}, {^uint64(0), "a"}} {
-		// ^uint64(0) % 10000 = 1615
-		d := route.Decide(c.rc, nil, route.Request{Draw: tt.draw})
-		if got, slot := c.targets[d.Chosen].Cluster, d.Slot; got != tt.want || slot != tt.draw%10000 {
-			t.Errorf("pick(%d) = %s, slot %d; want %s", tt.draw, got, slot, tt.want)
-		}
-	}
-}
-
-func cellOf(wa, wb uint32) weights.Cell {
-	return weights.Cell{Targets: []weights.Target{{Cluster: "a", Weight: wa}, {Cluster: "b", Weight: wb}}}
 }
 
 func TestLogBoundedInBytes(t *testing.T) {
 	const limit = 64 << 10
 	l := NewLog(1000, limit)
 	for i := range 500 {
-		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Redrawn: string(make([]byte, 300))})
+		l.Add(&Record{RequestID: "r" + strconv.Itoa(i), Redrawn: string(make([]byte, 300))})
 		if b := l.Bytes(); b > limit {
 			t.Fatalf("after %d records the log holds %d bytes; limit %d", i+1, b, limit)
 		}
@@ -79,10 +57,10 @@ func TestLogBoundedInBytes(t *testing.T) {
 	}
 	// Updates count too: a record that grows can evict others.
 	r := &Record{RequestID: "grow"}
-	l.add(r)
+	l.Add(r)
 	before := len(l.Recent(1000))
-	_ = l.update(r, func(r *Record) { r.UpstreamHost = string(make([]byte, 8000)) })
-	l.add(&Record{RequestID: "next"})
+	_ = l.Update(r, func(r *Record) { r.UpstreamHost = string(make([]byte, 8000)) })
+	l.Add(&Record{RequestID: "next"})
 	if b := l.Bytes(); b > limit {
 		t.Errorf("after an update the log holds %d bytes; limit %d", b, limit)
 	}
@@ -94,7 +72,7 @@ func TestLogBoundedInBytes(t *testing.T) {
 func TestLogPages(t *testing.T) {
 	l := NewLog(10, 0)
 	for i := range 8 {
-		l.add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"a", "b"}[i%2]})
+		l.Add(&Record{RequestID: "r" + strconv.Itoa(i), Source: []string{"a", "b"}[i%2]})
 	}
 	page := l.Find(Filter{Source: "a"}, 2)
 	if len(page) != 2 || page[0].RequestID != "r6" || page[1].RequestID != "r4" {
@@ -123,9 +101,9 @@ func TestLogConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range perWriter {
 				r := &Record{RequestID: strconv.Itoa(w) + "-" + strconv.Itoa(i), Source: "s", Reason: "weighted"}
-				l.add(r)
+				l.Add(r)
 				if i%3 != 0 {
-					_ = l.update(r, func(r *Record) {
+					_ = l.Update(r, func(r *Record) {
 						r.ServedCluster, r.UpstreamHost, r.Complete = "c", strings.Repeat("h", i%200), true
 					})
 				}

@@ -1,4 +1,4 @@
-package extproc
+package decision
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func BenchmarkLogWrite(b *testing.B) {
 			l := NewLog(10000, 64<<20)
 			for i := range 10000 {
 				r := benchRecord(i)
-				l.add(r)
+				l.Add(r)
 				benchComplete(l, r)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -54,7 +54,7 @@ func BenchmarkLogWrite(b *testing.B) {
 				i++
 				began := time.Now()
 				r := benchRecord(i)
-				l.add(r)
+				l.Add(r)
 				benchComplete(l, r)
 				if len(took) < cap(took) {
 					took = append(took, time.Since(began))
@@ -87,13 +87,13 @@ func benchRecord(i int) *Record {
 			{Cluster: "us-west-sglang", Weight: 3000, Share: 0.3},
 			{Cluster: "eu-west-tgi", Weight: 2000, Share: 0.2},
 		},
-		Draw: uint64(i), DrawFrom: "random", Slot: uint64(i % 10000), TotalWeight: 10000, Chosen: "us-east-vllm", Reason: reasonWeighted,
+		Draw: uint64(i), DrawFrom: "random", Slot: uint64(i % 10000), TotalWeight: 10000, Chosen: "us-east-vllm", Reason: "weighted",
 	}
 }
 
 // benchComplete completes r as the response headers do.
 func benchComplete(l *Log, r *Record) {
-	_ = l.update(r, func(r *Record) {
+	_ = l.Update(r, func(r *Record) {
 		r.Status, r.ServedCluster, r.ServedVersion, r.UpstreamHost = 200, "us-east-vllm", "v-0123456789abcdef", "10.0.0.7:8000"
 		r.TotalMillis, r.Complete = 12.5, true
 	})
@@ -104,7 +104,7 @@ func benchComplete(l *Log, r *Record) {
 func BenchmarkLogGet(b *testing.B) {
 	l := NewLog(10000, 64<<20)
 	for i := range 10000 {
-		l.add(benchRecord(i))
+		l.Add(benchRecord(i))
 	}
 	for _, tc := range []struct{ name, id string }{{"found=newest", "bench-9999"}, {"found=oldest", "bench-0"}, {"missing", "bench-x"}} {
 		b.Run(tc.name, func(b *testing.B) {
