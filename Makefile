@@ -102,15 +102,16 @@ bench-routing:
 soak-connections:
 	ILB_SOAK=1 $(GO) test -run '^TestConnectionFloodAtScale$$' -count 1 -v -timeout 10m ./test/
 
-## bench-extproc: ext_proc's CPU per request against a CONTINUE-only
-## ext_proc server (the floor: grpc-go's cost of a stream), each in a child
-## process whose own CPU time is read, over real gRPC on loopback, with a
+## bench-extproc: ext_proc's CPU per request — the demo world, replica
+## picking live — against a bare CONTINUE-only gRPC server (the floor:
+## grpc-go's cost of a stream), each in a child process pinned to the last
+## CPU whose own CPU time is read, over real gRPC on loopback, with a
 ## client playing Envoy's filter (headers, BUFFERED body, response headers):
-## 1 KiB and 256 KiB chat bodies, 16 and 64 streams, EXTPROC_REQUESTS each;
-## prints the ILB/floor ratios (targets 1.3 and 1.5). Then the same for
-## ILB as an InferencePool's endpoint picker (istiod's full-duplex stream,
-## 32 tokens streamed back) against a floor echoing every body chunk, both
-## pinned to the last CPU (target 1.3)
+## 1 KiB and 256 KiB chat bodies, 16 and 64 streams, EXTPROC_REQUESTS each,
+## ten alternating rounds; prints the ILB/floor ratios (targets 1.3 and
+## 1.5). Then the same for ILB as an InferencePool's endpoint picker
+## (istiod's full-duplex stream, 32 tokens streamed back) against a bare
+## floor echoing every body chunk (target 1.3)
 EXTPROC_REQUESTS ?= 20000
 bench-extproc:
 	$(GO) test -run '^$$' -bench ServerCPU -benchtime $(EXTPROC_REQUESTS)x -count 1 ./extproc/

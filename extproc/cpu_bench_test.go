@@ -30,13 +30,15 @@ import (
 )
 
 // BenchmarkServerCPU compares the CPU one request costs ILB's ext_proc
-// server with what it costs a trivial ext_proc server that answers every
-// message with an empty CONTINUE (the floor: grpc-go's cost of a stream
-// and its three messages), over the same real gRPC connection on
-// loopback. Each server runs in a child process (this test binary
-// re-executed, see TestMain) whose own CPU time (getrusage: user +
-// system, every thread, GC included) is read before and after b.N
-// requests: the client playing Envoy does not count. The harness plays
+// server — the demo world, with every cluster's replicas in its live
+// state, so replica picking runs where a cluster has it on — with what it
+// costs a bare gRPC server (grpc-go's defaults, none of ILB's options)
+// that answers every message with an empty CONTINUE (the floor: grpc-go's
+// cost of a stream and its three messages), over real gRPC on loopback.
+// Each server runs in a child process (this test binary re-executed, see
+// TestMain) pinned to the last CPU (the client to the others) whose own
+// CPU time (getrusage: user + system, every thread, GC included) is read
+// before and after b.N requests: the client playing Envoy does not count. The harness plays
 // Envoy's ext_proc filter in BUFFERED mode: request headers (with
 // protocol_config), the whole body in one message, the response headers
 // of the upstream, then it half-closes the stream and waits for its end.
@@ -51,8 +53,8 @@ import (
 //
 //	go test -run '^$' -bench ServerCPU -benchtime 10000x ./extproc/
 func BenchmarkServerCPU(b *testing.B) {
-	ilb := startChild(b, childILB)
-	floor := startChild(b, childFloor)
+	ilb, floor, serverCPU, restore := startPinnedPair(b, childILB, childFloor)
+	defer restore()
 	var results []cpuResult
 	for _, size := range []int{1 << 10, 256 << 10} {
 		body := chatBody(size)
@@ -70,7 +72,7 @@ func BenchmarkServerCPU(b *testing.B) {
 	}
 	if len(results) > 0 {
 		var sb strings.Builder
-		fmt.Fprintf(&sb, "\next_proc server CPU per request (child processes, getrusage), ILB vs the CONTINUE-only floor\n")
+		fmt.Fprintf(&sb, "\next_proc server CPU per request (the demo world, replica picking live; child processes pinned to CPU %s, getrusage), ILB vs a bare CONTINUE-only server\n", serverCPU)
 		fmt.Fprintf(&sb, "%-26s %10s %10s %9s %13s %7s\n", "", "ILB", "floor", "ILB/floor", "rounds", "target")
 		for _, r := range results {
 			target := "1.3"

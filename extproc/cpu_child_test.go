@@ -102,8 +102,8 @@ func profiled(kind string, f func() error) error {
 
 // serveChild serves an ext_proc server of kind on a loopback port, as
 // ILB serves it (the demo configuration and weights, metrics on a
-// registry, demand metered, live engine state, no tracing), or the
-// CONTINUE-only floor with the same gRPC options. It prints the address,
+// registry, demand metered, live engine state with every cluster's
+// replicas, no tracing), or the CONTINUE-only floor on a bare gRPC server. It prints the address,
 // then answers each "cpu" line on stdin with its CPU time so far in
 // nanoseconds, and stops when stdin closes.
 func serveChild(kind string) error {
@@ -142,16 +142,24 @@ func serveChild(kind string) error {
 		cs := live.Cluster{
 			Pressure: 0.1 * float64(i), PressureKnown: true, TTFT: 0.05 + 0.01*float64(i), TTFTKnown: true, FirstTokensPerSecond: 20,
 		}
-		if kind == childPicker { // the pool's replicas, as the signals monitor reports them
+		// Every cluster's replicas, as the signals monitor reports them:
+		// replica picking is live where a cluster has it on.
+		{
 			for _, ep := range cl.Endpoints {
 				cs.Replicas = append(cs.Replicas, live.Replica{Address: ep, Ramp: 1, Running: 2, ScrapedAt: time.Now()})
 			}
 		}
 		ls.Clusters[cl.Name] = cs
 	}
-	opts := srv.GRPCOptions()
-	if kind == childPicker || kind == childDuplexFloor { // the picker listener's server, as app.go builds it
-		opts = append(opts, grpc.ChainStreamInterceptor(extproc.AsSource(pickerSource)))
+	// ILB's server as app.go builds it (the picker listener's with its
+	// source interceptor); the floors bare: grpc-go's defaults, the cost
+	// of any ext_proc server.
+	var opts []grpc.ServerOption
+	switch kind {
+	case childILB:
+		opts = srv.GRPCOptions()
+	case childPicker:
+		opts = append(srv.GRPCOptions(), grpc.ChainStreamInterceptor(extproc.AsSource(pickerSource)))
 	}
 	g := grpc.NewServer(opts...)
 	switch kind {
