@@ -26,11 +26,13 @@ type Log struct {
 	// nil once evicted. The records kept are those with Seq in
 	// [oldest, added]; a reader that finds a slot nil or holding another
 	// Seq skips it (evicted or reused meanwhile).
-	ring     []atomic.Pointer[Record]
+	ring     []atomic.Pointer[entry]
 	added    atomic.Uint64 // records ever stored: the sequence number of the newest
 	oldest   atomic.Uint64 // sequence number of the oldest record kept (added+1: none)
 	bytes    atomic.Int64  // estimated size of the records kept
 	maxBytes int64
+	// in interns the strings that repeat across records (entry).
+	in interner
 
 	// wmu serialises adds: sequence numbers and eviction. No reader
 	// takes it.
@@ -46,19 +48,19 @@ type Log struct {
 // (an estimate of the records' memory; < 1: no byte bound).
 func NewLog(size int, maxBytes int64) *Log {
 	size = max(size, 1)
-	l := &Log{ring: make([]atomic.Pointer[Record], size), maxBytes: maxBytes}
+	l := &Log{ring: make([]atomic.Pointer[entry], size), maxBytes: maxBytes}
 	l.oldest.Store(1)
 	return l
 }
 
 // slot is the ring slot of sequence number seq.
-func (l *Log) slot(seq uint64) *atomic.Pointer[Record] { return &l.ring[seq%uint64(len(l.ring))] }
+func (l *Log) slot(seq uint64) *atomic.Pointer[entry] { return &l.ring[seq%uint64(len(l.ring))] }
 
 // load returns the kept record of sequence number seq, nil if it is not
 // kept (evicted, or not stored yet).
-func (l *Log) load(seq uint64) *Record {
-	if r := l.slot(seq).Load(); r != nil && r.Seq == seq {
-		return r
+func (l *Log) load(seq uint64) *entry {
+	if e := l.slot(seq).Load(); e != nil && e.seq == seq {
+		return e
 	}
 	return nil
 }
@@ -66,21 +68,24 @@ func (l *Log) load(seq uint64) *Record {
 // Add stores r, evicting the oldest records while the log is full in
 // records or in bytes, and sets r.Seq. A record with the id of a kept one
 // hides it from Get. A record added complete (ILB answered it
-// itself) goes to the subscribers now. From now on r is the log's and
-// immutable: change it with update. r's strings must be bounded by its
-// producer.
+// itself) goes to the subscribers now. The log keeps r compactly (an
+// entry), never r itself: r stays its writer's, who changes it with
+// Update. r's strings must be bounded by its producer; its Candidates,
+// Replica and Generated are shared with the log and readers from now on
+// and must not be changed (replace them).
 func (l *Log) Add(r *Record) {
-	r.size = r.estimate()
+	e := encode(r, &l.in)
 	l.wmu.Lock()
 	seq := l.added.Load() + 1
-	r.Seq = seq
-	for kept := seq - l.oldest.Load(); kept > 0 && (kept == uint64(len(l.ring)) || l.maxBytes > 0 && l.bytes.Load()+r.size > l.maxBytes); kept-- {
+	r.Seq, e.seq = seq, seq
+	for kept := seq - l.oldest.Load(); kept > 0 && (kept == uint64(len(l.ring)) || l.maxBytes > 0 && l.bytes.Load()+int64(e.size) > l.maxBytes); kept-- {
 		l.evictOldest()
 	}
-	l.slot(seq).Store(r)
-	l.bytes.Add(r.size)
+	l.slot(seq).Store(e)
+	l.bytes.Add(int64(e.size))
 	l.added.Store(seq)
 	l.wmu.Unlock()
+	r.stored = e
 	if r.Complete {
 		l.publish(r)
 	}
@@ -96,28 +101,29 @@ func (l *Log) evictOldest() {
 		// The latest version's size: an update that raced this swap either
 		// stored its version first (counted here) or failed (counted
 		// nowhere).
-		l.bytes.Add(-old.size)
+		l.bytes.Add(-int64(old.size))
 	}
 }
 
-// Update returns a new version of r — a copy with f applied — and stores
-// it in r's place if r is still kept (records already evicted are
-// updated harmlessly). r must be the latest version: what add stored or
-// update returned; only the request's own goroutine updates its record.
-// f must not change Candidates (versions share them). When f completes
-// the record, it goes to the subscribers.
+// Update applies f to r, a record Add stored, and stores the new version
+// in its place if it is still kept (records already evicted are updated
+// harmlessly); it returns r. Only the request's own goroutine updates its
+// record. f must not change what Add shares (Candidates, Replica,
+// Generated: replace them). When f completes the record, it goes to the
+// subscribers.
 func (l *Log) Update(r *Record, f func(*Record)) *Record {
-	n := new(Record)
-	*n = *r
-	f(n)
-	n.size = n.estimate()
-	if l.slot(n.Seq).CompareAndSwap(r, n) { // still kept: its size counts
-		l.bytes.Add(n.size - r.size)
+	was := r.Complete
+	f(r)
+	old := r.stored
+	e := encode(r, &l.in)
+	r.stored = e
+	if old != nil && l.slot(r.Seq).CompareAndSwap(old, e) { // still kept: its size counts
+		l.bytes.Add(int64(e.size - old.size))
 	}
-	if n.Complete && !r.Complete {
-		l.publish(n)
+	if r.Complete && !was {
+		l.publish(r)
 	}
-	return n
+	return r
 }
 
 // Bytes is the estimated size of the records kept.
@@ -132,8 +138,8 @@ func (l *Log) Bytes() int64 { return l.bytes.Load() }
 func (l *Log) Get(id string) (Record, bool) {
 	id = bound.String(id, bound.Name)
 	for seq, lo := l.added.Load(), l.oldest.Load(); seq >= lo && seq > 0; seq-- {
-		if r := l.load(seq); r != nil && r.RequestID == id {
-			return r.copy(), true
+		if e := l.load(seq); e != nil && e.is(strRequestID, id, &l.in) {
+			return e.decode(&l.in), true
 		}
 	}
 	return Record{}, false
@@ -157,8 +163,8 @@ func (l *Log) Find(f Filter, n int) []Record {
 	}
 	out := make([]Record, 0, min(uint64(n), hi-lo+1, 1024))
 	for seq := hi; seq >= lo && len(out) < n; seq-- {
-		if r := l.load(seq); r != nil && f.Match(r) {
-			out = append(out, r.copy())
+		if e := l.load(seq); e != nil && f.matchEntry(e, &l.in) {
+			out = append(out, e.decode(&l.in))
 		}
 	}
 	if len(out) == 0 {

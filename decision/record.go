@@ -102,40 +102,9 @@ type Record struct {
 	// Seq is the record's sequence number in its log (1 for the first
 	// record stored): /debug/decisions pages with before=Seq.
 	Seq uint64 `json:"seq"`
-	// size is the estimate the log counts for this record.
-	size int64
-}
-
-// recordOverhead estimates a record's fixed memory: the struct and its
-// ring slot, with room for the version an update replaces (it also
-// counted an id index entry once; unchanged, so that
-// extproc.decision_log_bytes keeps as many records as before);
-// candidateOverhead one candidate's.
-const (
-	recordOverhead    = 640
-	candidateOverhead = 96
-)
-
-// estimate is the record's approximate memory in bytes: fixed parts plus
-// every string it holds.
-// generatedSize is the memory of a Generated (its strings are constants).
-const generatedSize = 64
-
-func (r *Record) estimate() int64 {
-	n := recordOverhead + len(r.RequestID) + len(r.Source) + len(r.Method) + len(r.Path) +
-		len(r.RequestedModel) + len(r.Model) + len(r.Priority) + len(r.PriorityFrom) + len(r.SessionHash) + len(r.SessionFrom) +
-		len(r.ModelFrom) + len(r.TraceID) + len(r.SpanID) + len(r.WeightsVersion) + len(r.DrawFrom) +
-		len(r.Chosen) + len(r.Redrawn) + len(r.Reason) + len(r.ServedCluster) + len(r.ServedVersion) + len(r.UpstreamHost) + len(r.Unanswered)
-	for _, c := range r.Candidates {
-		n += candidateOverhead + len(c.Cluster) + len(c.Excluded)
-	}
-	if r.Replica != nil {
-		n += r.Replica.size()
-	}
-	if r.Generated != nil {
-		n += generatedSize
-	}
-	return int64(n)
+	// stored is the entry the log keeps of this version (nil: not
+	// stored).
+	stored *entry
 }
 
 // Candidate is one cluster that serves the model of a request.
@@ -173,10 +142,19 @@ func (f Filter) Match(r *Record) bool {
 		(f.Reason == "" || r.Reason == f.Reason)
 }
 
-// copy returns a copy of r that shares nothing with it: what readers
-// get.
+// matchEntry is Match on a stored entry, reading its fields in place.
+func (f Filter) matchEntry(e *entry, in *interner) bool {
+	return (f.Source == "" || e.is(strSource, f.Source, in)) &&
+		(f.Model == "" || e.is(strModel, f.Model, in)) &&
+		(f.Cluster == "" || e.is(strChosen, f.Cluster, in) || e.is(strServedCluster, f.Cluster, in)) &&
+		(f.Reason == "" || e.is(strReason, f.Reason, in))
+}
+
+// copy returns a copy of r that shares nothing with it but what records
+// share (Replica, Generated): what subscribers get.
 func (r *Record) copy() Record {
 	c := *r
+	c.stored = nil
 	c.Candidates = append([]Candidate(nil), r.Candidates...)
 	return c
 }

@@ -43,3 +43,99 @@ func (d *ReplicaDecision) size() int {
 	}
 	return n
 }
+
+// replicaEntry is a replica decision as the log keeps it: its strings
+// interned (replica addresses and picker codes repeat in every record),
+// its terms as numbers. A third of a ReplicaDecision with its host list
+// and runner-up.
+type replicaEntry struct {
+	terms, runnerUp                       compactTerm
+	promptBlocks                          int32
+	hosts                                 [maxHosts]uint16
+	nHosts                                uint8
+	hasRunnerUp                           bool
+	chosen, reason, lost, skipped, served uint16
+}
+
+// maxHosts is the most hosts a compact replica decision lists (the
+// picker's override-host list has three).
+const maxHosts = 3
+
+// compactTerm is a picker.Term with its address interned.
+type compactTerm struct {
+	addr               uint16
+	session, saturated bool
+	inFlight           int32
+	cached, awaiting   int64
+	decode, cost       float64
+}
+
+// encodeReplica is d as the log keeps it, interning in in; ok is false
+// when it cannot be (a string the table has no room for, a longer host
+// list): the log then keeps d itself.
+func encodeReplica(d *ReplicaDecision, in *interner) (r *replicaEntry, ok bool) {
+	if len(d.Hosts) > maxHosts {
+		return nil, false
+	}
+	r = &replicaEntry{promptBlocks: int32(min(max(d.PromptBlocks, 0), 1<<31-1)), nHosts: uint8(len(d.Hosts))}
+	codes := []*uint16{&r.chosen, &r.reason, &r.lost, &r.skipped, &r.served}
+	for i, s := range []string{d.Chosen, d.Reason, d.Lost, d.Skipped, d.Served} {
+		if *codes[i] = in.code(s); *codes[i] == codeInline {
+			return nil, false
+		}
+	}
+	for i, h := range d.Hosts {
+		if r.hosts[i] = in.code(h); r.hosts[i] == codeInline {
+			return nil, false
+		}
+	}
+	if r.terms, ok = compact(d.Terms, in); !ok {
+		return nil, false
+	}
+	if d.RunnerUp != nil {
+		if r.runnerUp, ok = compact(*d.RunnerUp, in); !ok {
+			return nil, false
+		}
+		r.hasRunnerUp = true
+	}
+	return r, true
+}
+
+func compact(t picker.Term, in *interner) (compactTerm, bool) {
+	c := compactTerm{
+		addr: in.code(t.Address), session: t.Session, saturated: t.Saturated,
+		inFlight: int32(min(max(t.InFlight, 0), 1<<31-1)), cached: int64(t.Cached), awaiting: t.Awaiting, decode: t.Decode, cost: t.Cost,
+	}
+	return c, c.addr != codeInline
+}
+
+// str is the string of an interned code (codeEmpty: "").
+func (in *interner) str(c uint16) string {
+	if c < codeFirst {
+		return ""
+	}
+	return in.value(c)
+}
+
+func (c compactTerm) term(in *interner) picker.Term {
+	return picker.Term{
+		Address: in.str(c.addr), Session: c.session, Saturated: c.saturated,
+		InFlight: int(c.inFlight), Cached: int(c.cached), Awaiting: c.awaiting, Decode: c.decode, Cost: c.cost,
+	}
+}
+
+// decode is the ReplicaDecision r keeps.
+func (r *replicaEntry) decode(in *interner) *ReplicaDecision {
+	d := &ReplicaDecision{
+		Chosen: in.str(r.chosen), Reason: in.str(r.reason), Lost: in.str(r.lost), Skipped: in.str(r.skipped), Served: in.str(r.served),
+		PromptBlocks: int(r.promptBlocks), Terms: r.terms.term(in),
+	}
+	for _, h := range r.hosts[:r.nHosts] {
+		d.Hosts = append(d.Hosts, in.str(h))
+	}
+	if r.hasRunnerUp {
+		t := r.runnerUp.term(in)
+		d.RunnerUp = &t
+	}
+	return d
+}

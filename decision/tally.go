@@ -35,9 +35,9 @@ func (l *Log) Tally(after uint64) Tally {
 	// Records are stored in sequence: those after the point and still kept
 	// are the newest ones.
 	for seq := through; seq > after && seq >= oldest; seq-- {
-		if r := l.load(seq); r != nil {
+		if e := l.load(seq); e != nil {
 			t.Records++
-			t.ByReason[r.Reason]++
+			t.ByReason[e.str(strReason, &l.in)]++
 		}
 	}
 	t.Lost = int(through-after) - t.Records

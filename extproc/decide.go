@@ -197,12 +197,16 @@ func SessionDraw(key string) uint64 {
 	return z ^ (z >> 31)
 }
 
-// annotate copies the candidates with the live exclusions and marks.
+// annotate returns the candidates with the live exclusions and marks of
+// ls, shared by every record decided on ls (nil: the cell's own).
 func (c *cell) annotate(ls *live.State) []decision.Candidate {
-	out := append([]decision.Candidate(nil), c.candidates...)
 	if ls == nil {
-		return out
+		return c.candidates
 	}
+	if a := c.annotated.Load(); a != nil && a.live == ls {
+		return a.candidates
+	}
+	out := append([]decision.Candidate(nil), c.candidates...)
 	for i := range out {
 		cl, ok := ls.Clusters[out[i].Cluster]
 		if !ok {
@@ -213,6 +217,7 @@ func (c *cell) annotate(ls *live.State) []decision.Candidate {
 		}
 		out[i].Saturated = cl.Saturated
 	}
+	c.annotated.Store(&annotated{live: ls, candidates: out})
 	return out
 }
 

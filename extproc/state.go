@@ -11,6 +11,7 @@ import (
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -58,6 +59,16 @@ type cell struct {
 	// len(routedReasons) + reason), filled when first counted: a series
 	// appears with its first request, as without the cache.
 	decided []atomic.Pointer[prometheus.Counter]
+	// annotated is the candidates with the exclusions and marks of the
+	// live state they were annotated with: every record decided on the
+	// same live state shares them (records never change them).
+	annotated atomic.Pointer[annotated]
+}
+
+// annotated is a cell's candidates as one live state marks them.
+type annotated struct {
+	live       *live.State
+	candidates []decision.Candidate
 }
 
 // newState indexes a weights version for the request path.

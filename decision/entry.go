@@ -1,0 +1,315 @@
+package decision
+
+import (
+	"encoding/binary"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// entry is a record as the log keeps it: its numbers as they are, its
+// strings either interned (a code into the log's table: the values ILB
+// chose — sources, models, priorities, reasons, versions, clusters,
+// hosts — which repeat in every record) or inline in one byte slice
+// (request ids, paths, hashes, explanations), and what records share by
+// pointer (the candidates, the replica decision, generation). A
+// routed request's entry is about a third of a Record; readers decode a
+// Record from it (decode), filters and tallies read fields in place.
+type entry struct {
+	seq, draw                           uint64
+	start                               int64 // unix nanoseconds (0: zero time)
+	tokenCost, demandBooked, shedWaived float64
+	text                                string           // the inline strings, in field order, each a uvarint length and its bytes
+	candidates                          []Candidate      // shared with every version and reader: never changed
+	replica                             *ReplicaDecision // one without a choice (ext_proc shares them), or one rep cannot hold; never changed once stored (writers copy)
+	rep                                 *replicaEntry    // the replica decision, compact
+	generated                           *Generated
+	slot, totalWeight                   uint32
+	decisionMicros, totalMicros         int32 // totalMicros: Record.TotalMillis × 1000 (it is whole microseconds)
+	size                                int32 // the estimate the log counts
+	maxTokens, promptTokens, status     int32
+	codes                               [numStrings]uint16 // per string field: codeInline, codeEmpty or an interned code
+	flags                               uint8
+}
+
+const (
+	flagStream = 1 << iota
+	flagMismatch
+	flagComplete
+)
+
+// String fields of a record, in the order of Record.strings.
+const (
+	strRequestID = iota
+	strSource
+	strMethod
+	strPath
+	strRequestedModel
+	strModel
+	strPriority
+	strPriorityFrom
+	strSessionHash
+	strSessionFrom
+	strModelFrom
+	strTraceID
+	strSpanID
+	strWeightsVersion
+	strDrawFrom
+	strChosen
+	strRedrawn
+	strReason
+	strServedCluster
+	strServedVersion
+	strUpstreamHost
+	strUnanswered
+	numStrings
+)
+
+// interned marks the string fields whose values repeat: names from the
+// configuration, ILB's own codes, weights versions, replica addresses.
+// The others (ids, paths, hashes, explanations) are inline.
+var interned = [numStrings]bool{
+	strSource: true, strMethod: true, strRequestedModel: true, strModel: true, strPriority: true,
+	strPriorityFrom: true, strSessionFrom: true, strModelFrom: true, strWeightsVersion: true,
+	strDrawFrom: true, strChosen: true, strReason: true, strServedCluster: true,
+	strServedVersion: true, strUpstreamHost: true,
+}
+
+// Codes of entry.codes.
+const (
+	codeInline = 0 // in entry.text
+	codeEmpty  = 1 // ""
+	codeFirst  = 2 // interned value codeFirst + i: table entry i
+)
+
+// strings returns pointers to r's string fields, in field order.
+func (r *Record) strings() [numStrings]*string {
+	return [numStrings]*string{
+		&r.RequestID, &r.Source, &r.Method, &r.Path, &r.RequestedModel, &r.Model, &r.Priority, &r.PriorityFrom,
+		&r.SessionHash, &r.SessionFrom, &r.ModelFrom, &r.TraceID, &r.SpanID, &r.WeightsVersion, &r.DrawFrom,
+		&r.Chosen, &r.Redrawn, &r.Reason, &r.ServedCluster, &r.ServedVersion, &r.UpstreamHost, &r.Unanswered,
+	}
+}
+
+// internCap bounds the values a log interns: a configuration's names,
+// codes, recent versions and replica addresses fit many times over. Past
+// it, new values go inline, so values a client chooses (a model name it
+// asks for) cannot grow the table.
+const internCap = 4096
+
+// interner is a log's table of interned strings. Lookups take no lock;
+// a new value takes a short one. Values are never removed: the table is
+// bounded by internCap.
+type interner struct {
+	codes sync.Map // string → uint16
+	mu    sync.Mutex
+	n     int // values, under mu
+	vals  [internCap]atomic.Pointer[string]
+}
+
+// maxInterned is the longest string interned: names, codes, versions
+// and addresses are shorter; a longer value goes inline, where it counts
+// against the log's byte bound.
+const maxInterned = 64
+
+// code returns s's code, interning it when there is room; codeInline
+// when there is none or s is longer than maxInterned.
+func (in *interner) code(s string) uint16 {
+	if s == "" {
+		return codeEmpty
+	}
+	if len(s) > maxInterned {
+		return codeInline
+	}
+	if c, ok := in.codes.Load(s); ok {
+		return c.(uint16)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if c, ok := in.codes.Load(s); ok {
+		return c.(uint16)
+	}
+	if in.n == internCap {
+		return codeInline
+	}
+	c := uint16(codeFirst + in.n)
+	v := s
+	in.vals[in.n].Store(&v)
+	in.n++
+	in.codes.Store(s, c)
+	return c
+}
+
+// value is the string of code c (codeFirst or more).
+func (in *interner) value(c uint16) string { return *in.vals[c-codeFirst].Load() }
+
+// entryOverhead is an entry's fixed memory: the struct, its ring slot
+// and an allocator's rounding; candidateOverhead one candidate's, counted
+// whole for every record although versions and readers share them (the
+// log's byte bound stays a bound).
+const (
+	entryOverhead     = int(unsafe.Sizeof(entry{})) + 16
+	candidateOverhead = int(unsafe.Sizeof(Candidate{}))
+	generatedSize     = int(unsafe.Sizeof(Generated{}))
+	replicaEntrySize  = int(unsafe.Sizeof(replicaEntry{}))
+)
+
+// encode is r as the log keeps it, interning in in.
+func encode(r *Record, in *interner) *entry {
+	e := &entry{
+		seq: r.Seq, draw: r.Draw, slot: clamp32u(r.Slot), totalWeight: clamp32u(r.TotalWeight),
+		decisionMicros: clamp32(r.DecisionMicros), totalMicros: clamp32(int64(math.Round(r.TotalMillis * 1000))),
+		tokenCost: r.TokenCost, demandBooked: r.DemandBooked, shedWaived: r.ShedWaived,
+		maxTokens: clamp32(int64(r.MaxTokens)), promptTokens: clamp32(int64(r.PromptTokens)),
+		status: clamp32(int64(r.Status)), candidates: r.Candidates, generated: r.Generated,
+	}
+	if d := r.Replica; d != nil {
+		if d.Chosen == "" {
+			e.replica = d // shared
+		} else if e.rep, _ = encodeReplica(d, in); e.rep == nil {
+			e.replica = d
+		}
+	}
+	if !r.Start.IsZero() {
+		e.start = r.Start.UnixNano()
+	}
+	if r.Stream {
+		e.flags |= flagStream
+	}
+	if r.Mismatch {
+		e.flags |= flagMismatch
+	}
+	if r.Complete {
+		e.flags |= flagComplete
+	}
+	strs := r.strings()
+	n := 0
+	for i, p := range strs {
+		switch {
+		case *p == "":
+			e.codes[i] = codeEmpty
+		case interned[i]:
+			e.codes[i] = in.code(*p)
+		}
+		if e.codes[i] == codeInline {
+			n += uvarintLen(len(*p)) + len(*p)
+		}
+	}
+	if n > 0 {
+		text := make([]byte, 0, n)
+		for i, p := range strs {
+			if e.codes[i] == codeInline {
+				text = binary.AppendUvarint(text, uint64(len(*p)))
+				text = append(text, *p...)
+			}
+		}
+		e.text = unsafe.String(unsafe.SliceData(text), len(text)) // text is never written again
+	}
+	size := entryOverhead + len(e.text) + len(e.candidates)*candidateOverhead
+	for _, c := range e.candidates {
+		size += len(c.Cluster) + len(c.Excluded)
+	}
+	if e.replica != nil {
+		size += e.replica.size()
+	}
+	if e.rep != nil {
+		size += replicaEntrySize
+	}
+	if e.generated != nil {
+		size += generatedSize
+	}
+	e.size = clamp32(int64(size))
+	return e
+}
+
+// str is string field i of e (an interned value is not copied; an
+// inline one is).
+func (e *entry) str(i int, in *interner) string {
+	switch c := e.codes[i]; c {
+	case codeEmpty:
+		return ""
+	case codeInline:
+		off := 0
+		for j := range i {
+			if e.codes[j] == codeInline {
+				l, k := uvarint(e.text[off:])
+				off += k + int(l)
+			}
+		}
+		l, k := uvarint(e.text[off:])
+		return e.text[off+k : off+k+int(l)]
+	default:
+		return in.value(c)
+	}
+}
+
+// is reports whether string field i of e equals s, without copying.
+func (e *entry) is(i int, s string, in *interner) bool {
+	if c := e.codes[i]; c >= codeFirst {
+		return in.value(c) == s
+	}
+	return e.str(i, in) == s
+}
+
+// decode is the Record e keeps; it shares nothing with e but what
+// records share (the candidates are copied, as readers always got them).
+func (e *entry) decode(in *interner) Record {
+	r := Record{
+		Seq: e.seq, Draw: e.draw, Slot: uint64(e.slot), TotalWeight: uint64(e.totalWeight), DecisionMicros: int64(e.decisionMicros),
+		TokenCost: e.tokenCost, DemandBooked: e.demandBooked, ShedWaived: e.shedWaived, TotalMillis: float64(e.totalMicros) / 1000,
+		MaxTokens: int(e.maxTokens), PromptTokens: int(e.promptTokens), Status: int(e.status),
+		Replica: e.replica, Generated: e.generated,
+		Stream: e.flags&flagStream != 0, Mismatch: e.flags&flagMismatch != 0, Complete: e.flags&flagComplete != 0,
+	}
+	if e.start != 0 {
+		r.Start = time.Unix(0, e.start)
+	}
+	if e.rep != nil {
+		r.Replica = e.rep.decode(in)
+	}
+	if len(e.candidates) > 0 {
+		r.Candidates = append([]Candidate(nil), e.candidates...)
+	}
+	off := 0
+	for i, p := range r.strings() {
+		switch c := e.codes[i]; c {
+		case codeEmpty:
+		case codeInline:
+			l, k := uvarint(e.text[off:])
+			*p = strings.Clone(e.text[off+k : off+k+int(l)])
+			off += k + int(l)
+		default:
+			*p = in.value(c)
+		}
+	}
+	return r
+}
+
+// uvarintLen is the bytes binary.AppendUvarint takes for n.
+func uvarintLen(n int) int {
+	k := 1
+	for ; n >= 0x80; n >>= 7 {
+		k++
+	}
+	return k
+}
+
+// uvarint reads a uvarint at the start of s: its value and length.
+func uvarint(s string) (uint64, int) {
+	var x uint64
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		b := s[i]
+		x |= uint64(b&0x7f) << (7 * i)
+		if b < 0x80 {
+			return x, i + 1
+		}
+	}
+	return 0, len(s) // never: the log wrote s
+}
+
+func clamp32(v int64) int32 { return int32(min(max(v, math.MinInt32), math.MaxInt32)) }
+
+func clamp32u(v uint64) uint32 { return uint32(min(v, math.MaxUint32)) }
