@@ -157,8 +157,10 @@ const (
 	replicaEntrySize  = int(unsafe.Sizeof(replicaEntry{}))
 )
 
-// encode is r as the log keeps it, interning in in.
-func encode(r *Record, in *interner) *entry {
+// encode is r as the log keeps it, interning in in; prev is the entry of
+// r's previous version (nil: none), whose codes serve again for the
+// strings that did not change.
+func encode(r *Record, in *interner, prev *entry) *entry {
 	e := &entry{
 		seq: r.Seq, draw: r.Draw, slot: clamp32u(r.Slot), totalWeight: clamp32u(r.TotalWeight),
 		decisionMicros: clamp32(r.DecisionMicros), totalMicros: clamp32(int64(math.Round(r.TotalMillis * 1000))),
@@ -166,12 +168,17 @@ func encode(r *Record, in *interner) *entry {
 		maxTokens: clamp32(int64(r.MaxTokens)), promptTokens: clamp32(int64(r.PromptTokens)),
 		status: clamp32(int64(r.Status)), candidates: r.Candidates, generated: r.Generated,
 	}
-	if d := r.Replica; d != nil {
-		if d.Chosen == "" {
-			e.replica = d // shared
-		} else if e.rep, _ = encodeReplica(d, in); e.rep == nil {
+	switch d := r.Replica; {
+	case d == nil:
+	case d.Chosen == "":
+		e.replica = d // shared
+	case prev != nil && prev.rep != nil && d == r.repEncoded:
+		e.rep = prev.rep // unchanged since the last version
+	default:
+		if e.rep, _ = encodeReplica(d, in); e.rep == nil {
 			e.replica = d
 		}
+		r.repEncoded = d
 	}
 	if !r.Start.IsZero() {
 		e.start = r.Start.UnixNano()
@@ -192,7 +199,11 @@ func encode(r *Record, in *interner) *entry {
 		case *p == "":
 			e.codes[i] = codeEmpty
 		case interned[i]:
-			e.codes[i] = in.code(*p)
+			if prev != nil && prev.codes[i] >= codeFirst && in.value(prev.codes[i]) == *p {
+				e.codes[i] = prev.codes[i]
+			} else {
+				e.codes[i] = in.code(*p)
+			}
 		}
 		if e.codes[i] == codeInline {
 			n += uvarintLen(len(*p)) + len(*p)

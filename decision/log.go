@@ -74,7 +74,7 @@ func (l *Log) load(seq uint64) *entry {
 // Replica and Generated are shared with the log and readers from now on
 // and must not be changed (replace them).
 func (l *Log) Add(r *Record) {
-	e := encode(r, &l.in)
+	e := encode(r, &l.in, nil)
 	l.wmu.Lock()
 	seq := l.added.Load() + 1
 	r.Seq, e.seq = seq, seq
@@ -115,7 +115,7 @@ func (l *Log) Update(r *Record, f func(*Record)) *Record {
 	was := r.Complete
 	f(r)
 	old := r.stored
-	e := encode(r, &l.in)
+	e := encode(r, &l.in, old)
 	r.stored = e
 	if old != nil && l.slot(r.Seq).CompareAndSwap(old, e) { // still kept: its size counts
 		l.bytes.Add(int64(e.size - old.size))

@@ -149,7 +149,7 @@ func TestLogConcurrent(t *testing.T) {
 	kept := l.Recent(size + 1)
 	var bytes int64
 	for i, r := range kept {
-		bytes += int64(encode(&r, &l.in).size)
+		bytes += int64(encode(&r, &l.in, nil).size)
 		if got, ok := l.Get(r.RequestID); !ok || got.Seq != r.Seq {
 			t.Errorf("kept record %s (seq %d) not found by id: %+v, %v", r.RequestID, r.Seq, got, ok)
 		}
@@ -157,7 +157,7 @@ func TestLogConcurrent(t *testing.T) {
 			t.Errorf("kept record %d has seq %d; want %d (the newest, in sequence)", i, r.Seq, want)
 		}
 	}
-	if len(kept) == 0 || len(kept) > size || bytes != l.Bytes() || bytes > 48<<10+int64(encode(&kept[0], &l.in).size) {
+	if len(kept) == 0 || len(kept) > size || bytes != l.Bytes() || bytes > 48<<10+int64(encode(&kept[0], &l.in, nil).size) {
 		t.Errorf("%d records kept, %d bytes counted, %d estimated; want 1..%d records within the bound, counted exactly", len(kept), l.Bytes(), bytes, size)
 	}
 	// Deliveries are made by the writers themselves: all are buffered now.

@@ -103,8 +103,10 @@ type Record struct {
 	// record stored): /debug/decisions pages with before=Seq.
 	Seq uint64 `json:"seq"`
 	// stored is the entry the log keeps of this version (nil: not
-	// stored).
-	stored *entry
+	// stored); repEncoded the Replica its compact replica decision was
+	// encoded from (versions whose Replica is the same share it).
+	stored     *entry
+	repEncoded *ReplicaDecision
 }
 
 // Candidate is one cluster that serves the model of a request.
@@ -154,7 +156,7 @@ func (f Filter) matchEntry(e *entry, in *interner) bool {
 // share (Replica, Generated): what subscribers get.
 func (r *Record) copy() Record {
 	c := *r
-	c.stored = nil
+	c.stored, c.repEncoded = nil, nil
 	c.Candidates = append([]Candidate(nil), r.Candidates...)
 	return c
 }

@@ -7,9 +7,6 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/tap"
 )
 
@@ -25,10 +22,7 @@ type idleBound interface {
 	received() bool
 }
 
-var (
-	_ idleBound = (*idleTimer)(nil)
-	_ idleBound = (*watch)(nil)
-)
+var _ idleBound = (*watch)(nil)
 
 // streamCtx is the context streamTap gives an ext_proc stream: the
 // transport's, which the idle bound may cancel. gRPC reports a Recv
@@ -80,56 +74,6 @@ func streamTap(ctx context.Context, info *tap.Info) (context.Context, error) {
 // ended a stream served with streamTap, what Envoy owed (the status
 // message of the stream cannot: gRPC sends the context's).
 const idleTrailer = "x-ilb-error"
-
-// idleTimer is the idle bound of a stream served on its handler's
-// goroutine: a timer, armed while Envoy owes a message, cancels the
-// stream's context when it fires. Used by that goroutine, but for fire.
-type idleTimer struct {
-	idle    time.Duration
-	ctx     *streamCtx
-	stream  grpc.ServerStream
-	expired prometheus.Counter // counts the stream's end, before the status goes out
-	t       *time.Timer
-	waiting atomic.Uint32 // the stage the stream waits for while the timer runs
-	fired   atomic.Bool
-}
-
-func (b *idleTimer) waitFor(st stage) {
-	if st == awaitResponse {
-		return
-	}
-	b.waiting.Store(uint32(st))
-	if b.t == nil {
-		b.t = time.AfterFunc(b.idle, b.fire)
-		return
-	}
-	b.t.Reset(b.idle)
-}
-
-// fire ends the stream: counted and its trailer set first, as gRPC
-// sends the status as soon as the context is cancelled.
-func (b *idleTimer) fire() {
-	b.fired.Store(true)
-	b.expired.Inc()
-	b.stream.SetTrailer(metadata.Pairs(idleTrailer, idleMessage(stage(b.waiting.Load()), b.idle)))
-	b.ctx.cancel(errIdle)
-}
-
-func (b *idleTimer) received() bool {
-	if b.t != nil {
-		b.t.Stop()
-	}
-	return !b.fired.Load()
-}
-
-// end stops the timer and reports whether it ended the stream, and what
-// Envoy owed then.
-func (b *idleTimer) end() (stage, bool) {
-	if b.t != nil {
-		b.t.Stop()
-	}
-	return stage(b.waiting.Load()), b.fired.Load()
-}
 
 // watch is the idle bound of a stream served on a goroutine of its own,
 // which its handler's goroutine watches (Process): by when (Unix

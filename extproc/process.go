@@ -69,11 +69,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
 	if sc, ok := ctx.Value(streamCtxKey{}).(*streamCtx); ok {
 		// GRPCOptions' tap gave the stream a context ILB may cancel: it is
-		// served on this goroutine, and a timer cancels it (which ends a
-		// blocked Recv) when Envoy owes a message for too long.
+		// served on this goroutine, and the idle scan cancels it (which
+		// ends a blocked Recv) when Envoy owes a message for too long.
 		t := &x.idle
 		t.idle, t.ctx, t.stream, t.expired = idle, sc, stream, s.metrics.idleRefused
+		s.idleScan.add(t)
 		err := s.serve(ctx, stream, x, t)
+		s.idleScan.remove(t)
 		if st, expired := t.end(); expired {
 			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 		}

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -36,6 +37,11 @@ var skippedNoLive = &decision.ReplicaDecision{Skipped: "no live replica state fo
 
 // skippedNoneServing: every replica listed is draining or unhealthy.
 var skippedNoneServing = &decision.ReplicaDecision{Skipped: "no serving replica in the live state: Envoy's least request chooses among what it has"}
+
+// candidateBufs holds the candidate lists of replica picking: a list
+// lives for one Pick (the picker keeps none of it), and on the stack it
+// took a kilobyte of every request's goroutine, whose stack then grew.
+var candidateBufs = sync.Pool{New: func() any { b := make([]picker.Replica, 0, 16); return &b }}
 
 // newPickers makes one replica picker per cluster with replica picking
 // on. They live as long as the server: what they learned survives
@@ -82,8 +88,10 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 		pk.picks[reasonSkipped].Inc()
 		return ""
 	}
-	var inline [16]picker.Replica
-	cands := cl.Candidates(inline[:0])
+	buf := candidateBufs.Get().(*[]picker.Replica)
+	defer candidateBufs.Put(buf)
+	cands := cl.Candidates((*buf)[:0])
+	*buf = cands[:0] // keep what it grew to
 	if len(cands) == 0 {
 		x.rec.Replica = skippedNoneServing
 		pk.picks[reasonSkipped].Inc()

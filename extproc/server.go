@@ -88,6 +88,8 @@ type Server struct {
 	peers     *peerStreams      // streams open per peer, for extproc.max_streams_per_peer
 	held      atomic.Int64      // bytes of request bodies held across streams, for extproc.max_held_body_bytes
 	followed  atomic.Int64      // responses followed, for extproc.max_followed_streams
+	// idleScan ends the streams Envoy owes a message for too long.
+	idleScan idleScan
 	// typical learns what each demand stream's served requests cost:
 	// the most a request counts before an engine accepts it.
 	typical *demand.Typical

@@ -61,7 +61,7 @@ type exchange struct {
 	key       demand.Key // set once the model is known
 	// idle bounds the stream's waits when it is served on its handler's
 	// goroutine (Process).
-	idle idleTimer
+	idle scanned
 	// cell and target are where the request was routed (cell nil until
 	// ILB routed it): the metrics' cached counters.
 	cell   *cell
