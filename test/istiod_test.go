@@ -247,7 +247,10 @@ func TestIstiodScopesExtProc(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var on, others, vhosts []string
 			var mode string
-			waitUntil(t, "ILB's routes turned on", time.Minute, func() bool {
+			// istiod applies each EnvoyFilter as its informer delivers it:
+			// a push may carry the routes' patch before the listener's
+			// (seen on a loaded machine), so both are waited for.
+			waitUntil(t, "ILB's filter on the listener and its routes turned on", time.Minute, func() bool {
 				res, err := istiod.Fetch(ctx, tt.proxy)
 				if err != nil {
 					t.Logf("fetch: %v", err)
@@ -260,7 +263,7 @@ func TestIstiodScopesExtProc(t *testing.T) {
 						vhosts = append(vhosts, vh.GetName())
 					}
 				}
-				return len(on) > 0
+				return len(on) > 0 && mode != "missing"
 			})
 			if mode != "off" {
 				t.Errorf("ext_proc on the port-%d listener: %s, want every mode off", tt.port, mode)
