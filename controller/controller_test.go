@@ -13,6 +13,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/controller"
+	"github.com/ilbproject/ilb/internal/promtest"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -162,26 +163,11 @@ func TestFallbackWithoutLastGood(t *testing.T) {
 	}
 }
 
+// gauge is the value of name's series with this reason (0 when absent).
 func gauge(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s{reason=%q}", name, reason)
-	return 0
+	v, _ := promtest.Value(t, reg, name, map[string]string{"reason": reason})
+	return v
 }
 
 // TestTriggerTicksNow: a trigger makes Run tick before its (hour-long)
