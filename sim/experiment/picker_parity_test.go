@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/promtest"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/signals"
@@ -42,7 +45,8 @@ func TestReplicaPickParity(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	// Rand feeds the route decision's uniform only: the picker draws from
 	// the session.
-	srv, err := extproc.New(extproc.Options{Config: cfg, Rand: func() uint64 { return 0 }, Now: func() time.Time { return now }})
+	reg := prometheus.NewRegistry()
+	srv, err := extproc.New(extproc.Options{Config: cfg, Registry: reg, Rand: func() uint64 { return 0 }, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +114,10 @@ func TestReplicaPickParity(t *testing.T) {
 					Headers: extproctest.Headers(":status", "200", header.ServedCluster, name),
 				}}},
 			)
+			// The request leaves ext_proc's picker when its stream ends,
+			// which the server sees after the client: wait for it, or the
+			// next pick would see its load there and not in the benchmark.
+			streamsClosed(t, reg)
 			rec, ok := srv.Decisions().Get(id)
 			if r.live[cluster].Excluded != "" { // every replica out: no cluster for the request
 				if rec.Status != 503 {
@@ -141,6 +149,21 @@ func TestReplicaPickParity(t *testing.T) {
 		if seen[reason] == 0 {
 			t.Errorf("no pick for reason %q (seen %v): the comparison proves little", reason, seen)
 		}
+	}
+}
+
+// streamsClosed waits until the server has no ext_proc stream open.
+func streamsClosed(t *testing.T, reg prometheus.Gatherer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if n, ok := promtest.Value(t, reg, "ilb_extproc_streams", nil); ok && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ext_proc streams still open 30 s after their requests")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
