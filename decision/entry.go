@@ -2,6 +2,7 @@ package decision
 
 import (
 	"encoding/binary"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -100,11 +101,13 @@ func (r *Record) strings() [numStrings]*string {
 // asks for) cannot grow the table.
 const internCap = 4096
 
-// interner is a log's table of interned strings. Lookups take no lock;
-// a new value takes a short one. Values are never removed: the table is
-// bounded by internCap.
+// interner is a log's table of interned strings. Lookups take no lock
+// and no allocation: they read an immutable map behind an atomic
+// pointer. A new value takes a short lock and replaces the map with a
+// copy holding it (at most internCap copies over a log's life: values
+// are never removed).
 type interner struct {
-	codes sync.Map // string → uint16
+	codes atomic.Pointer[map[string]uint16]
 	mu    sync.Mutex
 	n     int // values, under mu
 	vals  [internCap]atomic.Pointer[string]
@@ -124,22 +127,32 @@ func (in *interner) code(s string) uint16 {
 	if len(s) > maxInterned {
 		return codeInline
 	}
-	if c, ok := in.codes.Load(s); ok {
-		return c.(uint16)
+	if m := in.codes.Load(); m != nil {
+		if c, ok := (*m)[s]; ok {
+			return c
+		}
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if c, ok := in.codes.Load(s); ok {
-		return c.(uint16)
+	old := in.codes.Load()
+	if old != nil {
+		if c, ok := (*old)[s]; ok {
+			return c
+		}
 	}
 	if in.n == internCap {
 		return codeInline
 	}
 	c := uint16(codeFirst + in.n)
-	v := s
+	v := strings.Clone(s) // s may be a view of a buffer the caller reuses
 	in.vals[in.n].Store(&v)
 	in.n++
-	in.codes.Store(s, c)
+	m := make(map[string]uint16, in.n)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	m[v] = c
+	in.codes.Store(&m)
 	return c
 }
 
@@ -209,7 +222,11 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 			n += uvarintLen(len(*p)) + len(*p)
 		}
 	}
-	if n > 0 {
+	switch {
+	case n == 0:
+	case prev != nil && len(prev.text) == n && sameInline(prev, e, &strs):
+		e.text = prev.text // an update that changed no inline string
+	default:
 		text := make([]byte, 0, n)
 		for i, p := range strs {
 			if e.codes[i] == codeInline {
@@ -234,6 +251,27 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 	}
 	e.size = clamp32(int64(size))
 	return e
+}
+
+// sameInline reports whether e, being encoded from strs, keeps inline
+// the same strings as prev, in the same fields.
+func sameInline(prev, e *entry, strs *[numStrings]*string) bool {
+	off := 0
+	for i, p := range strs {
+		if (prev.codes[i] == codeInline) != (e.codes[i] == codeInline) {
+			return false
+		}
+		if e.codes[i] != codeInline {
+			continue
+		}
+		l, k := uvarint(prev.text[off:])
+		off += k
+		if prev.text[off:off+int(l)] != *p {
+			return false
+		}
+		off += int(l)
+	}
+	return true
 }
 
 // str is string field i of e (an interned value is not copied; an

@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,5 +176,43 @@ func TestLogConcurrent(t *testing.T) {
 	}
 	if n := sub.Dropped(); n != 0 {
 		t.Errorf("%d dropped; want none", n)
+	}
+}
+
+// TestUpdateStrings: an update's version reads back exactly as written,
+// whether it changed the strings kept inline or not — including a change
+// that keeps their total length, and a value moving between the
+// interned table and the inline text.
+func TestUpdateStrings(t *testing.T) {
+	long := strings.Repeat("h", maxInterned+1)
+	for _, tc := range []struct {
+		name   string
+		first  func(*Record)
+		update func(*Record)
+	}{
+		{"nothing inline changes", func(*Record) {}, func(r *Record) { r.Status, r.Complete = 200, true }},
+		{"an interned field changes", func(*Record) {}, func(r *Record) { r.ServedCluster = "c2" }},
+		{"same length, other text", func(r *Record) { r.Unanswered = "aaaa" }, func(r *Record) { r.Unanswered = "bbbb" }},
+		{"moved between fields", func(r *Record) { r.Redrawn = "xy" }, func(r *Record) { r.Redrawn, r.Unanswered = "", "xy" }},
+		{"interned to inline", func(r *Record) { r.UpstreamHost = "10.0.0.1:8000" }, func(r *Record) { r.UpstreamHost = long }},
+		{"inline to interned", func(r *Record) { r.UpstreamHost = long }, func(r *Record) { r.UpstreamHost = "10.0.0.1:8000" }},
+		{"inline emptied", func(r *Record) { r.Redrawn = "why" }, func(r *Record) { r.Redrawn = "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLog(8, 0)
+			r := &Record{RequestID: "req-1", Source: "edge", Path: "/v1/chat/completions", Chosen: "c1", SessionHash: "abc"}
+			tc.first(r)
+			l.Add(r)
+			r = l.Update(r, tc.update)
+			got, ok := l.Get("req-1")
+			if !ok {
+				t.Fatal("the record is not found")
+			}
+			want := *r
+			want.stored, want.repEncoded = nil, nil
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("read back %+v\nwant %+v", got, want)
+			}
+		})
 	}
 }

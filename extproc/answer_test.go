@@ -1,11 +1,18 @@
 package extproc
 
 import (
+	"bytes"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ilbproject/ilb/header"
 )
 
 // TestPickHeadersMatchesHeaderMap: pickHeaders reads each header as the
@@ -61,5 +68,47 @@ func TestSteeredReasonsMatchFmt(t *testing.T) {
 		if got := string(steeredByPressure([]byte{}, "a", v, v, -2, 1<<63+5)); got != want {
 			t.Errorf("steeredByPressure(%v) = %q; fmt says %q", v, got, want)
 		}
+	}
+}
+
+// TestEndpointMetadataWire: the dynamic metadata withEndpoint writes as
+// wire bytes is, byte for byte, what protobuf writes for the Struct
+// envoy.lb / x-gateway-destination-endpoint, and an answer carrying it
+// decodes to its header mutation plus that metadata.
+func TestEndpointMetadataWire(t *testing.T) {
+	for _, tc := range []struct{ name, endpoint string }{
+		{"one host", "10.0.0.1:8000"},
+		{"a fallback list", "10.0.0.1:8000,10.0.0.2:8000"},
+		{"IPv6", "[fd00::1]:8000"},
+		{"long (two-byte lengths)", strings.Repeat("10.0.0.1:8000,", 20) + "10.0.0.9:8000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			meta := &structpb.Struct{Fields: map[string]*structpb.Value{
+				header.LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+					header.DestinationEndpoint: structpb.NewStringValue(tc.endpoint),
+				}}),
+			}}
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(&extprocv3.ProcessingResponse{DynamicMetadata: meta})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := endpointMetadata(tc.endpoint); !bytes.Equal(got, want) {
+				t.Errorf("endpointMetadata = %x\nwant %x", []byte(got), want)
+			}
+			mut := routeMutation([]byte("m"), 7, []byte("c"), tc.endpoint)
+			wire, err := proto.Marshal(withEndpoint(bodyResponse(mut, true), tc.endpoint))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got extprocv3.ProcessingResponse
+			if err := proto.Unmarshal(wire, &got); err != nil {
+				t.Fatal(err)
+			}
+			expected := bodyResponse(routeMutation([]byte("m"), 7, []byte("c"), tc.endpoint), true)
+			expected.DynamicMetadata = meta
+			if !proto.Equal(&got, expected) {
+				t.Errorf("the answer decodes to %v\nwant %v", &got, expected)
+			}
+		})
 	}
 }
