@@ -152,50 +152,46 @@ var (
 
 // routeMutation is the header mutation of a decision: the model, the draw
 // and the cluster, and the override-host list when ILB picked a replica,
-// values as raw_value; model and cluster are shared bytes (never
-// changed). Its messages are allocated together, as many as it sets.
-func routeMutation(model []byte, draw uint64, cluster []byte, endpoint string) *extprocv3.HeaderMutation {
-	kvs := [4]headerKV{{header.RouteModel, model}, {header.RouteDraw, strconv.AppendUint(nil, draw, 10)}, {header.RouteCluster, cluster}}
-	if endpoint == "" {
-		m := new(mutation3)
-		return setHeaders(&m.mut, m.opts[:], m.vals[:], m.ptrs[:], kvs[:3])
+// values as raw_value. model and cluster are the cell's options, shared
+// by every decision (never changed: protobuf may marshal one message on
+// several goroutines at once); the rest is allocated at once.
+func routeMutation(model *corev3.HeaderValueOption, draw uint64, cluster *corev3.HeaderValueOption, endpoint string) *extprocv3.HeaderMutation {
+	m := new(routeMut)
+	m.set(0, header.RouteDraw, strconv.AppendUint(m.draw[:0], draw, 10))
+	m.ptrs = [4]*corev3.HeaderValueOption{model, &m.opts[0], cluster}
+	n := 3
+	if endpoint != "" {
+		m.set(1, header.DestinationEndpoint, []byte(endpoint))
+		m.ptrs[3], n = &m.opts[1], 4
 	}
-	kvs[3] = headerKV{header.DestinationEndpoint, []byte(endpoint)}
-	m := new(mutation4)
-	return setHeaders(&m.mut, m.opts[:], m.vals[:], m.ptrs[:], kvs[:])
+	m.mut.SetHeaders = m.ptrs[:n]
+	return &m.mut
 }
 
-type headerKV struct {
-	key   string
-	value []byte
+// routeMut is a decision's header mutation with the options it does not
+// share (the draw, the override-host list), their values and the draw's
+// digits, in one allocation.
+type routeMut struct {
+	mut  extprocv3.HeaderMutation
+	opts [2]corev3.HeaderValueOption
+	vals [2]corev3.HeaderValue
+	ptrs [4]*corev3.HeaderValueOption
+	draw [20]byte // a uint64 in decimal
 }
 
-// mutation3 and mutation4 are a header mutation with its 3 or 4 options,
-// values and pointers, in one allocation.
-type (
-	mutation3 struct {
-		mut  extprocv3.HeaderMutation
-		opts [3]corev3.HeaderValueOption
-		vals [3]corev3.HeaderValue
-		ptrs [3]*corev3.HeaderValueOption
-	}
-	mutation4 struct {
-		mut  extprocv3.HeaderMutation
-		opts [4]corev3.HeaderValueOption
-		vals [4]corev3.HeaderValue
-		ptrs [4]*corev3.HeaderValueOption
-	}
-)
+// set makes option i set key to value.
+func (m *routeMut) set(i int, key string, value []byte) {
+	m.vals[i].Key, m.vals[i].RawValue = key, value
+	m.opts[i].Header, m.opts[i].AppendAction = &m.vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+}
 
-// setHeaders sets kvs in mut, in opts, vals and ptrs (as long as kvs).
-func setHeaders(mut *extprocv3.HeaderMutation, opts []corev3.HeaderValueOption, vals []corev3.HeaderValue, ptrs []*corev3.HeaderValueOption, kvs []headerKV) *extprocv3.HeaderMutation {
-	for i, kv := range kvs {
-		vals[i].Key, vals[i].RawValue = kv.key, kv.value
-		opts[i].Header, opts[i].AppendAction = &vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		ptrs[i] = &opts[i]
+// sharedHeader is an option setting key to value (raw_value) that
+// decisions share: it must never be changed.
+func sharedHeader(key string, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
-	mut.SetHeaders = ptrs
-	return mut
 }
 
 // skipBody is the mode override of the header-only fast path: Envoy sends

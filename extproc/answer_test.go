@@ -95,7 +95,7 @@ func TestEndpointMetadataWire(t *testing.T) {
 			if got := endpointMetadata(tc.endpoint); !bytes.Equal(got, want) {
 				t.Errorf("endpointMetadata = %x\nwant %x", []byte(got), want)
 			}
-			mut := routeMutation([]byte("m"), 7, []byte("c"), tc.endpoint)
+			mut := routeMutation(sharedHeader(header.RouteModel, "m"), 7, sharedHeader(header.RouteCluster, "c"), tc.endpoint)
 			wire, err := proto.Marshal(withEndpoint(bodyResponse(mut, true), tc.endpoint))
 			if err != nil {
 				t.Fatal(err)
@@ -104,7 +104,7 @@ func TestEndpointMetadataWire(t *testing.T) {
 			if err := proto.Unmarshal(wire, &got); err != nil {
 				t.Fatal(err)
 			}
-			expected := bodyResponse(routeMutation([]byte("m"), 7, []byte("c"), tc.endpoint), true)
+			expected := bodyResponse(routeMutation(sharedHeader(header.RouteModel, "m"), 7, sharedHeader(header.RouteCluster, "c"), tc.endpoint), true)
 			expected.DynamicMetadata = meta
 			if !proto.Equal(&got, expected) {
 				t.Errorf("the answer decodes to %v\nwant %v", &got, expected)

@@ -147,7 +147,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		sessionHash = draw
 	}
 	x.endpoint = s.pickReplica(x, body, model, ls, sessionHash)
-	return routeMutation(c.modelRaw, draw, c.clusterRaw[d.Chosen], x.endpoint), nil
+	return routeMutation(c.modelHeader, draw, c.clusterHeader[d.Chosen], x.endpoint), nil
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt

@@ -196,9 +196,9 @@ func (s *Server) Decisions() *decision.Log { return s.log }
 // enough for a whole buffered request body (gRPC's default is 4 MiB),
 // keepalive pings so that the streams of an Envoy that vanished without
 // closing its connection end within a minute instead of holding memory,
-// a tap that lets ILB end an idle stream from a timer (it takes the
-// server's only InTapHandle), and stream workers. A server built without
-// them still works; each stream then costs a goroutine more.
+// and a tap that lets ILB end an idle stream from a timer (it takes the
+// server's only InTapHandle). A server built without them still works;
+// each stream then costs a goroutine more.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	c := s.opts.Config
 	limit := max(c.ExtProc.MaxBodyBytes, int(c.Envoy.RequestBufferBytes)) + 1<<20
@@ -215,21 +215,8 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		// A context ILB can cancel for every ext_proc stream: the idle
 		// bound needs no goroutine per stream then (see Process).
 		grpc.InTapHandle(streamTap),
-		// Streams are served on goroutines kept from one stream to the
-		// next, whose stacks have grown to what a stream needs: a new
-		// goroutine per stream grew its stack while decoding its first
-		// message, about 5 % of ext_proc's CPU. A stream finding every
-		// worker busy gets its own goroutine, as without workers.
-		grpc.NumStreamWorkers(streamWorkers),
 	}
 }
-
-// streamWorkers is how many goroutines serve ext_proc streams from one
-// stream to the next: more than the streams a busy ILB has in flight on
-// a core between two of its messages (each stream holds its worker until
-// its response headers come back), few enough that their stacks (about
-// 16 KiB each) do not matter.
-const streamWorkers = 256
 
 // Register adds the ext_proc service to g, and the standard gRPC health
 // service (grpc.health.v1) that Envoy's gRPC health check of the ext_proc

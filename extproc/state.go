@@ -6,11 +6,13 @@ import (
 	"strings"
 	"sync/atomic"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
+	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
@@ -50,10 +52,10 @@ type cell struct {
 	targets    []route.Target // weighted, then spill targets (route.Targets)
 	rc         *route.Cell
 	candidates []decision.Candidate
-	// modelRaw and clusterRaw (by target) are the values of the route
-	// headers, shared by every decision's mutation.
-	modelRaw   []byte
-	clusterRaw [][]byte
+	// modelHeader and clusterHeader (by target) set the route headers,
+	// shared by every decision's mutation (never changed).
+	modelHeader   *corev3.HeaderValueOption
+	clusterHeader []*corev3.HeaderValueOption
 	// decided caches ilb_extproc_decisions_total of this cell's source and
 	// model for each target and routed reason (index target ×
 	// len(routedReasons) + reason), filled when first counted: a series
@@ -122,9 +124,9 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 func newCell(cfg *config.Config, s config.Source, model string, wc weights.Cell) *cell {
 	c := &cell{targets: route.Targets(cfg, s, wc)}
 	c.decided = make([]atomic.Pointer[prometheus.Counter], len(c.targets)*len(routedReasons))
-	c.modelRaw = []byte(model)
+	c.modelHeader = sharedHeader(header.RouteModel, model)
 	for _, t := range c.targets {
-		c.clusterRaw = append(c.clusterRaw, []byte(t.Cluster))
+		c.clusterHeader = append(c.clusterHeader, sharedHeader(header.RouteCluster, t.Cluster))
 	}
 	c.rc = route.NewCell(c.targets, wc.Shed)
 	weight := map[string]uint32{}

@@ -51,7 +51,8 @@ type exchange struct {
 	st     *State // pinned at request headers: one version per request
 	src    *sourceState
 	h      hints
-	rec    *decision.Record // nil until ILB decided or answered
+	rec    *decision.Record // nil until ILB decided or answered; then &record
+	record decision.Record  // rec's memory: one allocation per stream
 	body   []byte           // request body chunks received so far
 	debug  bool             // debug asked and allowed
 	done   bool             // ILB answered with an ImmediateResponse
@@ -207,10 +208,11 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 	if x.h.requestID == "" {
 		x.h.requestID = s.opts.NewID()
 	}
-	x.rec = &decision.Record{
+	x.record = decision.Record{
 		RequestID: x.h.requestID, Start: x.start, Source: x.source,
 		Method: x.h.method, Path: x.h.path, Priority: weights.Standard.String(),
 	}
+	x.rec = &x.record
 	s.startSpan(ctx, x, m.GetHeaders())
 	if err := s.admit(x); err != nil {
 		return s.reject(x, err, began)
