@@ -82,7 +82,7 @@ type Source struct {
 	// FailMode is "open" (default) or "closed".
 	FailMode FailMode `yaml:"fail_mode" json:"fail_mode"`
 	// DefaultModel is used by the fallback route and for requests that
-	// name no model (GET /v1/models). Defaults to the first model.
+	// name no model (GET /v1/files/…). Defaults to the first model.
 	DefaultModel string `yaml:"default_model" json:"default_model"`
 	// Listener overrides envoy.listener for this source's Envoys, host:port.
 	Listener string `yaml:"listener,omitempty" json:"listener,omitempty"`

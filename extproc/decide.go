@@ -73,7 +73,9 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	c := src.cells[model]
 	x.key = demand.Key{Source: src.name, Model: model, Priority: x.prio}
-	x.cost, x.prompt = s.tokenCost(st, model, h, body)
+	if x.metered() {
+		x.cost, x.prompt = s.tokenCost(st, model, h, body)
+	}
 	rec.TokenCost = x.cost
 	rec.TotalWeight = c.rc.Total()
 

@@ -163,7 +163,7 @@ func TestFullDuplex(t *testing.T) {
 		},
 		{
 			"no body: answered at once",
-			[]*extprocv3.ProcessingRequest{duplexMode(reqHeaders(true, ":method", "GET", ":path", "/v1/models", "x-request-id", "req-1"))},
+			[]*extprocv3.ProcessingRequest{duplexMode(reqHeaders(true, ":method", "GET", ":path", "/v1/files/file-abc", "x-request-id", "req-1"))},
 			[]string{"headers"},
 			"", false, "", "llama-3.1-8b-instruct", 0,
 		},

@@ -58,25 +58,30 @@ func immediate(err error) (*extprocv3.ProcessingResponse, *RequestError) {
 	// Messages quote client values in bounded excerpts already; the
 	// bound here is the last line of defence for the body's size.
 	body := openai.ErrorBody(re.Type, re.Code, bound.String(re.Msg, bound.Message), re.Param)
-	hs := []*corev3.HeaderValueOption{
-		setRaw("content-type", "application/json"),
-		setRaw(header.Reason, re.Reason()),
-	}
+	var extra []*corev3.HeaderValueOption
 	if re.RetryAfter > 0 {
-		hs = append(hs, setRaw("retry-after", strconv.Itoa(re.RetryAfter)))
+		extra = append(extra, setRaw("retry-after", strconv.Itoa(re.RetryAfter)))
 	}
+	return localAnswer(re.Status, re.Reason(), "application/json", body, extra), re
+}
+
+// localAnswer is an answer ILB gives instead of routing: status, the
+// reason code (x-ilb-reason, and Envoy's response code details
+// ilb_<reason>_<status>), the body of contentType and extra headers.
+func localAnswer(status int, reason, contentType string, body []byte, extra []*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
+	hs := append([]*corev3.HeaderValueOption{setRaw("content-type", contentType), setRaw(header.Reason, reason)}, extra...)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(re.Status)},
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(status)},
 			// Envoy adds the route's response headers to a local reply
 			// before these mutations (prepareLocalReplyViaFilterChain:
 			// finalizeResponseHeaders, then modify_headers), so the report
 			// headers are removed here: nothing was served, on any source.
 			Headers: &extprocv3.HeaderMutation{SetHeaders: hs, RemoveHeaders: header.Report()},
 			Body:    body,
-			Details: "ilb_" + strings.ReplaceAll(re.Code, "-", "_") + "_" + strconv.Itoa(re.Status),
+			Details: "ilb_" + strings.ReplaceAll(reason, "-", "_") + "_" + strconv.Itoa(status),
 		},
-	}}, re
+	}}
 }
 
 // setRaw overwrites a header; the value goes in raw_value only, which is

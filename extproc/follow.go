@@ -73,7 +73,7 @@ func (s *Server) follow(x *exchange, code int, contentType string, endOfStream b
 	case x.rec == nil || x.done:
 		return nil
 	case x.unconfirmed <= 0:
-		if code >= 200 && code <= 299 {
+		if code >= 200 && code <= 299 && x.metered() {
 			s.typical.Observe(x.key, x.cost) // booked whole at the decision
 		}
 		return nil

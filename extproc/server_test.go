@@ -229,7 +229,7 @@ func TestRouting(t *testing.T) {
 		},
 		{
 			"GET without body uses the default model", "edge-eu",
-			[]*extprocv3.ProcessingRequest{reqHeaders(true, ":method", "GET", ":path", "/v1/models", "x-request-id", "req-1")},
+			[]*extprocv3.ProcessingRequest{reqHeaders(true, ":method", "GET", ":path", "/v1/files/file-abc", "x-request-id", "req-1")},
 			"llama-3.1-8b-instruct", fixedDraw, "weighted", false, "default",
 		},
 		{

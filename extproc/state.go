@@ -43,6 +43,8 @@ type sourceState struct {
 	// the models it serves.
 	pool       string
 	poolModels map[string]bool
+	// models is what ILB answers the source's model list and retrievals.
+	models modelList
 }
 
 // cell is one (source, model): its targets as the route decision takes
@@ -105,6 +107,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 				}
 			}
 		}
+		ss.models = newModelList(c, s, ss.poolModels)
 		for _, m := range c.Models {
 			wc, ok := w.Cell(s.Name, m.Name)
 			if !ok {

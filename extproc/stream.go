@@ -117,6 +117,12 @@ type exchange struct {
 	endpoint string
 }
 
+// metered reports whether x counts as demand: a POST, as every OpenAI
+// inference call is (Envoy always sends :method; none is taken as a
+// POST). GETs — the model list, a file, a batch's status — make no
+// engine generate and are never booked.
+func (x *exchange) metered() bool { return x.h.method == "" || x.h.method == "POST" }
+
 // rematch reports whether a decision's answer makes Envoy match the route
 // again (on ILB's headers): not for an endpoint picker's source, whose
 // gateway already routed the request to its pool.
@@ -217,9 +223,12 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 	if err := s.admit(x); err != nil {
 		return s.reject(x, err, began)
 	}
+	if id, ok := modelsPath(s.opts.Config.Envoy.PathPrefixes, x.h.path); ok {
+		return s.answerModels(x, id, began) // ILB's own list: no engine, no demand
+	}
 	switch {
 	case m.GetEndOfStream() && !needsBody(x.h) || x.h.model != "" && x.h.endpoint == openai.EndpointOther:
-		// There is no body to read (GET /v1/models), or the client named
+		// There is no body to read (GET /v1/files/…), or the client named
 		// the model of an endpoint whose body ILB does not parse (it may
 		// not be JSON: an upload): decide now, and tell Envoy to skip any
 		// body. A body ILB parses is always read, so that x-ilb-model and
@@ -417,7 +426,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	x.claim = x.unconfirmed
 	x.rec.DemandBooked = provisional
 	s.log.Add(x.rec)
-	if s.opts.Meter != nil {
+	if s.opts.Meter != nil && x.metered() {
 		s.opts.Meter.Add(x.key, provisional, false)
 	}
 	if a := s.awaiting[x.rec.Chosen]; a != nil {
@@ -503,7 +512,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	s.metrics.rejected(source, re)
 	s.metrics.shedding(source, x.key, x.prio, re)
 	s.spanRejected(x, re)
-	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 {
+	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 && x.metered() {
 		// Refused for want of capacity: still demand (the controller must
 		// plan for it, or it would stop shedding and start again), as
 		// much as a typical served request of its stream: nothing

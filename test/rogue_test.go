@@ -129,7 +129,7 @@ func TestRoguePeerHoldsItsShareOfStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: headerMap(":method", "GET", ":path", "/v1/models", ":authority", "rogue"), EndOfStream: true,
+			Headers: headerMap(":method", "GET", ":path", "/v1/files/file-abc", ":authority", "rogue"), EndOfStream: true,
 		}}}); err != nil && !errors.Is(err, io.EOF) {
 			t.Fatal(err)
 		}

@@ -70,6 +70,7 @@ var reasonMeaning = map[string]string{
 	"session":  "the draw is the session key's hash: the session sticks to one cluster",
 	"redrawn":  "the drawn cluster is excluded now: drawn again among the rest",
 	"steered":  "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
+	"models":   "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
 }
 
 // printRecord writes a decision record for people, without a trace link.
@@ -130,6 +131,8 @@ func printStory(w io.Writer, r decision.Record, traceURL string) {
 		} else {
 			p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
 		}
+	case r.Status != 0 && reasonMeaning[r.Reason] != "":
+		p("answered", "%d by ILB itself (reason %s: %s)", r.Status, r.Reason, reasonMeaning[r.Reason])
 	case r.Status != 0:
 		p("answered", "%d by ILB itself (reason %s)", r.Status, r.Reason)
 	default:
