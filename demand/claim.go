@@ -70,6 +70,21 @@ func (l Limits) Estimate(promptTokens float64, known bool, maxTokens int) (cost,
 	return l.Model.TokenCost(prompt, output), prompt
 }
 
+// OverContext is how many times its model's context a prompt's estimate
+// (its JSON's bytes / 4) must exceed for ILB to refuse it as too long.
+// Tokenizers in common use average 3 to 5 bytes a token on prose, code
+// and JSON (fewer on other scripts), so a prompt past twice the context
+// by this estimate — more than 8 bytes of it per token of context —
+// cannot fit. Nearer the limit only the engine's tokenizer can tell, and
+// the engine does.
+const OverContext = 2
+
+// TooLong reports whether a prompt estimated at promptTokens certainly
+// exceeds the model's context (OverContext).
+func (l Limits) TooLong(promptTokens float64) bool {
+	return l.Context > 0 && promptTokens > OverContext*l.Context
+}
+
 // Provisional is the share of an estimate of cost booked at the
 // decision, before any engine accepted the request, whose stream's
 // served requests typically cost typical (Typical.Of; 0: unknown).

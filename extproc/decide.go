@@ -73,6 +73,13 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	c := src.cells[model]
 	x.key = demand.Key{Source: src.name, Model: model, Priority: x.prio}
+	if body != nil && x.h.endpoint != openai.EndpointOther && st.limits[model].TooLong(float64(body.PromptTokens)) {
+		return nil, &RequestError{
+			Status: 400, Type: "invalid_request_error", Code: "context_length_exceeded", Param: body.PromptField,
+			Msg: fmt.Sprintf("the prompt is about %d tokens (%d bytes of %s at 4 bytes a token), more than %d times the context of %s, %.0f tokens: it cannot fit; shorten it",
+				body.PromptTokens, len(body.Prompt), body.PromptField, demand.OverContext, model, st.limits[model].Context),
+		}
+	}
 	if x.metered() {
 		x.cost, x.prompt = s.tokenCost(st, model, h, body)
 	}

@@ -324,11 +324,11 @@ func TestDemandCannotBeInflated(t *testing.T) {
 	// Ordinary llama request (demo defaults): 500 prompt + 250 output × 4.
 	const ordinary = 500 + 250*4
 	huge := `{"model":"llama3-8b","max_tokens":1000000000000000,"messages":[{"role":"user","content":"hi"}]}`
-	bigPrompt := `{"model":"llama3-8b","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`
+	bigPrompt := `{"model":"llama3-8b","messages":[{"role":"user","content":"` + strings.Repeat("x", 600<<10) + `"}]}`
 	// The huge claim: its 8 prompt tokens, output capped by
 	// max_output_tokens (32768 by default) at 4 units each.
 	const hugeCost = 8 + 32768*4
-	// The 1 MiB prompt: capped at the context (131072), which leaves 1
+	// The 600 KiB prompt (over the context, not twice: the engine decides): capped at the context (131072), which leaves 1
 	// output token.
 	const bigCost = 131072 + 1*4
 	tests := []struct {
@@ -341,8 +341,8 @@ func TestDemandCannotBeInflated(t *testing.T) {
 	}{
 		{"huge max_tokens, engine refuses it", huge, "400", "", hugeCost, ordinary},
 		{"huge max_tokens, engine serves it", huge, "200", `{"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":40000}}`, hugeCost, hugeCost},
-		{"1 MB prompt, client hangs up", bigPrompt, "", "", bigCost, ordinary},
-		{"1 MB prompt, served", bigPrompt, "200", `{"choices":[],"usage":{"prompt_tokens":131072,"completion_tokens":1}}`, bigCost, bigCost},
+		{"600 KiB prompt, client hangs up", bigPrompt, "", "", bigCost, ordinary},
+		{"600 KiB prompt, served", bigPrompt, "200", `{"choices":[],"usage":{"prompt_tokens":131072,"completion_tokens":1}}`, bigCost, bigCost},
 		{"a small request is booked whole at once", `{"model":"llama3-8b","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "", "", 8 + 10*4, 8 + 10*4},
 	}
 	for _, tt := range tests {

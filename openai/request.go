@@ -49,6 +49,9 @@ type Body struct {
 	// Prompt is the prompt's raw JSON (it shares the body's memory): the
 	// replica picker hashes its leading blocks.
 	Prompt []byte
+	// PromptField names the field the prompt is in (messages, prompt,
+	// input); "" for an endpoint ILB does not parse.
+	PromptField string
 }
 
 // ParseBody reads and checks the JSON body of an OpenAI request with
@@ -115,6 +118,9 @@ func ParseBody(ep Endpoint, data []byte) (Body, error) {
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
 	b.Prompt = prompt
+	if field != fieldNone {
+		b.PromptField = fieldNames[field]
+	}
 	return b, nil
 }
 
