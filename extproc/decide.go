@@ -27,6 +27,9 @@ const (
 	reasonSession  = "session"  // draw from the session key: sticky
 	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
 	reasonSteered  = "steered"  // moved off the drawn cluster by graded steering (slower, a queue included)
+	// reasonLocalReply: Envoy answered the request itself before ILB
+	// decided (a body over envoy.request_buffer_bytes: 413).
+	reasonLocalReply = "local_reply"
 )
 
 // decide resolves the model, applies the fast loop (live exclusions —

@@ -531,6 +531,17 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 	pickHeaders(m.GetHeaders(), responseHeaders[:], hs[:])
 	code, _ := strconv.Atoi(hs[0])
 	var mode *extprocfilterv3.ProcessingMode
+	if x.rec != nil && !x.done && x.rec.Chosen == "" && x.rec.Reason == "" {
+		// Envoy answered before ILB decided (its response runs through
+		// the filter chain): a body over its buffer limit, a timeout.
+		// The client got that answer: record it so it can be explained.
+		r := x.rec
+		r.Reason, r.Status, r.Complete = reasonLocalReply, code, true
+		r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
+		s.log.Add(r)
+		s.spanServed(x)
+		return stripReport
+	}
 	if x.rec != nil && !x.done {
 		mode = s.follow(x, code, hs[4], m.GetEndOfStream())
 		x.rec = s.log.Update(x.rec, func(r *decision.Record) {

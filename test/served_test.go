@@ -10,6 +10,7 @@ import (
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/controller"
+	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/loadgen"
 	"github.com/ilbproject/ilb/weights"
@@ -181,4 +182,11 @@ func TestOversizedBodyIsJSON413(t *testing.T) {
 		resp.Header.Get("x-ilb-reason") != "request_too_large" || !strings.Contains(string(body), `"code":"request_too_large"`) {
 		t.Errorf("%d %q %q %s; want ILB's JSON 413", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("x-ilb-reason"), body)
 	}
+	// Its request id finds a record that says Envoy answered it (ILB saw
+	// the headers; the body never came).
+	id := resp.Header.Get(header.RequestID)
+	waitUntil(t, "the 413's record", 15*time.Second, func() bool {
+		rec, ok := s.App.ExtProc.Decisions().Get(id)
+		return ok && rec.Reason == "local_reply" && rec.Status == http.StatusRequestEntityTooLarge && rec.Complete
+	})
 }

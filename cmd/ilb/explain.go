@@ -73,6 +73,18 @@ var reasonMeaning = map[string]string{
 	"models":   "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
 }
 
+// localReplyMeaning says why Envoy answers a request with status itself
+// before ILB decides.
+func localReplyMeaning(status int) string {
+	switch status {
+	case 413:
+		return "the body is over envoy.request_buffer_bytes, the most Envoy buffers for ext_proc (ILB's JSON 413 request_too_large)"
+	case 408:
+		return "the client did not send its body within Envoy's request timeout"
+	}
+	return "a filter before ILB's decision answered (see Envoy's access log for its response code details)"
+}
+
 // printRecord writes a decision record for people, without a trace link.
 func printRecord(w io.Writer, r decision.Record) { printStory(w, r, "") }
 
@@ -131,6 +143,8 @@ func printStory(w io.Writer, r decision.Record, traceURL string) {
 		} else {
 			p("chosen", "%s (reason %s)", r.Chosen, r.Reason)
 		}
+	case r.Reason == "local_reply":
+		p("answered", "%d by Envoy itself, before ILB decided: %s", r.Status, localReplyMeaning(r.Status))
 	case r.Status != 0 && reasonMeaning[r.Reason] != "":
 		p("answered", "%d by ILB itself (reason %s: %s)", r.Status, r.Reason, reasonMeaning[r.Reason])
 	case r.Status != 0:

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/extproc/extproctest"
+	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
 )
 
@@ -25,6 +29,18 @@ func TestExplainStory(t *testing.T) {
 	s.request(t, "r-steered", model, "")
 	s.srv.SetLive(nil)
 	s.request(t, "r-bad", "no-such-model", "")
+	extproctest.Send(t, s.client, "edge-us", &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: extproctest.Headers(":method", "GET", ":path", "/v1/models", header.RequestID, "r-models"), EndOfStream: true,
+	}}})
+	// Envoy's 413 for a body past its buffer: the headers, then the
+	// local reply's response headers, no body.
+	extproctest.Send(t, s.client, "edge-us",
+		&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: extproctest.Headers(":method", "POST", ":path", "/v1/chat/completions", header.RequestID, "r-413"),
+		}}},
+		&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: extproctest.Headers(":status", "413", header.Reason, "request_too_large"), EndOfStream: true,
+		}}})
 	rec, ok := s.srv.Decisions().Get("r-weighted")
 	if !ok || rec.TraceID == "" || rec.SpanID == "" {
 		t.Fatalf("r-weighted: %+v, %v; want a traced record", rec, ok)
@@ -82,6 +98,20 @@ func TestExplainStory(t *testing.T) {
 			"",
 			[]string{"answered    404 by ILB itself (reason model_not_found)"},
 			[]string{"candidates:"},
+		},
+		{
+			"the model list",
+			[]string{"r-models"},
+			"",
+			[]string{"answered    200 by ILB itself (reason models: the model list, answered from ILB's configuration"},
+			[]string{"candidates:", "demand     "},
+		},
+		{
+			"Envoy's own 413",
+			[]string{"r-413"},
+			"",
+			[]string{"answered    413 by Envoy itself, before ILB decided: the body is over envoy.request_buffer_bytes"},
+			[]string{"UNANSWERED", "by ILB itself"},
 		},
 		{
 			"trace link from --trace-url",
