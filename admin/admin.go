@@ -177,7 +177,7 @@ func Handler(o Options) http.Handler {
 		}
 		rec, ok := o.Decisions.Get(id)
 		if !ok {
-			writeError(w, http.StatusNotFound, "no decision record for request id "+bound.Quote(id, bound.Excerpt)+" (unknown, or evicted from the log)")
+			writeError(w, http.StatusNotFound, "no decision record for request id "+bound.Quote(id, bound.Excerpt)+" (unknown; evicted from the log, which keeps the latest records; or never seen by ILB: Envoy answers without ext_proc when it cannot reach it — a fail-open source by its default weights, a fail-closed one with 503 routing_unavailable)")
 			return
 		}
 		writeJSON(w, rec)

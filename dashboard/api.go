@@ -146,7 +146,7 @@ func (d *Dashboard) serveDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, ok := d.o.Decisions.Get(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, "no decision record for request id "+bound.Quote(id, bound.Excerpt)+" (unknown, or evicted from the log)", "id", id)
+		writeError(w, http.StatusNotFound, "no decision record for request id "+bound.Quote(id, bound.Excerpt)+" (unknown; evicted from the log, which keeps the latest records; or never seen by ILB: Envoy answers without ext_proc when it cannot reach it — a fail-open source by its default weights, a fail-closed one with 503 routing_unavailable)", "id", id)
 		return
 	}
 	writeJSON(w, rec)
