@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,6 +37,13 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := client.getJSON(ctx, "/debug/rollout", &v); err != nil {
 		return fmt.Errorf("rollout: %w", err)
+	}
+	if *source != "" && !slices.ContainsFunc(v, func(r xds.RolloutStatus) bool { return r.Source == *source }) {
+		known := make([]string, 0, len(v))
+		for _, r := range v {
+			known = append(known, r.Source)
+		}
+		return fmt.Errorf("rollout: unknown source %q; known sources: %s", *source, listOrNone(known))
 	}
 	printRollouts(stdout, v, *source, time.Now())
 	return nil

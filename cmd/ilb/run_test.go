@@ -241,6 +241,7 @@ func TestRolloutCommand(t *testing.T) {
 		}},
 		{name: "one source", args: []string{"rollout", "status", "--admin", addr, "--source", "edge-us"}, want: []string{"source edge-us"}, not: []string{"edge-eu"}},
 		{name: "no subcommand", args: []string{"rollout"}, err: `want the subcommand "status"`},
+		{name: "an unknown source", args: []string{"rollout", "status", "--admin", addr, "--source", "nosuch"}, err: `unknown source "nosuch"; known sources: edge-eu, edge-us`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

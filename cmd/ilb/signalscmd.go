@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -37,6 +38,10 @@ func runSignals(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := client.getJSON(ctx, "/debug/signals", &v); err != nil {
 		return fmt.Errorf("signals: %w", err)
+	}
+	if _, ok := v.Signals.Clusters[*cluster]; *cluster != "" && v.Signals != nil && !ok {
+		known := slices.Sorted(maps.Keys(v.Signals.Clusters))
+		return fmt.Errorf("signals: unknown engine cluster %q; known clusters: %s", *cluster, listOrNone(known))
 	}
 	printSignals(stdout, v, *cluster, time.Now())
 	return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +85,22 @@ func TestPrintSignalsCapacity(t *testing.T) {
 		if !strings.Contains(b.String(), w) {
 			t.Errorf("output lacks %q:\n%s", w, b.String())
 		}
+	}
+}
+
+// TestSignalsUnknownCluster: --cluster naming a cluster the signals do
+// not know is an error listing the known ones, not an empty table.
+func TestSignalsUnknownCluster(t *testing.T) {
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"signals":{"at":"2026-01-01T00:00:00Z","clusters":{"us-east-vllm":{},"eu-west-tgi":{}}}}`))
+	}))
+	defer admin.Close()
+	addr := strings.TrimPrefix(admin.URL, "http://")
+	if _, _, err := runCmd(t, "signals", "--admin", addr, "--cluster", "nosuch"); err == nil ||
+		!strings.Contains(err.Error(), `unknown engine cluster "nosuch"; known clusters: eu-west-tgi, us-east-vllm`) {
+		t.Errorf("err %v; want the unknown cluster named, with the known ones", err)
+	}
+	if out, _, err := runCmd(t, "signals", "--admin", addr, "--cluster", "eu-west-tgi"); err != nil || !strings.Contains(out, "eu-west-tgi") {
+		t.Errorf("a known cluster: %v\n%s", err, out)
 	}
 }

@@ -67,6 +67,16 @@ func runSolve(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("solve: %w", err)
 	}
+	if _, ok := c.Source(*source); *source != "" && !ok {
+		return fmt.Errorf("solve: --source: unknown source %q; known sources: %s", *source, listOrNone(sourceNames(c)))
+	}
+	if *model != "" {
+		m, ok := c.ResolveModel(*model)
+		if !ok {
+			return fmt.Errorf("solve: --model: unknown model %q; known models: %s", *model, listOrNone(modelNames(c)))
+		}
+		*model = m
+	}
 	keep := func(cl weights.Cell) bool {
 		return (*source == "" || cl.Source == *source) && (*model == "" || cl.Model == *model)
 	}
@@ -84,4 +94,13 @@ func runSolve(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		cost.Total, cost.Latency, cost.Egress, cost.Utilization, cost.Overflow, cost.Movement, cost.Shed)
 	printCells(stdout, w.Explained(keep), true)
 	return nil
+}
+
+// sourceNames are the configuration's sources.
+func sourceNames(c *config.Config) []string {
+	out := make([]string, 0, len(c.Sources))
+	for _, s := range c.Sources {
+		out = append(out, s.Name)
+	}
+	return out
 }

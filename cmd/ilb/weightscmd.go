@@ -30,6 +30,11 @@ func runWeights(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
+	client, err := af.client()
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	*model = resolveAlias(ctx, client, *model, stdout)
 	q := url.Values{}
 	if *explain {
 		q.Set("explain", "1")
@@ -41,22 +46,27 @@ func runWeights(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		q.Set("model", *model)
 	}
 	var v weightsView
-	client, err := af.client()
-	if err != nil {
-		return fmt.Errorf("weights: %w", err)
-	}
 	if err := client.getJSON(ctx, "/debug/weights?"+q.Encode(), &v); err != nil {
 		return fmt.Errorf("weights: %w", err)
-	}
-	fmt.Fprintf(stdout, "weights %s (policy %s, computed %s)\n", v.Version, v.Policy, v.Computed.UTC().Format(time.RFC3339))
-	if v.Status != "" {
-		fmt.Fprintf(stdout, "STATUS: %s\n", v.Status)
 	}
 	var cells []weights.Cell
 	for _, c := range v.Cells {
 		if (*source == "" || c.Source == *source) && (*model == "" || c.Model == *model) {
 			cells = append(cells, c)
 		}
+	}
+	if len(cells) == 0 && (*source != "" || *model != "") {
+		// A filter no cell matches names an unknown value: say so, with
+		// the known ones, rather than print an empty table.
+		var all weightsView
+		if err := client.getJSON(ctx, "/debug/weights", &all); err != nil {
+			return fmt.Errorf("weights: %w", err)
+		}
+		return fmt.Errorf("weights: %w", unknownCell(all.Cells, *source, *model))
+	}
+	fmt.Fprintf(stdout, "weights %s (policy %s, computed %s)\n", v.Version, v.Policy, v.Computed.UTC().Format(time.RFC3339))
+	if v.Status != "" {
+		fmt.Fprintf(stdout, "STATUS: %s\n", v.Status)
 	}
 	printCells(stdout, cells, *explain)
 	return nil

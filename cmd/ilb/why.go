@@ -51,23 +51,7 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	get := func(path string, q url.Values, v any) error {
 		return client.getJSON(ctx, path+"?"+q.Encode(), v)
 	}
-	// The model may be an alias (as clients name it): the weights know
-	// canonical names only.
-	var cfg struct {
-		Models []struct {
-			Name    string   `json:"name"`
-			Aliases []string `json:"aliases"`
-		} `json:"models"`
-	}
-	if err := get("/debug/config", nil, &cfg); err == nil {
-		for _, m := range cfg.Models {
-			if m.Name != *model && slices.Contains(m.Aliases, *model) {
-				fmt.Fprintf(stdout, "model %q is an alias of %s\n", *model, m.Name)
-				*model = m.Name
-				break
-			}
-		}
-	}
+	*model = resolveAlias(ctx, client, *model, stdout)
 	var v weightsView
 	if err := get("/debug/weights", url.Values{"explain": {"1"}, "source": {*source}, "model": {*model}}, &v); err != nil {
 		return fmt.Errorf("why: %w", err)
@@ -119,6 +103,28 @@ func cellClusters(c weights.Cell) []string {
 	return out
 }
 
+// resolveAlias is the canonical name of model when it is an alias (as
+// clients name models; the weights know canonical names only), saying so
+// on w; else model. An admin API without /debug/config leaves it as is.
+func resolveAlias(ctx context.Context, client *adminClient, model string, w io.Writer) string {
+	var cfg struct {
+		Models []struct {
+			Name    string   `json:"name"`
+			Aliases []string `json:"aliases"`
+		} `json:"models"`
+	}
+	if model == "" || client.getJSON(ctx, "/debug/config", &cfg) != nil {
+		return model
+	}
+	for _, m := range cfg.Models {
+		if m.Name != model && slices.Contains(m.Aliases, model) {
+			fmt.Fprintf(w, "model %q is an alias of %s\n", model, m.Name)
+			return m.Name
+		}
+	}
+	return model
+}
+
 // unknownCell says which of source and model the weights do not know,
 // and lists the known ones.
 func unknownCell(cells []weights.Cell, source, model string) error {
@@ -130,8 +136,16 @@ func unknownCell(cells []weights.Cell, source, model string) error {
 		}
 	}
 	sources = slices.Compact(sources) // cells are sorted by source
-	if !slices.Contains(sources, source) {
+	if source != "" && !slices.Contains(sources, source) {
 		return fmt.Errorf("unknown source %q; known sources: %s", source, listOrNone(sources))
+	}
+	if source == "" {
+		for _, c := range cells {
+			if !slices.Contains(models, c.Model) {
+				models = append(models, c.Model)
+			}
+		}
+		return fmt.Errorf("unknown model %q; known models: %s", model, listOrNone(models))
 	}
 	return fmt.Errorf("source %q has no model %q; its models: %s", source, model, listOrNone(models))
 }
