@@ -68,10 +68,10 @@ func DecodeBundle(data []byte) (*Bundle, error) {
 	}
 	b := &Bundle{}
 	var errs []error
-	errs = append(errs, decodeList(top["clusters"], "clusters", &b.Clusters)...)
-	errs = append(errs, decodeList(top["endpoints"], "endpoints", &b.Endpoints)...)
-	errs = append(errs, decodeList(top["routes"], "routes", &b.Routes)...)
-	errs = append(errs, decodeList(top["listeners"], "listeners", &b.Listeners)...)
+	errs = append(errs, decodeList(data, top["clusters"], "clusters", &b.Clusters)...)
+	errs = append(errs, decodeList(data, top["endpoints"], "endpoints", &b.Endpoints)...)
+	errs = append(errs, decodeList(data, top["routes"], "routes", &b.Routes)...)
+	errs = append(errs, decodeList(data, top["listeners"], "listeners", &b.Listeners)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func DecodeBundle(data []byte) (*Bundle, error) {
 func decodeList[T any, PT interface {
 	*T
 	proto.Message
-}](raw json.RawMessage, key string, out *[]PT) []error {
+}](data []byte, raw json.RawMessage, key string, out *[]PT) []error {
 	if raw == nil {
 		return nil
 	}
@@ -95,7 +95,7 @@ func decodeList[T any, PT interface {
 	for i, it := range items {
 		m := PT(new(T))
 		if err := (protojson.UnmarshalOptions{}).Unmarshal(it, m); err != nil {
-			errs = append(errs, fmt.Errorf("%s[%d]: decode %s: %w", key, i, m.ProtoReflect().Descriptor().FullName(), err))
+			errs = append(errs, fmt.Errorf("%s[%d]: decode %s: %w", key, i, m.ProtoReflect().Descriptor().FullName(), inYAML(err, data, it, []any{key, i})))
 			continue
 		}
 		*out = append(*out, m)

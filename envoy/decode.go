@@ -22,7 +22,7 @@ func DecodeYAML(data []byte, msg proto.Message) error {
 		return errors.New("the document is empty")
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, msg); err != nil {
-		return fmt.Errorf("decode %s: %w", msg.ProtoReflect().Descriptor().FullName(), err)
+		return fmt.Errorf("decode %s: %w", msg.ProtoReflect().Descriptor().FullName(), inYAML(err, data, js, nil))
 	}
 	return nil
 }

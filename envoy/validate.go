@@ -27,7 +27,7 @@ func Validate(msg proto.Message) error {
 
 func validateInto(m protoreflect.Message, path string, errs *[]error) {
 	if v, ok := m.Interface().(validator); ok {
-		if err := v.ValidateAll(); err != nil {
+		for _, err := range ownProblems(v.ValidateAll()) {
 			*errs = append(*errs, fmt.Errorf("%s: %w", path, err))
 		}
 	}
@@ -55,6 +55,31 @@ func validateInto(m protoreflect.Message, path string, errs *[]error) {
 		}
 		return true
 	})
+}
+
+// embeddedFailed is the reason protoc-gen-validate gives a field whose
+// message failed its own rules; the walk reports those where they are.
+const embeddedFailed = "embedded message failed validation"
+
+// ownProblems are the problems of err, a ValidateAll result, but those
+// of embedded messages, which the walk reports at their own path (one
+// line for a bad port, not one per enclosing message).
+func ownProblems(err error) []error {
+	var multi interface{ AllErrors() []error }
+	if err == nil {
+		return nil
+	}
+	if !errors.As(err, &multi) {
+		return []error{err}
+	}
+	var own []error
+	for _, e := range multi.AllErrors() {
+		if r, ok := e.(interface{ Reason() string }); ok && r.Reason() == embeddedFailed {
+			continue
+		}
+		own = append(own, e)
+	}
+	return own
 }
 
 // visit descends into m, unpacking it first when it is an Any.
