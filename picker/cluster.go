@@ -98,21 +98,32 @@ const (
 	// LostMoreWork: more work there (queued prefill, decode in flight, or
 	// prompt tokens not cached).
 	LostMoreWork = "more_work"
-	// LostTie: equal work; more requests in flight, a saturated engine,
-	// or later in the rotation.
-	LostTie = "tie"
+	// LostInFlight: equal work, more requests in flight.
+	LostInFlight = "more_in_flight"
+	// LostSaturated: equal work and requests in flight, a saturated
+	// engine.
+	LostSaturated = "saturated"
+	// LostRotation: equal in every term, later in the request's rotation
+	// (equal replicas share requests evenly).
+	LostRotation = "rotation"
 )
 
-// Lost says why the runner-up was not chosen: LostMoreWork or LostTie
-// ("" without a runner-up).
+// Lost says why the runner-up was not chosen, the first term of score's
+// order that tells them apart: LostMoreWork, LostInFlight, LostSaturated
+// or LostRotation ("" without a runner-up).
 func (d *Decision) Lost() string {
+	c, r := d.Chosen, d.RunnerUp
 	switch {
-	case d.RunnerUp.Address == "":
+	case r.Address == "":
 		return ""
-	case d.RunnerUp.Cost > d.Chosen.Cost:
+	case r.Cost > c.Cost:
 		return LostMoreWork
+	case r.InFlight > c.InFlight:
+		return LostInFlight
+	case r.Saturated && !c.Saturated:
+		return LostSaturated
 	}
-	return LostTie
+	return LostRotation
 }
 
 // Pick chooses one of candidates (at least one) for req and books the

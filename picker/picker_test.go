@@ -416,3 +416,28 @@ func TestForgetCache(t *testing.T) {
 		t.Errorf("after ForgetCache: %+v, want nothing cached and the request in flight still counted", d.Chosen)
 	}
 }
+
+// TestLostNamesTheTerm: why the runner-up lost is the first term of the
+// choice's order that tells it from the chosen replica.
+func TestLostNamesTheTerm(t *testing.T) {
+	chosen := Term{Address: "a", Cost: 100, InFlight: 2}
+	for _, tc := range []struct {
+		name     string
+		chosen   Term
+		runnerUp Term
+		want     string
+	}{
+		{"more work", chosen, Term{Address: "b", Cost: 150, InFlight: 0}, LostMoreWork},
+		{"more in flight", chosen, Term{Address: "b", Cost: 100, InFlight: 3}, LostInFlight},
+		{"saturated", chosen, Term{Address: "b", Cost: 100, InFlight: 2, Saturated: true}, LostSaturated},
+		{"the rotation", chosen, Term{Address: "b", Cost: 100, InFlight: 2}, LostRotation},
+		{"no runner-up", chosen, Term{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decision{Chosen: tc.chosen, RunnerUp: tc.runnerUp}
+			if got := d.Lost(); got != tc.want {
+				t.Errorf("Lost() = %q; want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/decision"
+	"github.com/ilbproject/ilb/picker"
 )
 
 // runExplain prints the story of one request from the admin API.
@@ -110,7 +111,11 @@ func printStory(w io.Writer, r decision.Record, traceURL string) {
 			"header":  "from x-ilb-model, body not read",
 			"default": "the request names none: the source's default model",
 		}[r.ModelFrom]
-		p("model", "%s%s, %s; stream %v, max_tokens %d, ~%d prompt tokens", r.Model, asked, how, r.Stream, r.MaxTokens, r.PromptTokens)
+		maxTokens := "max_tokens unset"
+		if r.MaxTokens > 0 {
+			maxTokens = fmt.Sprintf("max_tokens %d", r.MaxTokens)
+		}
+		p("model", "%s%s, %s; stream %v, %s, ~%d prompt tokens", r.Model, asked, how, r.Stream, maxTokens, r.PromptTokens)
 	}
 	if r.TokenCost > 0 {
 		p("demand", "%.0f token-cost units estimated (capped by the model's limits); booked as demand: %s", r.TokenCost, bookedText(r))
@@ -196,9 +201,14 @@ func printReplica(p func(label, format string, args ...any), rd *decision.Replic
 	}
 	p("", "~%d prompt tokens cached %s; %d in flight, %d prefill tokens queued, %.0f of decode work; cost %.0f tokens of work", c.Cached, from, c.InFlight, c.Awaiting, c.Decode, c.Cost)
 	if ru := rd.RunnerUp; ru != nil {
-		lost := "equal work; more requests in flight, a saturated engine, or later in the rotation"
-		if rd.Lost == "more_work" {
-			lost = fmt.Sprintf("%.0f more tokens of work", ru.Cost-c.Cost)
+		lost := map[string]string{
+			picker.LostMoreWork:  fmt.Sprintf("%.0f more tokens of work", ru.Cost-c.Cost),
+			picker.LostInFlight:  fmt.Sprintf("equal work, %d more requests in flight", ru.InFlight-c.InFlight),
+			picker.LostSaturated: "equal work and requests in flight, its engine saturated",
+			picker.LostRotation:  "equal in every term: later in this request's rotation (equal replicas share requests evenly)",
+		}[rd.Lost]
+		if lost == "" {
+			lost = rd.Lost
 		}
 		p("runner-up", "%s: ~%d cached, %d in flight, %d queued, %.0f decode, cost %.0f; lost: %s", ru.Address, ru.Cached, ru.InFlight, ru.Awaiting, ru.Decode, ru.Cost, lost)
 	}

@@ -39,12 +39,18 @@ func runSignals(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := client.getJSON(ctx, "/debug/signals", &v); err != nil {
 		return fmt.Errorf("signals: %w", err)
 	}
-	if _, ok := v.Signals.Clusters[*cluster]; *cluster != "" && v.Signals != nil && !ok {
+	if *cluster != "" && v.Signals != nil && !knownCluster(v.Signals, *cluster) {
 		known := slices.Sorted(maps.Keys(v.Signals.Clusters))
 		return fmt.Errorf("signals: unknown engine cluster %q; known clusters: %s", *cluster, listOrNone(known))
 	}
 	printSignals(stdout, v, *cluster, time.Now())
 	return nil
+}
+
+// knownCluster reports whether the snapshot has cluster.
+func knownCluster(s *signals.Snapshot, cluster string) bool {
+	_, ok := s.Clusters[cluster]
+	return ok
 }
 
 func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
