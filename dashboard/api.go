@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/signals"
 )
@@ -130,7 +131,9 @@ func (d *Dashboard) serveDecisions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "this process keeps no decision log", "", "")
 		return
 	}
-	recs := d.o.Decisions.Recent(n)
+	// Completed requests only: under load the newest records are of
+	// requests still in flight, which have nothing to show yet.
+	recs := d.o.Decisions.Find(decision.Filter{Complete: true}, n)
 	if recs == nil {
 		writeJSON(w, []struct{}{})
 		return

@@ -98,16 +98,22 @@ func TestAPIOnDemo(t *testing.T) {
 		}
 		t.Fatal("the weights version kept changing")
 	})
-	t.Run("decisions are the log's, newest first", func(t *testing.T) {
+	t.Run("decisions are the log's completed ones, newest first", func(t *testing.T) {
+		// A request in flight: not shown while the completed are.
+		inflight := &decision.Record{RequestID: "in-flight", Source: "edge-us", Reason: "weighted", Chosen: "us-east-vllm"}
+		log.Add(inflight)
 		var recs []decision.Record
 		getJSON(t, d.URL+"/ui/api/decisions?limit=7", &recs)
 		if len(recs) != 7 {
 			t.Fatalf("%d records, want 7", len(recs))
 		}
-		want := log.Recent(7) // the load is over: the log does not move
+		want := log.Find(decision.Filter{Complete: true}, 7) // the load is over: the log does not move
 		for i := range recs {
 			if recs[i].RequestID != want[i].RequestID || recs[i].Chosen != want[i].Chosen {
 				t.Errorf("record %d: %s chosen %q, want %s chosen %q", i, recs[i].RequestID, recs[i].Chosen, want[i].RequestID, want[i].Chosen)
+			}
+			if !recs[i].Complete || recs[i].RequestID == "in-flight" {
+				t.Errorf("record %d: %s complete %v; want completed requests only", i, recs[i].RequestID, recs[i].Complete)
 			}
 		}
 	})

@@ -26,7 +26,8 @@ type Weights interface {
 
 // Decisions looks up decision records.
 type Decisions interface {
-	Recent(n int) []decision.Record
+	// Find returns up to n records matching f, newest first.
+	Find(f decision.Filter, n int) []decision.Record
 	Get(id string) (decision.Record, bool)
 	Tally(after uint64) decision.Tally
 }

@@ -44,12 +44,14 @@ func (f *fakeLog) add(rs ...decision.Record) {
 	f.recs = append(f.recs, rs...)
 }
 
-func (f *fakeLog) Recent(n int) []decision.Record {
+func (f *fakeLog) Find(flt decision.Filter, n int) []decision.Record {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []decision.Record
 	for i := len(f.recs) - 1; i >= 0 && len(out) < n; i-- {
-		out = append(out, f.recs[i])
+		if flt.Match(&f.recs[i]) {
+			out = append(out, f.recs[i])
+		}
 	}
 	return out
 }

@@ -131,6 +131,9 @@ type Filter struct {
 	// Cluster matches the chosen or the served cluster.
 	Cluster string
 	Reason  string
+	// Complete keeps only complete records (answered, or ended): no
+	// request still in flight.
+	Complete bool
 	// Before, when not 0, keeps only the records stored before this
 	// sequence number (Record.Seq): paging back from the last record of
 	// a page. Match does not check it.
@@ -142,7 +145,8 @@ func (f Filter) Match(r *Record) bool {
 	return (f.Source == "" || r.Source == f.Source) &&
 		(f.Model == "" || r.Model == f.Model) &&
 		(f.Cluster == "" || r.Chosen == f.Cluster || r.ServedCluster == f.Cluster) &&
-		(f.Reason == "" || r.Reason == f.Reason)
+		(f.Reason == "" || r.Reason == f.Reason) &&
+		(!f.Complete || r.Complete)
 }
 
 // matchEntry is Match on a stored entry, reading its fields in place.
@@ -150,7 +154,8 @@ func (f Filter) matchEntry(e *entry, in *interner) bool {
 	return (f.Source == "" || e.is(strSource, f.Source, in)) &&
 		(f.Model == "" || e.is(strModel, f.Model, in)) &&
 		(f.Cluster == "" || e.is(strChosen, f.Cluster, in) || e.is(strServedCluster, f.Cluster, in)) &&
-		(f.Reason == "" || e.is(strReason, f.Reason, in))
+		(f.Reason == "" || e.is(strReason, f.Reason, in)) &&
+		(!f.Complete || e.flags&flagComplete != 0)
 }
 
 // copy returns a copy of r that shares nothing with it but what records

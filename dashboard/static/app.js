@@ -1,5 +1,8 @@
 // ILB dashboard: polls /ui/api/ and renders it. Plain JavaScript, no build.
 "use strict";
+// The units and states the tables use, as their titles explain them.
+const UNIT_HELP = "token-cost units per second: prompt tokens × the model's prompt_token_cost + output tokens × its output_token_cost (1 and 4 by default), the unit of demand and capacity";
+const SATURATION_HELP = "saturated: every serving replica of the cluster has a queue or a full KV cache, so ILB steers and sheds away from it; N saturated: that many of its replicas are; none: no replica is";
 (function () {
   const params = new URLSearchParams(location.search);
   const refreshSec = Math.max(0.5, parseFloat(params.get("refresh")) || 3);
@@ -85,7 +88,7 @@
         el("th", {}, "shedding"));
       const rows = m.rows.map((r) => el("tr", { class: r.no_capacity ? "nocap" : "", "data-source": r.source },
         el("th", { class: "src", title: r.summary || "" }, r.source,
-          el("small", {}, [r.region, r.demand > 0 ? num(r.demand) + " u/s" : ""].filter(Boolean).join(" · "))),
+          el("small", { title: UNIT_HELP }, [r.region, r.demand > 0 ? "demand " + num(r.demand) + " token-cost/s" : ""].filter(Boolean).join(" · "))),
         r.cells.map((c) => {
           const cls = "cell" + (c.excluded ? " excluded" : c.share === 0 ? " zero" : "");
           return el("td", {
@@ -119,7 +122,7 @@
         el("td", {}, el("b", {}, c.name)), el("td", {}, [info.engine, info.region].filter(Boolean).join(" · ")),
         el("td", {}, states),
         el("td", {}, c.saturated ? el("span", { class: "badge bad" }, "saturated") :
-          c.saturated_replicas ? el("span", { class: "badge warn" }, c.saturated_replicas + " saturated") : "–"),
+          c.saturated_replicas ? el("span", { class: "badge warn" }, c.saturated_replicas + " saturated") : "none"),
         el("td", { class: "num" }, num(c.waiting)), el("td", { class: "num" }, num(c.running)),
         el("td", {}, c.kv_usage == null ? "–" : [bar(c.kv_usage, c.kv_usage > 0.9), pct(c.kv_usage, 0)]),
         el("td", { class: "num" }, num(c.tokens_per_second)),
@@ -127,9 +130,11 @@
         el("td", {}, c.utilization == null ? "–" : [bar(c.utilization, c.utilization > 1), pct(c.utilization, 0)]));
     });
     const t = el("table", { class: "grid" },
-      el("thead", {}, el("tr", {}, ["cluster", "engine · region", "replicas", "saturation"].map((h) => el("th", {}, h)),
+      el("thead", {}, el("tr", {}, ["cluster", "engine · region", "replicas"].map((h) => el("th", {}, h)),
+        el("th", { title: SATURATION_HELP }, "saturation"),
         ["queue", "running"].map((h) => el("th", { class: "num" }, h)), el("th", {}, "KV cache"),
-        ["tokens/s", "capacity u/s"].map((h) => el("th", { class: "num" }, h)), el("th", {}, "planned util"))),
+        el("th", { class: "num" }, "tokens/s"), el("th", { class: "num", title: UNIT_HELP }, "capacity (token-cost/s)"),
+        el("th", {}, "planned util"))),
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: "10", class: "empty" }, "no clusters"))));
     $("clusters").replaceChildren(el("div", { class: "scroll" }, t));
   }
