@@ -15,9 +15,11 @@ build:
 	$(GO) build -tags serving -o $(BIN) ./cmd/ilb
 	$(GO) build -o $(BIN)-lab ./cmd/ilb
 
-## test: vet, lint, race-enabled tests of every package (what CI runs)
+## test: vet, lint, race-enabled tests of every package (what CI runs),
+## printed as go test prints them, then the tests skipped and why (a
+## browser, etcd, kube-apiserver or istiod missing)
 test: vet lint
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) run ./internal/testrun -race -count=1 -timeout 15m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)

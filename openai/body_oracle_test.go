@@ -97,6 +97,7 @@ func parseBodyStd(ep Endpoint, data []byte) (Body, error) {
 		return Body{}, badRequest(field, "missing_required_parameter", fmt.Sprintf("the request has no %q: %s needs it", field, ep))
 	}
 	b.PromptTokens = max(1, len(prompt)/4)
+	b.PromptField = field
 	if len(prompt) > 0 {
 		b.Prompt = prompt // the raw JSON encoding/json kept: what the replica picker hashes
 	}
