@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"slices"
+	"strconv"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
@@ -24,7 +27,7 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	nodeID := fs.String("node-id", "", "Envoy node.id (default SOURCE-envoy)")
 	xdsAddr := fs.String("xds", "", "ILB xDS address as Envoy reaches it (default listen.xds); several replicas (ha:) comma-separated")
 	extprocAddr := fs.String("extproc", "", "ILB ext_proc address as Envoy reaches it (default listen.extproc); several replicas (ha:) comma-separated")
-	adminAddr := fs.String("admin", "127.0.0.1:9901", "Envoy admin address; empty for none")
+	adminAddr := fs.String("admin", "auto", "Envoy admin address; empty for none; auto: 127.0.0.1, port 9901 + the source's index in the configuration (one Envoy per source on one host)")
 	resources := fs.Bool("resources", false, "print the xDS resources (CDS, EDS, RDS, LDS) instead of the bootstrap")
 	sidecar := fs.String("sidecar", "", "render a sidecar bootstrap: ILB's listener static on this host:port, LDS off")
 	var t envoy.UpstreamTLS
@@ -46,6 +49,10 @@ func runEnvoyConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	c, err := config.Load(*cfgPath)
 	if err != nil {
 		return err
+	}
+	if *adminAddr == "auto" {
+		i := slices.IndexFunc(c.Sources, func(s config.Source) bool { return s.Name == *source })
+		*adminAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(9901+max(i, 0)))
 	}
 	var out []byte
 	if *resources {

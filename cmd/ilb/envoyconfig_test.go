@@ -83,3 +83,33 @@ func TestRenderIstioTLS(t *testing.T) {
 		t.Errorf("--extproc-address alone: %v", err)
 	}
 }
+
+// TestEnvoyConfigAdminPerSource: by default each source's bootstrap has
+// its own admin port (9901 + its index), so that one Envoy per source
+// runs on one host; --admin sets it, empty for none.
+func TestEnvoyConfigAdminPerSource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in the admin section; "" for no admin
+	}{
+		{"first source", []string{"--source", "edge-us"}, "port_value: 9901"},
+		{"second source", []string{"--source", "edge-eu"}, "port_value: 9902"},
+		{"set", []string{"--source", "edge-eu", "--admin", "127.0.0.1:19999"}, "port_value: 19999"},
+		{"none", []string{"--source", "edge-eu", "--admin", ""}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := runCmd(t, append([]string{"envoy-config", "--config", demoConfig}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin, _, _ := strings.Cut(out, "dynamic_resources:")
+			switch {
+			case tc.want == "" && strings.Contains(admin, "admin:"):
+				t.Errorf("an admin section:\n%s", admin)
+			case tc.want != "" && !strings.Contains(admin, tc.want):
+				t.Errorf("admin section lacks %q:\n%s", tc.want, admin)
+			}
+		})
+	}
+}

@@ -51,11 +51,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	usage(stderr)
-	if slices.Contains(labCommandNames, args[0]) {
-		return fmt.Errorf("%q is not in this binary, built with -tags serving: use bin/ilb-lab (make build) or go run ./cmd/ilb %s", args[0], args[0])
+	return unknownCommand(args[0], stderr)
+}
+
+// unknownCommand is the error of a command this binary lacks: for a
+// command of the full build, the one line that says where it is (no
+// usage to scroll past); else the usage, on stderr, and the name.
+func unknownCommand(name string, stderr io.Writer) error {
+	if slices.Contains(labCommandNames, name) {
+		return fmt.Errorf("%q is not in this binary, built with -tags serving: use bin/ilb-lab %s (make build) or go run ./cmd/ilb %s", name, name, name)
 	}
-	return fmt.Errorf("unknown command %q", args[0])
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", name)
 }
 
 func usage(w io.Writer) {

@@ -33,3 +33,27 @@ func TestLabCommandNames(t *testing.T) {
 		t.Errorf("lab commands %v, labCommandNames %v", names, labCommandNames)
 	}
 }
+
+// TestUnknownCommand: a command of the full build, asked of the serving
+// binary, gets one line saying where it is; an unknown one the usage.
+func TestUnknownCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		usage      bool
+	}{
+		{"engine", `"engine" is not in this binary, built with -tags serving: use bin/ilb-lab engine (make build)`, false},
+		{"envoysim", "use bin/ilb-lab envoysim", false},
+		{"nosuch", `unknown command "nosuch"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr strings.Builder
+			err := unknownCommand(tc.name, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v; want %q", err, tc.want)
+			}
+			if got := strings.Contains(stderr.String(), "Usage:"); got != tc.usage {
+				t.Errorf("usage printed %v; want %v:\n%s", got, tc.usage, stderr.String())
+			}
+		})
+	}
+}
