@@ -90,3 +90,17 @@ func deadAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// checkOutcome checks a command's result: when ok, that it succeeded and
+// its output holds want; else that its error does.
+func checkOutcome(t *testing.T, out string, err error, want string, ok bool) {
+	t.Helper()
+	switch {
+	case ok && err != nil:
+		t.Fatal(err)
+	case ok && !strings.Contains(out, want):
+		t.Errorf("output lacks %q:\n%s", want, out)
+	case !ok && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("err %v (output %q); want %q", err, out, want)
+	}
+}

@@ -112,14 +112,8 @@ func TestWeightsCommand(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, _, err := runCmd(t, append([]string{"weights", "--admin", st.App.AdminAddr()}, tt.args...)...)
-			switch {
-			case tt.ok && err != nil:
-				t.Fatal(err)
-			case tt.ok && !strings.Contains(out, tt.want):
-				t.Errorf("output lacks %q:\n%s", tt.want, out)
-			case !tt.ok && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("err %v (output %q); want %q", err, out, tt.want)
-			case !tt.ok && out != "":
+			checkOutcome(t, out, err, tt.want, tt.ok)
+			if !tt.ok && out != "" {
 				t.Errorf("printed %q before the error", out)
 			}
 		})
