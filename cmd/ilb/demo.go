@@ -120,15 +120,6 @@ func envoyBinary(mode string) (string, error) {
 	return p, nil
 }
 
-func modelNames(c *config.Config) []string {
-	var out []string
-	for _, m := range c.Models {
-		out = append(out, m.Name)
-		out = append(out, m.Aliases...)
-	}
-	return out
-}
-
 func (d *demo) printBanner(w io.Writer) {
 	c := d.Config
 	fmt.Fprintf(w, "ILB demo: %d regions, %d sources, %d models, %d engine clusters\n", len(c.Regions), len(c.Sources), len(c.Models), len(c.Clusters))

@@ -106,4 +106,4 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 }
 
 // labCommandNames are the commands only the full build has (lab.go).
-var labCommandNames = []string{"demo", "sim", "engine", "ha-demo", "bench-xds", "bench-replicas", "envoysim"}
+var labCommandNames = []string{"demo", "sim", "engine", "engines", "ha-demo", "bench-xds", "bench-replicas", "envoysim"}

@@ -8,9 +8,13 @@ import (
 )
 
 // TestServingBinaryLinksNoSim: the serving binary (-tags serving, what
-// `make build` builds) links no simulation code: neither envoysim, the
-// engine model, the benchmark nor gonum/plot.
+// `make build` builds) compiles (its files are not the ones this test
+// binary is built from) and links no simulation code: neither envoysim,
+// the engine model, the benchmark nor gonum/plot.
 func TestServingBinaryLinksNoSim(t *testing.T) {
+	if out, err := exec.Command("go", "vet", "-tags", "serving", ".").CombinedOutput(); err != nil {
+		t.Fatalf("the serving build does not compile: %v\n%s", err, out)
+	}
 	out, err := exec.Command("go", "list", "-tags", "serving", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

@@ -104,3 +104,13 @@ func sourceNames(c *config.Config) []string {
 	}
 	return out
 }
+
+// modelNames are the configuration's models, each with its aliases.
+func modelNames(c *config.Config) []string {
+	var out []string
+	for _, m := range c.Models {
+		out = append(out, m.Name)
+		out = append(out, m.Aliases...)
+	}
+	return out
+}
