@@ -78,6 +78,16 @@ func TestBrowserHeatmap(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	checkPageCells(t, cells, cur)
+	// The versions list marks as in force the version the header shows
+	// (or none, while the list has not caught up with it).
+	marks, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[document.getElementById("version").textContent,
+		...[...document.querySelectorAll("#versions li")].filter(li => li.querySelector(".badge.ok")).map(li => li.dataset.version)]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marks) > 2 || len(marks) == 2 && marks[1] != marks[0] {
+		t.Errorf("the header shows weights %s, the versions list marks %v in force", marks[0], marks[1:])
+	}
 
 	// Click a decision that was routed: its explanation names the request
 	// and the cluster ILB chose.

@@ -68,7 +68,12 @@ const SATURATION_HELP = "saturated: every serving replica of the cluster has a q
     for (const p of ["critical", "standard", "sheddable"]) if (s && s[p] > 0) parts.push(p + " " + pct(s[p]));
     return parts.length ? "shed " + parts.join(", ") : "no shedding";
   }
+  // inForce is the weights version the header shows (the weights
+  // endpoint's); the versions list marks the same one "in force", so the
+  // two never disagree between polls of their endpoints.
+  let inForce = "";
   function renderWeights(h) {
+    inForce = h.version;
     $("version").textContent = h.version;
     $("policy").textContent = h.policy;
     computedAt = h.computed;
@@ -314,7 +319,7 @@ const SATURATION_HELP = "saturated: every serving replica of the cluster has a q
     const ol = $("versions");
     if (!vs.length) { ol.replaceChildren(el("li", { class: "empty" }, "none yet")); return; }
     const open = new Set([...ol.querySelectorAll("details[open]")].map((d) => d.dataset.version));
-    ol.replaceChildren(...vs.map((v, i) => {
+    ol.replaceChildren(...vs.map((v) => {
       const changes = v.cells.flatMap((c) => (c.changes || []).map((x) => c.source + "/" + c.model + ": " + x));
       const cells = v.cells.map((c) => el("tr", {},
         el("td", {}, c.source), el("td", {}, c.model),
@@ -323,7 +328,7 @@ const SATURATION_HELP = "saturated: every serving replica of the cluster has a q
       return el("li", { "data-version": v.version },
         el("details", { "data-version": v.version, open: open.has(v.version) },
           el("summary", {}, el("code", {}, v.version), el("span", {}, time(v.seen)), el("span", { class: "hint" }, v.policy),
-            i === 0 ? el("span", { class: "badge ok" }, "in force") : null,
+            v.version === inForce ? el("span", { class: "badge ok" }, "in force") : null,
             v.status ? el("span", { class: "warn" }, v.status) : null,
             el("span", { class: "hint" }, changes.length ? changes.length + " change" + (changes.length > 1 ? "s" : "") : "")),
           changes.length ? el("div", { class: "changes" }, changes.slice(0, 12).map((x) => el("div", {}, x)), changes.length > 12 ? "…" : null) : null,
@@ -347,7 +352,9 @@ const SATURATION_HELP = "saturated: every serving replica of the cluster has a q
     res.forEach((r, i) => {
       if (r.status === "fulfilled") {
         // Redraw only what changed: a row under the pointer stays put.
-        const key = JSON.stringify(r.value);
+        // The versions list marks the version the header shows: drawn
+        // again when that changes.
+        const key = JSON.stringify(r.value) + (parts[i][1] === renderVersions ? inForce : "");
         if (last[i] === key) return;
         try { parts[i][1](r.value); last[i] = key; } catch (e) { errs.push(parts[i][0] + ": " + e.message); }
       } else errs.push(r.reason.message);
