@@ -94,6 +94,9 @@ func TestREADMESeparateProcesses(t *testing.T) {
 	if !strings.Contains(last, "source edge-us") {
 		t.Errorf("rollout status: %s", last)
 	}
+	// Then the official SDKs, as their users call them, on that stack.
+	t.Run("Go SDK", func(t *testing.T) { checkGoSDK(t, "http://127.0.0.1:10000/v1") })
+	t.Run("Node SDK", func(t *testing.T) { checkNodeSDK(t, "http://127.0.0.1:10000/v1") })
 }
 
 // readmeLines are the command lines of the README's marked block.
