@@ -7,6 +7,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
@@ -173,6 +174,26 @@ func TestExplainErrors(t *testing.T) {
 			_, _, err := runCmd(t, append([]string{"explain"}, tt.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestExplainMaxTokens: a request without max_tokens says so, not "0".
+func TestExplainMaxTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		max  int
+		want string
+	}{
+		{"unset", 0, "max_tokens unset"},
+		{"set", 64, "max_tokens 64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printRecord(&b, decision.Record{RequestID: "r", Model: "m", RequestedModel: "m", ModelFrom: "body", MaxTokens: tc.max})
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, b.String())
 			}
 		})
 	}
