@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
 )
 
@@ -133,18 +134,32 @@ func TestModelsOfASource(t *testing.T) {
 }
 
 // TestGetNotDemand: a GET routed to an engine (a file, a batch's
-// status) books no demand; the POST after it does.
+// status), and a POST to a bookkeeping endpoint (a file upload, a batch,
+// tokenizing), book no demand; the inference POST after them does.
 func TestGetNotDemand(t *testing.T) {
 	h := start(t, true)
-	resps := h.run(t, "edge-us", reqHeaders(true, ":method", "GET", ":path", "/v1/files/file-abc", "x-request-id", "get-1"))
-	if resps[0].GetRequestHeaders().GetResponse().GetHeaderMutation() == nil {
-		t.Fatalf("answer %v; want the request routed", resps[0])
-	}
-	if rec, _ := h.srv.Decisions().Get("get-1"); rec.TokenCost != 0 || rec.DemandBooked != 0 || rec.Chosen == "" {
-		t.Errorf("record %+v; want routed, no token cost, nothing booked", rec)
-	}
-	if counts, _ := h.meter.Flush(time.Unix(1700000001, 0)); len(counts) != 0 {
-		t.Errorf("demand booked for a GET: %v", counts)
+	for _, tc := range []struct{ name, method, path, contentLength string }{
+		{"a file's GET", "GET", "/v1/files/file-abc", ""},
+		{"a file upload", "POST", "/v1/files", "50000000"},
+		{"a batch", "POST", "/v1/batches?x=1", "300"},
+		{"tokenizing", "POST", "/v1/tokenize", "4000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := []string{":method", tc.method, ":path", tc.path, "x-request-id", tc.name, header.Model, "qwen-7b"}
+			if tc.contentLength != "" {
+				kv = append(kv, "content-length", tc.contentLength)
+			}
+			resps := h.run(t, "edge-us", reqHeaders(tc.method == "GET", kv...))
+			if resps[0].GetRequestHeaders().GetResponse().GetHeaderMutation() == nil {
+				t.Fatalf("answer %v; want the request routed", resps[0])
+			}
+			if rec, _ := h.srv.Decisions().Get(tc.name); rec.TokenCost != 0 || rec.DemandBooked != 0 || rec.Chosen == "" {
+				t.Errorf("record %+v; want routed, no token cost, nothing booked", rec)
+			}
+			if counts, _ := h.meter.Flush(time.Unix(1700000001, 0)); len(counts) != 0 {
+				t.Errorf("demand booked: %v", counts)
+			}
+		})
 	}
 	h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"qwen-7b","messages":[{"role":"user","content":"hi"}]}`))
 	if counts, _ := h.meter.Flush(time.Unix(1700000002, 0)); len(counts) != 1 {

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"slices"
 	"fmt"
 	"strconv"
 	"strings"
@@ -119,9 +120,33 @@ type exchange struct {
 
 // metered reports whether x counts as demand: a POST, as every OpenAI
 // inference call is (Envoy always sends :method; none is taken as a
-// POST). GETs — the model list, a file, a batch's status — make no
-// engine generate and are never booked.
-func (x *exchange) metered() bool { return x.h.method == "" || x.h.method == "POST" }
+// POST), to an endpoint that makes an engine compute. GETs — the model
+// list, a file, a batch's status — and the API's bookkeeping endpoints
+// (nonInference) are never booked.
+func (x *exchange) metered() bool {
+	return (x.h.method == "" || x.h.method == "POST") && !nonInference(x.h.path)
+}
+
+// nonInferenceSegments are the first path segments, after the API
+// prefix's version (/v1/), of OpenAI's and the engines' endpoints that
+// store or manage rather than infer: files, batches, uploads,
+// fine-tuning jobs, vector stores, tokenizing, LoRA adapter loading.
+var nonInferenceSegments = []string{
+	"files", "batches", "uploads", "fine_tuning", "vector_stores",
+	"tokenize", "detokenize", "load_lora_adapter", "unload_lora_adapter", "models",
+}
+
+// nonInference reports whether path (query included) is one of those
+// endpoints: a segment of nonInferenceSegments right after a "/v1/".
+func nonInference(path string) bool {
+	p, _, _ := strings.Cut(path, "?")
+	i := strings.Index(p, "/v1/")
+	if i < 0 {
+		return false
+	}
+	seg, _, _ := strings.Cut(p[i+len("/v1/"):], "/")
+	return slices.Contains(nonInferenceSegments, seg)
+}
 
 // rematch reports whether a decision's answer makes Envoy match the route
 // again (on ILB's headers): not for an endpoint picker's source, whose
