@@ -2,8 +2,8 @@ package extproc
 
 import (
 	"context"
-	"slices"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
