@@ -62,17 +62,19 @@ var templates = []template{
 # Checked offline by:  ilb validate --envoy examples/compose/envoy.yaml
 `,
 	},
-	secureTemplate("edge-us"),
-	secureTemplate("edge-eu"),
+	secureTemplate("edge-us", "127.0.0.1:9901"),
+	secureTemplate("edge-eu", "127.0.0.1:9902"),
 }
 
 // secureTemplate is the bootstrap of examples/secure for source: mutual
-// TLS to ILB on loopback with the certificates `ilb certs` writes.
-func secureTemplate(source string) template {
+// TLS to ILB on loopback with the certificates `ilb certs` writes, its
+// admin on admin (envoy-config's default: 9901 + the source's index, so
+// that both Envoys run on one host).
+func secureTemplate(source, admin string) template {
 	dir := "examples/secure/certs/"
 	return template{
 		file: "../examples/secure/envoy-" + source + ".yaml", config: "../examples/secure/ilb.yaml", source: source,
-		opts: envoy.BootstrapOptions{XDS: "127.0.0.1:18000", ExtProc: "127.0.0.1:18001", Admin: "127.0.0.1:9901", TLS: &envoy.UpstreamTLS{
+		opts: envoy.BootstrapOptions{XDS: "127.0.0.1:18000", ExtProc: "127.0.0.1:18001", Admin: admin, TLS: &envoy.UpstreamTLS{
 			CertFile: dir + "envoy-" + source + ".pem", KeyFile: dir + "envoy-" + source + "-key.pem", CAFile: dir + "ca.pem",
 			ILBSAN: "spiffe://ilb.local/ilb",
 		}},
