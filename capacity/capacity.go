@@ -273,6 +273,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		est.SlowShare = slowShare
 	}
 	tooSlow := ttftJudged && slowShare > 1-e.s.TTFTQuantile
+	overTarget := ttftJudged && config.CapacityLearning{TTFTQuantile: e.s.TTFTQuantile}.OverTarget(st.first, st.slow, st.waitPer)
 	alpha := 1 - math.Exp(-dt.Seconds()/e.s.TimeConstant.Seconds())
 	step := math.Pow(e.s.MaxChangePerMinute, dt.Minutes())
 	lo, hi := st.c.Prior/e.s.Range, st.c.Prior*e.s.Range
@@ -282,12 +283,9 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		return min(max(next, lo), hi)
 	}
 	// Overload: a long queue two intervals in a row, or first tokens over
-	// the target while requests wait (at least one per replica over the
-	// window: a replica at its max_num_seqs queues whatever its queue per
-	// running request). First tokens over the target with nothing waiting
-	// are the prompts' own prefill time, which no routing shortens: not
-	// overload.
-	overload := (queued && wasQueued) || (tooSlow && st.waitPer >= 1)
+	// the target while requests wait, over the window
+	// (config.CapacityLearning.OverTarget).
+	overload := (queued && wasQueued) || overTarget
 	var kind, why string
 	switch {
 	case overload:

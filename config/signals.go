@@ -285,3 +285,17 @@ func (e *EngineCluster) applySignalDefaults() {
 func (s Signals) Saturated(waiting, running float64, kvKnown bool, kv float64) bool {
 	return waiting >= s.SaturationQueue*max(running, 1) || kvKnown && kv >= s.SaturationKV
 }
+
+// OverTarget is the one rule of overload in the SLO's terms, of a
+// cluster's engines: more than 1 − TTFTQuantile of their first tokens
+// (slow of first, both per second) came past TTFTTarget while at least one
+// request waited per replica (waitingPerReplica). First tokens past the
+// target with nothing waiting are the prompts' own prefill time, which
+// no routing or shedding shortens: not overload. An engine at its
+// max_num_seqs queues whatever its queue per running request, so the
+// queue is counted per replica, not per running request. The capacity
+// estimator applies it to its smoothed window, the fast loop to the last
+// signals interval.
+func (c CapacityLearning) OverTarget(first, slow, waitingPerReplica float64) bool {
+	return first > 0 && slow/first > 1-c.TTFTQuantile && waitingPerReplica >= 1
+}

@@ -132,6 +132,9 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	if d.Redrawn {
 		drawn := c.targets[d.Drawn].Cluster
 		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, ls.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
+		if d.Spill {
+			rec.Redrawn = fmt.Sprintf("%s is excluded (%s), as is every cluster with weight: drawn among the %d spill clusters the source may use, with equal odds (index %d)", drawn, ls.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
+		}
 		rec.Reason = reasonRedrawn
 	}
 	if d.Steered { // always graded: by predicted TTFT, or by queue pressure

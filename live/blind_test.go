@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/signals"
 )
@@ -40,7 +41,7 @@ func TestLiveWhileBlind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := live.FromSignals(&signals.Snapshot{At: since, Clusters: tt.clusters, Blind: tt.blind})
+			l := live.FromSignals(&signals.Snapshot{At: since, Clusters: tt.clusters, Blind: tt.blind}, config.Default().Controller.Capacity)
 			for name := range tt.clusters {
 				got, want := l.Clusters[name].Excluded, tt.excluded[name]
 				if (want == "") != (got == "") || !strings.Contains(got, want) {

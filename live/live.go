@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/signals"
 )
@@ -28,6 +29,13 @@ type Cluster struct {
 	// Saturated: every serving replica has a long queue or a full KV
 	// cache; sheddable requests are refused when all their clusters are.
 	Saturated bool `json:"saturated,omitempty"`
+	// Overloaded: its engines miss the TTFT target under load — more than
+	// 1 − controller.capacity.ttft_quantile of the last interval's first
+	// tokens past controller.capacity.ttft_target with a request or more
+	// waiting per replica (config.CapacityLearning.OverTarget) — or it is
+	// Saturated: measured overload in the SLO's terms, which confirms the
+	// controller's planned shedding (package route).
+	Overloaded bool `json:"overloaded,omitempty"`
 	// Pressure is the cluster's queued requests per running request,
 	// waiting / max(running, 1) over its serving replicas whose load is
 	// known (PressureKnown: at least one); graded steering moves requests
@@ -46,6 +54,10 @@ type Cluster struct {
 	// await their response, Little's law predicts the TTFT of the next
 	// one before the engines' metrics show a burst.
 	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
+	// Serving is how many of Replicas may be picked (Out == ""): with
+	// TTFT, the rate at which they give first tokens when the engines
+	// gave none over the last interval (route.PredictTTFT).
+	Serving int `json:"serving,omitempty"`
 	// Replicas are the cluster's replicas as discovered, in address
 	// order. Those with Out == "" (ready, warming, stale or not probed
 	// yet) are the candidates of replica picking; draining and unhealthy
@@ -79,22 +91,30 @@ const OutUnhealthy = string(signals.StateUnhealthy)
 
 // FromSignals is the fast loop's view of a signals snapshot: a cluster
 // with no serving replica is excluded (with the counts that say why);
-// saturation as the signals see it. It follows the same guard as the
+// saturation as the signals see it; overload against slo's TTFT target
+// and quantile. It follows the same guard as the
 // controller: while the monitor is blind (snap.Blind), replicas whose
 // probes fail silently keep their last known state, so no cluster is
 // excluded for them; a cluster is excluded only for what the monitor saw
 // (refusals, HTTP errors, draining), and the reason says the monitor was
 // blind then.
-func FromSignals(snap *signals.Snapshot) *State {
+func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning) *State {
 	l := &State{At: snap.At, Clusters: make(map[string]Cluster, len(snap.Clusters))}
 	for name, c := range snap.Clusters {
-		cl := Cluster{Saturated: c.Saturated, PressureKnown: c.LoadKnown > 0}
+		cl := Cluster{Saturated: c.Saturated, Overloaded: c.Saturated, PressureKnown: c.LoadKnown > 0}
 		if cl.PressureKnown {
 			cl.Pressure = c.Waiting / max(c.Running, 1)
+			if c.TTFTKnown > 0 && slo.OverTarget(c.FirstTokensPerSecond, c.SlowFirstTokensPerSecond, c.Waiting/float64(c.LoadKnown)) {
+				cl.Overloaded = true
+			}
 		}
 		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
 		for _, r := range snap.Endpoints(name) {
-			cl.Replicas = append(cl.Replicas, replicaOf(r))
+			rl := replicaOf(r)
+			if rl.Out == "" {
+				cl.Serving++
+			}
+			cl.Replicas = append(cl.Replicas, rl)
 		}
 		if c.Ready+c.Warming+c.Stale+c.Starting == 0 {
 			cl.Excluded = excludedWhy(c, snap.Blind)
@@ -153,7 +173,7 @@ func excludedWhy(c signals.Cluster, blind *signals.Blind) string {
 // the next one (route.PredictTTFT).
 func (c Cluster) Signal(awaiting int64) route.Signal {
 	return route.Signal{
-		Excluded: c.Excluded != "", Saturated: c.Saturated, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
-		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond), TTFTKnown: c.TTFTKnown,
+		Excluded: c.Excluded != "", Saturated: c.Saturated, Overloaded: c.Overloaded, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
+		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
 	}
 }

@@ -34,7 +34,7 @@ func TestFromSignalsReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{tt.rep}})
-			got := live.FromSignals(snap).Clusters["c"].Replicas
+			got := live.FromSignals(snap, config.Default().Controller.Capacity).Clusters["c"].Replicas
 			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
 				t.Fatalf("replicas %+v; want [%+v]", got, tt.want)
 			}
@@ -56,7 +56,7 @@ func TestFromSignalsCluster(t *testing.T) {
 		{rep("c:1", signals.StateReady, 0, 1, 0.2, 0, false), rep("c:2", signals.StateDraining, 9, 9, 9, 9, true)},
 		{rep("g:1", signals.StateUnhealthy, 0, 0, 0, 0, false)},
 	})
-	l := live.FromSignals(snap)
+	l := live.FromSignals(snap, config.Default().Controller.Capacity)
 	busy, calm, gone := l.Clusters["busy"], l.Clusters["calm"], l.Clusters["gone"]
 	// busy: 12 waiting over 4 running; mean TTFT weighted by rate
 	// (0.5×4 + 0.3×2)/6 ≈ 0.433, under the queue's wait 12/6 = 2 s.
@@ -84,8 +84,8 @@ func TestSignal(t *testing.T) {
 		awaiting int64
 		want     route.Signal
 	}{
-		{"none awaiting", c, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10), TTFTKnown: true}},
-		{"20 awaiting", c, 20, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10), TTFTKnown: true}},
+		{"none awaiting", c, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true}},
+		{"20 awaiting", c, 20, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true}},
 		{"excluded", live.Cluster{Excluded: "no replica"}, 3, route.Signal{Excluded: true}},
 	}
 	for _, tt := range tests {
@@ -138,6 +138,46 @@ func TestPickerRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := live.PickerRequest(m, ep, tt.p, rand); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("%+v; want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOverloaded: a cluster is overloaded in the SLO's terms when more
+// than 1 − ttft_quantile of its first tokens came past the TTFT target
+// while at least one request waited per replica, or when it is saturated;
+// slow first tokens with nothing waiting are the prompts' own prefill.
+func TestOverloaded(t *testing.T) {
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	slo := config.Default().Controller.Capacity // 99% within the target
+	rep := func(addr string, waiting, running, first, slow float64, sat bool) signals.Replica {
+		return signals.Replica{Address: addr, State: signals.StateReady, Ramp: 1, Saturated: sat, LastScrape: at, Metrics: signals.Metrics{
+			Waiting: waiting, Running: running, TTFTKnown: true, FirstTokensPerSecond: first, SlowFirstTokensPerSecond: slow,
+			TTFTMeanSeconds: 1, TTFTMeanKnown: true,
+		}}
+	}
+	tests := []struct {
+		name string
+		reps []signals.Replica
+		want bool
+	}{
+		{"slow first tokens with a queue at max_num_seqs", []signals.Replica{rep("a:1", 65, 768, 20, 3, false), rep("a:2", 70, 768, 20, 2, false)}, true},
+		{"slow first tokens with nothing waiting: prefill, not overload", []signals.Replica{rep("a:1", 0, 4, 10, 5, false), rep("a:2", 0, 4, 10, 5, false)}, false},
+		{"a queue but every first token in time", []signals.Replica{rep("a:1", 65, 768, 20, 0, false), rep("a:2", 70, 768, 20, 0, false)}, false},
+		{"1% slow is within a 99% target", []signals.Replica{rep("a:1", 5, 8, 50, 0.5, false), rep("a:2", 5, 8, 50, 0.5, false)}, false},
+		{"under a request waiting per replica", []signals.Replica{rep("a:1", 1, 8, 10, 5, false), rep("a:2", 0, 8, 10, 5, false)}, false},
+		{"saturated is overloaded", []signals.Replica{rep("a:1", 9, 2, 0, 0, true)}, true},
+		{"no first token: not judged on TTFT", []signals.Replica{rep("a:1", 9, 20, 0, 0, false)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{tt.reps})
+			c := live.FromSignals(snap, slo).Clusters["c"]
+			if c.Overloaded != tt.want {
+				t.Fatalf("overloaded %v; want %v (%+v)", c.Overloaded, tt.want, snap.Clusters["c"])
+			}
+			if got := c.Signal(0).Overloaded; got != tt.want {
+				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)
 			}
 		})
 	}

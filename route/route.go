@@ -13,12 +13,16 @@
 // The order of the checks is the contract (see Decide):
 //
 //  1. No cluster left (none in the weights, or every one excluded by the
-//     live state) is a 503 for every priority: a 429 would tell the client
-//     the fleet is merely busy.
+//     live state, spill targets included) is a 503 for every priority: a
+//     429 would tell the client the fleet is merely busy. When every
+//     cluster with weight is excluded, the spill targets (weight 0) not
+//     excluded take the requests, drawn among with equal odds.
 //  2. The planned shed fraction of the request's priority, made monotone
 //     (sheddable ≥ standard ≥ critical), applies only when the engines
-//     confirm overload: every cluster the request may go to is saturated.
-//     While one has headroom, the plan is waived and the request routed.
+//     confirm overload: every cluster the request may go to is overloaded
+//     in the SLO's terms (Signal.Overloaded: its engines miss the TTFT
+//     target while requests wait, or it is saturated). While one meets
+//     it, the plan is waived and the request routed.
 //  3. A sheddable request is refused when every cluster it may go to is
 //     saturated (measured overload), whatever the plan.
 //  4. The weighted draw, as Envoy's weighted_clusters takes it; drawn
@@ -130,6 +134,9 @@ type Signal struct {
 	// Saturated: every serving replica has a long queue or a full KV
 	// cache: measured overload.
 	Saturated bool
+	// Overloaded: its engines miss the TTFT target while requests wait
+	// there, or it is Saturated: measured overload in the SLO's terms.
+	Overloaded bool
 	// Pressure is the cluster's queued requests per running request
 	// (waiting / max(running, 1), summed over its serving replicas), ≥ 0;
 	// by Little's law, the time a new request waits there before it is
@@ -150,13 +157,29 @@ type Signal struct {
 // in seconds: the engines' figure (engine, an interval old), or, when
 // more of this router's own requests await their first token there (their
 // response headers) than that figure explains, what Little's law says of
-// them: awaiting / first tokens per second. A burst shows here at once,
-// an interval before the engines' metrics do.
-func PredictTTFT(engine float64, awaiting int64, firstTokensPerSecond float64) float64 {
-	if awaiting > 0 && firstTokensPerSecond > 0 {
-		return max(engine, float64(awaiting)/firstTokensPerSecond)
+// them: awaiting / the rate at which the cluster gives first tokens. A
+// burst shows here at once, an interval before the engines' metrics do.
+//
+// The rate is the engines' measured one (firstTokensPerSecond); when they
+// gave none over the last interval (an idle-looking cluster: the signals
+// saw no first token, yet requests may be on their way), it is what the
+// serving replicas give at the engines' own TTFT, one prompt at a time
+// each: serving / engine. Dropping the awaiting requests then made such a
+// cluster look as fast as its last TTFT while several of this router's
+// requests already waited there, and steering herded onto it. With
+// neither a rate nor a replica, the engines' figure stands.
+func PredictTTFT(engine float64, awaiting int64, firstTokensPerSecond float64, serving int) float64 {
+	if awaiting <= 0 {
+		return engine
 	}
-	return engine
+	rate := firstTokensPerSecond
+	if !(rate > 0) && serving > 0 && engine > 0 {
+		rate = float64(serving) / engine
+	}
+	if !(rate > 0) {
+		return engine
+	}
+	return max(engine, float64(awaiting)/rate)
 }
 
 // Request is what the decision needs of one request.
@@ -176,7 +199,8 @@ type Request struct {
 // Decision is what Decide says of one request.
 type Decision struct {
 	Outcome Outcome
-	// Remaining is how many targets with weight the live state leaves.
+	// Remaining is how many targets with weight the live state leaves
+	// (when Spill, how many spill targets).
 	Remaining int
 	// Drawn is the target Envoy's draw takes (-1 when refused before the
 	// draw), and Slot the draw's slot in the cell's total weight.
@@ -188,6 +212,10 @@ type Decision struct {
 	// same value, among the Remaining targets, at RedrawSlot.
 	Redrawn    bool
 	RedrawSlot uint64
+	// Spill: every target with weight is excluded, so the Remaining
+	// targets are the spill targets (weight 0), drawn among with equal
+	// odds (RedrawSlot is then the index among them).
+	Spill bool
 	// Steered: the target drawn (or redrawn), SteeredFrom, is slower or
 	// under more pressure than another; the request was drawn again among
 	// the SteerAmong targets with headroom (faster, or with less pressure),
@@ -213,12 +241,23 @@ type Decision struct {
 // so no planned shed applies either.
 func Decide(c *Cell, live []Signal, req Request) Decision {
 	d := Decision{Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1}
-	var rem []int // targets left, with weight; nil when all are
+	var rem []int // targets left, with weight (or the spill targets); nil when all are
 	if live != nil {
 		for i, w := range c.weights {
 			if w > 0 && !live[i].Excluded {
 				rem = append(rem, i)
 			}
+		}
+		if len(rem) == 0 && c.total > 0 {
+			// Every weighted target is out (a crash between ticks): the
+			// spill targets the source may use take the requests until the
+			// controller's next plan, rather than a 503 for all.
+			for i, w := range c.weights {
+				if w == 0 && !live[i].Excluded {
+					rem = append(rem, i)
+				}
+			}
+			d.Spill = len(rem) > 0
 		}
 		d.Remaining = len(rem)
 	} else {
@@ -234,7 +273,7 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	}
 	saturated := live != nil && allSaturated(rem, live)
 	if f := c.shed[req.Priority]; f > 0 && req.Uniform < f {
-		if saturated {
+		if saturated || live != nil && allOverloaded(rem, live) {
 			d.Outcome = Shed
 			return d
 		}
@@ -375,12 +414,17 @@ func mix(z uint64) uint64 {
 // unit maps a uniform uint64 to [0, 1).
 func unit(v uint64) float64 { return float64(v>>11) / (1 << 53) }
 
-// pickAmong draws among the targets idx (non-empty, with weight) as Envoy
-// would among them alone: slot = draw % their total, walked in order.
+// pickAmong draws among the targets idx (non-empty) as Envoy would among
+// them alone: slot = draw % their total, walked in order; among spill
+// targets alone (no weight), with equal odds: slot = draw % len(idx).
 func (c *Cell) pickAmong(idx []int, draw uint64) (int, uint64) {
 	var total uint64
 	for _, i := range idx {
 		total += c.weights[i]
+	}
+	if total == 0 {
+		slot := draw % uint64(len(idx))
+		return idx[slot], slot
 	}
 	slot := draw % total
 	var begin uint64
@@ -391,6 +435,15 @@ func (c *Cell) pickAmong(idx []int, draw uint64) (int, uint64) {
 		begin += c.weights[i]
 	}
 	return idx[len(idx)-1], slot
+}
+
+func allOverloaded(idx []int, live []Signal) bool {
+	for _, i := range idx {
+		if !live[i].Overloaded && !live[i].Saturated {
+			return false
+		}
+	}
+	return true
 }
 
 func allSaturated(idx []int, live []Signal) bool {

@@ -13,6 +13,9 @@ var (
 	out = route.Signal{Excluded: true}
 	// full is saturated: a queue of three per running request.
 	full = route.Signal{Saturated: true, Pressure: 3, PressureKnown: true}
+	// late misses its TTFT target with a short queue: overloaded in the
+	// SLO's terms, not saturated.
+	late = route.Signal{Overloaded: true, Pressure: 0.1, PressureKnown: true}
 )
 
 // targets are targets of these weights, all at the same round trip.
@@ -59,6 +62,24 @@ func TestDecideOrder(t *testing.T) {
 			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, {Excluded: true}},
 			req:  route.Request{Priority: weights.Standard, Uniform: 0.49},
 			want: route.Decision{Outcome: route.Shed, Remaining: 1, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "planned shed confirmed by every remaining target missing its TTFT target is 429 shed",
+			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{late, late},
+			req:  route.Request{Priority: weights.Standard, Uniform: 0.49},
+			want: route.Decision{Outcome: route.Shed, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "planned shed while one target meets its TTFT target is waived",
+			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{late, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 700, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1, Waived: 0.5},
+		},
+		{
+			name: "missing the TTFT target without a plan refuses nothing: only saturation does",
+			ws:   w, live: []route.Signal{late, late},
+			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
 		},
 		{
 			name: "planned shed while a target has headroom is waived and routed",
@@ -141,10 +162,34 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.Routed, Remaining: 1, Drawn: 1, Slot: 3, Chosen: 1, SteeredFrom: -1, Keep: 1},
 		},
 		{
-			name: "only weight-0 targets left is 503",
+			name: "every weighted target out: a spill target takes the request, not a 503",
 			ws:   []uint64{0, 10}, live: []route.Signal{ok, out},
+			req:  route.Request{Priority: weights.Critical, Draw: 7},
+			want: route.Decision{Outcome: route.Routed, Remaining: 1, Drawn: 1, Slot: 7, Chosen: 0, Redrawn: true, Spill: true, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "spill targets are drawn among with equal odds",
+			ws:   []uint64{0, 10, 0, 0}, live: []route.Signal{ok, out, out, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 5},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 5, Chosen: 3, Redrawn: true, RedrawSlot: 1, Spill: true, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "every target out, spill targets included, is 503",
+			ws:   []uint64{0, 10}, live: []route.Signal{out, out},
 			req:  route.Request{Priority: weights.Critical},
 			want: route.Decision{Outcome: route.NoCapacity, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a cell the weights give nothing is 503 whatever its spill targets",
+			ws:   []uint64{0, 0}, live: []route.Signal{ok, ok},
+			req:  route.Request{Priority: weights.Critical},
+			want: route.Decision{Outcome: route.NoCapacity, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "planned shed confirmed by the spill targets saturated",
+			ws:   []uint64{0, 10}, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, out},
+			req:  route.Request{Priority: weights.Standard, Uniform: 0.1},
+			want: route.Decision{Outcome: route.Shed, Remaining: 1, Spill: true, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
 		},
 	}
 	for _, tt := range tests {
@@ -283,17 +328,21 @@ func TestPredictTTFT(t *testing.T) {
 		engine   float64
 		awaiting int64
 		rate     float64
+		serving  int
 		want     float64
 	}{
-		{"nothing awaiting: the engines' figure", 0.2, 0, 10, 0.2},
-		{"few awaiting: the engines' figure explains them", 0.5, 2, 10, 0.5},
-		{"a burst awaiting: Little's law", 0.2, 30, 10, 3},
-		{"no first-token rate: the engines' figure", 0.2, 30, 0, 0.2},
+		{"nothing awaiting: the engines' figure", 0.2, 0, 10, 4, 0.2},
+		{"few awaiting: the engines' figure explains them", 0.5, 2, 10, 4, 0.5},
+		{"a burst awaiting: Little's law", 0.2, 30, 10, 4, 3},
+		{"no first token last interval: the replicas' rate at the engines' TTFT", 0.5, 12, 0, 2, 3},
+		{"no first token, fewer awaiting than replicas: the engines' figure", 0.5, 1, 0, 2, 0.5},
+		{"no first token and no replica: the engines' figure", 0.2, 30, 0, 0, 0.2},
+		{"no first token and no TTFT: nothing to scale", 0, 30, 0, 3, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := route.PredictTTFT(tt.engine, tt.awaiting, tt.rate); got != tt.want {
-				t.Errorf("PredictTTFT(%v, %d, %v) = %v; want %v", tt.engine, tt.awaiting, tt.rate, got, tt.want)
+			if got := route.PredictTTFT(tt.engine, tt.awaiting, tt.rate, tt.serving); math.Abs(got-tt.want) > 1e-12 {
+				t.Errorf("PredictTTFT(%v, %d, %v, %d) = %v; want %v", tt.engine, tt.awaiting, tt.rate, tt.serving, got, tt.want)
 			}
 		})
 	}

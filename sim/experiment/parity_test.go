@@ -85,9 +85,9 @@ func TestDecisionParity(t *testing.T) {
 		// ext_proc, the runner's signals round (observe) for the
 		// benchmark.
 		snap := randomSnapshot(f, rng, now)
-		r := &runner{clusterNames: names, live: make([]live.Cluster, len(f.Clusters)), clusters: make([]*simCluster, len(f.Clusters))}
+		r := &runner{clusterNames: names, live: make([]live.Cluster, len(f.Clusters)), clusters: make([]*simCluster, len(f.Clusters)), slo: cfg.Controller.Capacity}
 		r.observe(snap)
-		el := live.FromSignals(snap)
+		el := live.FromSignals(snap, cfg.Controller.Capacity)
 		srv.SetLive(el)
 		for n := range perVersion {
 			si := rng.IntN(len(f.Sources))
@@ -175,7 +175,12 @@ func randomSnapshot(f Fleet, rng *rand.Rand, now time.Time) *signals.Snapshot {
 				rep.Metrics = signals.Metrics{
 					Waiting: float64(rng.IntN(20)), Running: float64(rng.IntN(8)),
 					TTFTMeanSeconds: 2 * rng.Float64(), TTFTMeanKnown: rng.Float64() < 0.8,
+					// Some intervals without a first token (the
+					// replicas' rate predicts then), some with slow ones
+					// (overloaded in the SLO's terms when requests wait).
+					TTFTKnown: rng.Float64() < 0.8, FirstTokensPerSecond: float64(rng.IntN(3)) * 5,
 				}
+				rep.Metrics.SlowFirstTokensPerSecond = rep.Metrics.FirstTokensPerSecond * float64(rng.IntN(2)) * rng.Float64()
 			}
 			reps[ci] = append(reps[ci], rep)
 		}

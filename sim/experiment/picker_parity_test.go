@@ -11,6 +11,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
@@ -95,7 +96,7 @@ func TestReplicaPickParity(t *testing.T) {
 				reps[ri].LastScrape, reps[ri].Metrics = now, signals.Metrics{Running: float64(rng.IntN(6))}
 			}
 		}
-		ls := live.FromSignals(signals.NewSnapshot(now, []string{name}, [][]signals.Replica{reps}))
+		ls := live.FromSignals(signals.NewSnapshot(now, []string{name}, [][]signals.Replica{reps}), config.Default().Controller.Capacity)
 		ls.Clusters = map[string]live.Cluster{name: ls.Clusters[name]}
 		srv.SetLive(ls)
 		r.live[cluster] = ls.Clusters[name]
@@ -119,9 +120,9 @@ func TestReplicaPickParity(t *testing.T) {
 			// next pick would see its load there and not in the benchmark.
 			streamsClosed(t, reg)
 			rec, ok := srv.Decisions().Get(id)
-			if r.live[cluster].Excluded != "" { // every replica out: no cluster for the request
-				if rec.Status != 503 {
-					t.Fatalf("%s: the cluster is excluded (%s), yet ext_proc answered %d", id, r.live[cluster].Excluded, rec.Status)
+			if r.live[cluster].Excluded != "" { // every replica out: a spill target takes it, no replica of the cluster
+				if !ok || rec.Chosen == name || rec.Replica != nil {
+					t.Fatalf("%s: the cluster is excluded (%s), yet ext_proc sent the request to %q (replica %+v)", id, r.live[cluster].Excluded, rec.Chosen, rec.Replica)
 				}
 				seen["excluded"]++
 				continue

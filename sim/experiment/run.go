@@ -154,6 +154,10 @@ type runner struct {
 	// ttftTarget is the engines' share of the SLO: the SLO less the
 	// fleet's longest round trip (as Calibrate measures).
 	ttftTarget time.Duration
+	// slo is the TTFT target (ttftTarget) and quantile the fast loop
+	// judges overload against (live.FromSignals), as app passes
+	// controller.capacity.
+	slo config.CapacityLearning
 	// meter counts demand as ext_proc does, by the same rule (limits,
 	// by model index): a request's provisional share at its decision,
 	// the rest as its engine serves it (claims, by request index).
@@ -301,6 +305,8 @@ func newRunner(o Options) (*runner, error) {
 		r.clusterNames = append(r.clusterNames, c.Name)
 	}
 	r.ttftTarget = engineBudget(f, s.SLO)
+	r.slo = cfg.Controller.Capacity
+	r.slo.TTFTTarget = config.Duration(r.ttftTarget)
 	if o.Policy.LearnCapacity {
 		if r.est, err = newEstimator(cfg, r.ttftTarget); err != nil {
 			return nil, err

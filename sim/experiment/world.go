@@ -125,7 +125,7 @@ func (r *runner) refreshSignals() {
 // controller tick when a cluster's serving replicas changed.
 func (r *runner) observe(snap *signals.Snapshot) {
 	r.snap = snap
-	ls := live.FromSignals(snap)
+	ls := live.FromSignals(snap, r.slo)
 	for ci, name := range r.clusterNames {
 		r.live[ci] = ls.Clusters[name]
 		c := snap.Clusters[name]
