@@ -79,20 +79,25 @@ bench-xds:
 
 ## bench-routing: the routing benchmark: every scenario, every policy, one
 ## simulated hour each; the scenarios with events again at 0.8 of the
-## fleet's measured saturation throughput; then load sweeps (0.3 to 1.1 of the fleet's measured
-## saturation throughput, 30 simulated minutes per load) of the synthetic
-## day, long-prompt agent traffic and bursty code completion, and, with
+## fleet's measured saturation throughput; then load sweeps (0.2 to 1.3 of
+## the fleet's measured saturation throughput, light load included, 30
+## simulated minutes per load) of the synthetic day (short prompts),
+## long-prompt agent traffic and bursty code completion, and, with
 ## TRACES=DIR holding azure-llm-2023-conv.csv and azure-llm-2023-code.csv,
-## of those traces. Rewrites docs/benchmarks.md below its marker and the
-## plots in docs/benchmarks/ (about ten minutes on 2 cores).
-LOADS ?= 0.3,0.5,0.7,0.9,1.0,1.1
+## of those traces on the fleets of the diurnal, outage, residency and
+## drain scenarios. Each sweep checks ILB at every load against the best
+## deployable baseline (least_loaded_seen included; the oracle least_loaded
+## is shown). Rewrites docs/benchmarks.md below its marker and the plots in
+## docs/benchmarks/ (about 20 minutes on 2 cores, 35 with TRACES).
+LOADS ?= 0.2,0.3,0.4,0.5,0.7,0.9,1.0,1.1,1.3
+TRACE_SCENARIOS ?= diurnal,outage,residency,drain
 bench-routing:
 	$(GO) run ./cmd/ilb sim --scenario all --seed 1 --plots docs/benchmarks --plot-format svg --report docs/benchmarks.md --report-section scenarios
 	$(GO) run ./cmd/ilb sim --scenario outage,residency,drain,burst --seed 1 --duration 30m --load 0.8 --report docs/benchmarks.md --report-section events-at-load
 	$(GO) run ./cmd/ilb sim --scenario diurnal,long-prompt,burst --seed 1 --duration 30m --loads $(LOADS) --report docs/benchmarks.md --report-section sweeps
 	@if [ -n "$(TRACES)" ]; then \
-		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-conv.csv --report docs/benchmarks.md --report-section sweep-azure-conv && \
-		$(GO) run ./cmd/ilb sim --scenario diurnal --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-code.csv --report docs/benchmarks.md --report-section sweep-azure-code; \
+		$(GO) run ./cmd/ilb sim --scenario $(TRACE_SCENARIOS) --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-conv.csv --report docs/benchmarks.md --report-section sweep-azure-conv && \
+		$(GO) run ./cmd/ilb sim --scenario $(TRACE_SCENARIOS) --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-code.csv --report docs/benchmarks.md --report-section sweep-azure-code; \
 	else echo "TRACES not set: the Azure trace sweeps are left as they are"; fi
 
 ## soak-connections: the connection flood at the issue's scale: 20,000

@@ -36,7 +36,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	slo := fs.Duration("slo", 0, "time to first token a request must get to count as good (0: the scenario's, 2s)")
 	seed := fs.Uint64("seed", 1, "seed of the workload and of every random draw")
 	duration := fs.Duration("duration", time.Hour, "simulated duration; the scenario's daily cycle and events scale with it")
-	policies := fs.String("policies", "", "comma-separated policies (default all: round_robin, proportional, waterfall, ilb, least_loaded; also ilb-slow, ilb-prior)")
+	policies := fs.String("policies", "", "comma-separated policies (default all: round_robin, proportional, waterfall, ilb, least_loaded (an oracle), least_loaded_seen (fed what ILB sees); also ilb-slow, ilb-prior)")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of tables")
 	plots := fs.String("plots", "", "write plots (time series per scenario) into this directory")
 	format := fs.String("plot-format", "svg", "plot format: svg or png")

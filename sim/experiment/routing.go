@@ -100,9 +100,12 @@ func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Dur
 		pi = len(r.inflight)
 		r.inflight = append(r.inflight, pending{})
 	}
-	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried, alt: -1}
+	q := &r.reqs[i]
+	est, _ := r.limits[r.models[q.Model]].Estimate(float64(q.Prompt), true, 0)
+	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried, alt: -1, est: est}
 	r.replicas[rep].active++
 	r.clusters[cl].outstanding += cost
+	r.clusters[cl].estimated += est
 	r.clusters[cl].awaiting++
 	r.clock.at(deliverAt, evDeliver, pi)
 	return pi
@@ -182,6 +185,7 @@ func (r *runner) release(pi int) float64 {
 	rep := r.replicas[p.replica]
 	rep.active--
 	r.clusters[rep.cluster].outstanding -= cost
+	r.clusters[rep.cluster].estimated -= p.est
 	if !p.first {
 		r.clusters[rep.cluster].awaiting--
 	}
@@ -278,23 +282,35 @@ func (r *runner) pickHost(cluster, exclude int) int {
 }
 
 // leastLoaded is the greedy reference: the eligible cluster with the
-// least round trip plus outstanding work over its serving capacity.
+// least round trip plus outstanding work over its serving capacity. The
+// oracle (least_loaded) knows every request's true cost, its output
+// included, and which replicas Envoy sends to at each instant; the
+// deployable one (Policy.Seen: least_loaded_seen) knows what ILB knows:
+// the requests in flight at ext_proc's estimate of their cost, and the
+// serving replicas of the signals monitor's last round.
 func (r *runner) leastLoaded(si, mi int) int {
 	best, bestScore := -1, math.Inf(1)
 	for ci, c := range r.clusters {
 		if !c.models[mi] || !r.allowed[si][ci] {
 			continue
 		}
-		up := 0
-		for _, ri := range c.replicas {
-			if r.replicas[ri].envoyUp {
-				up++
+		up, work := 0, c.outstanding
+		if r.opts.Policy.Seen {
+			up, work = r.live[ci].Serving, c.estimated
+			if r.live[ci].Excluded != "" {
+				up = 0
+			}
+		} else {
+			for _, ri := range c.replicas {
+				if r.replicas[ri].envoyUp {
+					up++
+				}
 			}
 		}
 		if up == 0 {
 			continue
 		}
-		score := r.rtt[si][ci].Seconds() + c.outstanding/(c.capacity*float64(up))
+		score := r.rtt[si][ci].Seconds() + work/(c.capacity*float64(up))
 		if score < bestScore {
 			best, bestScore = ci, score
 		}

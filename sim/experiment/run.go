@@ -106,6 +106,10 @@ type simCluster struct {
 	capacity    float64 // per replica
 	models      []bool
 	outstanding float64 // token-cost of requests in flight (least_loaded)
+	// estimated is the same at ext_proc's estimate of each request's
+	// cost (its prompt, the default output: the workload sends no
+	// max_tokens), what a deployable router knows (least_loaded_seen).
+	estimated float64
 	// awaiting counts the requests routed to it that have no first token
 	// yet: what ILB's ext_proc counts of its own requests until their
 	// response headers (streaming responses start with the first token).
@@ -124,6 +128,7 @@ type pending struct {
 	first   bool          // its first token came
 	alt     int           // the replica a retry goes to (-1: the fallback's pick)
 	ticket  picker.Ticket // ILB's replica picker's booking
+	est     float64       // ext_proc's estimate of its cost (simCluster.estimated)
 }
 
 type runner struct {

@@ -121,6 +121,13 @@ type Policy struct {
 	// plus its outstanding work over its capacity), from exact
 	// instantaneous state. It never sheds.
 	LeastLoaded bool
+	// Seen feeds LeastLoaded only what ILB sees (least_loaded_seen): the
+	// requests in flight at ext_proc's estimate of their cost, and the
+	// serving replicas of the signals monitor's last round. Without it,
+	// least_loaded is an oracle no router can deploy: it knows each
+	// request's output length before it is generated, and every replica's
+	// state at once.
+	Seen bool
 	// LearnCapacity: the controller plans with the capacity package's
 	// estimates, learned from the replicas' token counters and queues,
 	// with the calibrated capacity as the prior; otherwise with the
@@ -141,6 +148,7 @@ func Policies() []Policy {
 		{Name: "waterfall", Weights: config.PolicyWaterfall},
 		{Name: "ilb", Weights: config.PolicyOptimizer, FastLoop: true, LearnCapacity: true},
 		{Name: "least_loaded", LeastLoaded: true},
+		{Name: "least_loaded_seen", LeastLoaded: true, Seen: true},
 	}
 }
 
