@@ -41,11 +41,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	plots := fs.String("plots", "", "write plots (time series per scenario) into this directory")
 	format := fs.String("plot-format", "svg", "plot format: svg or png")
 	report := fs.String("report", "", "write a Markdown report (tables, ratios, plot links) to this file")
+	requests := fs.String("requests", "", "write every request of each run (its decision, the engines' view, its outcome) as CSV into this directory: SCENARIO-POLICY[-LOAD].csv")
 	section := fs.String("report-section", "", "the section of the report this run rewrites, keeping the others (default: results, or sweep with --loads)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	o := simOptions{trace: *trace, traceRate: *traceRate, load: *load, attain: *attain, slo: *slo, seed: *seed, duration: *duration}
+	o := simOptions{trace: *trace, traceRate: *traceRate, load: *load, attain: *attain, slo: *slo, seed: *seed, duration: *duration, requests: *requests}
 	if err := o.check(*format, *loads); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
@@ -150,6 +151,7 @@ type simOptions struct {
 	slo       time.Duration
 	seed      uint64
 	duration  time.Duration
+	requests  string // directory of per-request CSVs ("": none)
 }
 
 // check reports every bad flag at once, and fills the defaults that
@@ -249,12 +251,18 @@ func (o *simOptions) runOne(ctx context.Context, stdout io.Writer, s experiment.
 		}
 	}
 	start := time.Now()
-	results, err := experiment.Compare(ctx, s, pols, o.seed, reqs)
+	results, err := experiment.CompareRecorded(ctx, s, pols, o.seed, reqs, o.requests != "")
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range results {
 		r.Load = load
+		if o.requests != "" {
+			if err := writeRecords(o.requests, r); err != nil {
+				return nil, err
+			}
+			r.Records = nil
+		}
 	}
 	if show {
 		summary := s.Summary
@@ -487,4 +495,28 @@ func writeSweeps(b *strings.Builder, o simOptions, sweeps []experiment.Sweep) {
 		b.WriteString("Cells: share of requests within the SLO · p99 TTFT (· standard requests shed, when any).\n\n")
 		_ = experiment.WriteSweep(b, sw)
 	}
+}
+
+// writeRecords writes r's requests into dir as SCENARIO-POLICY.csv, or
+// SCENARIO-POLICY-LOAD.csv for a run at a load.
+func writeRecords(dir string, r *experiment.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--requests: %w", err)
+	}
+	name := r.Scenario + "-" + r.Policy
+	if r.Load > 0 {
+		name += "-" + strconv.FormatFloat(r.Load, 'f', -1, 64)
+	}
+	f, err := os.Create(filepath.Join(dir, name+".csv"))
+	if err != nil {
+		return fmt.Errorf("--requests: %w", err)
+	}
+	if err := experiment.WriteRecords(f, r.Records); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("--requests: %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--requests: %w", err)
+	}
+	return nil
 }

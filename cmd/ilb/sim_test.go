@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -168,4 +169,54 @@ func writeTrace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return trace
+}
+
+// TestSimCommandRequests: --requests writes every request of each run,
+// and its rows agree with the run's figures.
+func TestSimCommandRequests(t *testing.T) {
+	dir := t.TempDir()
+	stdout, _, err := runCmd(t, "sim", "--scenario", "outage", "--duration", "1m", "--policies", "waterfall,ilb", "--json", "--requests", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all [][]*experiment.Result
+	if err := json.Unmarshal([]byte(stdout), &all); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	for _, res := range all[0] {
+		f, err := os.Open(filepath.Join(dir, "outage-"+res.Policy+".csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		_ = f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != res.Totals.Requests+1 || rows[0][0] != "at_s" {
+			t.Fatalf("%s: %d rows with header %q; want %d requests and a header", res.Policy, len(rows)-1, rows[0], res.Totals.Requests)
+		}
+		col := map[string]int{}
+		for i, name := range rows[0] {
+			col[name] = i
+		}
+		good, steered := 0, 0
+		for _, r := range rows[1:] {
+			if r[col["good"]] == "true" {
+				good++
+				if r[col["outcome"]] != "routed" || r[col["cluster"]] == "" {
+					t.Fatalf("%s: a good request not routed: %q", res.Policy, r)
+				}
+			}
+			if r[col["steered"]] == "true" {
+				steered++
+			}
+		}
+		if good != res.Totals.Good {
+			t.Errorf("%s: %d good rows; the run counted %d", res.Policy, good, res.Totals.Good)
+		}
+		if res.Policy == "waterfall" && steered > 0 {
+			t.Errorf("waterfall: %d steered rows; it has no fast loop", steered)
+		}
+	}
 }

@@ -15,6 +15,12 @@ import (
 // and returns the results in policy order. requests, when not nil,
 // replaces the scenario's workload (a trace replay).
 func Compare(ctx context.Context, s Scenario, policies []Policy, seed uint64, requests []workload.Request) ([]*Result, error) {
+	return CompareRecorded(ctx, s, policies, seed, requests, false)
+}
+
+// CompareRecorded is Compare, keeping every request's Record in each
+// result when records is set.
+func CompareRecorded(ctx context.Context, s Scenario, policies []Policy, seed uint64, requests []workload.Request, records bool) ([]*Result, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -33,7 +39,7 @@ func Compare(ctx context.Context, s Scenario, policies []Policy, seed uint64, re
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i, p := range policies {
 		g.Go(func() error {
-			res, err := Run(gctx, Options{Scenario: s, Policy: p, Seed: seed, Requests: requests, Capacity: capacity})
+			res, err := Run(gctx, Options{Scenario: s, Policy: p, Seed: seed, Requests: requests, Capacity: capacity, Records: records})
 			if err != nil {
 				return fmt.Errorf("policy %s: %w", p.Name, err)
 			}

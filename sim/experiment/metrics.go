@@ -23,6 +23,8 @@ type Result struct {
 	Totals Figures `json:"totals"`
 	// Sources holds the figures of each source, in fleet order.
 	Sources []Figures `json:"sources"`
+	// Records are the requests one by one, with Options.Records.
+	Records []Record `json:"-"`
 	// Versions is how many weights versions the controller published.
 	Versions int    `json:"weights_versions"`
 	Series   Series `json:"series"`
@@ -173,6 +175,13 @@ func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duratio
 	r := rec.r
 	q := &r.reqs[i]
 	si := r.sources[q.Source]
+	if r.records != nil {
+		x := &r.records[i]
+		x.Outcome, x.TTFT, x.Good = outcomeNames[out], ttft, out == routed && ttft <= r.opts.Scenario.SLO
+		if cluster >= 0 {
+			x.Cluster = r.clusterNames[cluster]
+		}
+	}
 	prio, _ := weights.ParsePriority(q.Priority)
 	for _, a := range []*acc{&rec.total, &rec.sources[si]} {
 		a.requests++

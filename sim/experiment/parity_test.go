@@ -108,7 +108,7 @@ func TestDecisionParity(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: no decision record (answers %v)", id, resps)
 			}
-			ci, out := tab.route(cellKey{si, 0}, prio, draw, u, r.live, make([]int, len(f.Clusters)), true)
+			ci, out, _, _ := tab.route(cellKey{si, 0}, prio, draw, u, r.live, make([]int, len(f.Clusters)), true)
 			got := outcomeOf(rec)
 			var want string
 			switch out {

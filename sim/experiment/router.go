@@ -55,10 +55,10 @@ func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters 
 // ext_proc calls it): the live state of the cell's clusters when the fast
 // loop is on, none otherwise (then Envoy routes to the drawn cluster
 // whatever its state, and no planned shed is confirmed).
-func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, ls []live.Cluster, awaiting []int, fast bool) (int, outcome) {
+func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, ls []live.Cluster, awaiting []int, fast bool) (int, outcome, route.Decision, *routeCell) {
 	c := t.cells[k]
 	if c == nil {
-		return -1, noCapacity
+		return -1, noCapacity, route.Decision{}, nil
 	}
 	var sig []route.Signal
 	if fast {
@@ -71,13 +71,13 @@ func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, 
 	d := route.Decide(c.rc, sig, route.Request{Priority: prio, Draw: draw, Uniform: u})
 	switch d.Outcome {
 	case route.NoCapacity:
-		return -1, noCapacity
+		return -1, noCapacity, d, c
 	case route.Shed:
-		return -1, shedPlanned
+		return -1, shedPlanned, d, c
 	case route.Overloaded:
-		return -1, shedSat
+		return -1, shedSat, d, c
 	}
-	return c.clusters[d.Chosen], routed
+	return c.clusters[d.Chosen], routed, d, c
 }
 
 // regionShares is the share of cell k's weights on each region's clusters.

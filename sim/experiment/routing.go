@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/route"
 
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/weights"
@@ -33,7 +34,12 @@ func (r *runner) arrive(i int) {
 			draw = r.rng.Uint64()
 		}
 		var out outcome
-		cluster, out = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.awaiting(), r.opts.Policy.FastLoop)
+		var d route.Decision
+		var rc *routeCell
+		cluster, out, d, rc = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.awaiting(), r.opts.Policy.FastLoop)
+		if r.records != nil {
+			r.noteDecision(i, d, rc)
+		}
 		r.book(i, prio, out != routed)
 		if out != routed {
 			r.rec.finish(i, -1, out, 0, 0)

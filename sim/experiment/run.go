@@ -57,6 +57,8 @@ type Options struct {
 	Capacity map[string]float64
 	// Window is the width of the time series' buckets; 0: Duration/60.
 	Window time.Duration
+	// Records keeps every request's Record in Result.Records.
+	Records bool
 }
 
 // lifecycle is a simulated replica's state as the world sees it.
@@ -174,6 +176,7 @@ type runner struct {
 	inflight []pending
 	free     []int
 	rec      *recorder
+	records  []Record // per request, with Options.Records
 	results  []replica.Result
 	// The controller's schedule: ticks every controller.tick, and at once
 	// (at most one a second: controller.DefaultMinResolveGap) when a
@@ -215,7 +218,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := r.run(ctx); err != nil {
 		return nil, err
 	}
-	return r.rec.result(r), nil
+	res := r.rec.result(r)
+	res.Records = r.records
+	return res, nil
 }
 
 func newRunner(o Options) (*runner, error) {
@@ -318,6 +323,12 @@ func newRunner(o Options) (*runner, error) {
 		}
 	}
 	r.rec = newRecorder(r, o.Window)
+	if o.Records {
+		r.records = make([]Record, len(r.reqs))
+		for i, q := range r.reqs {
+			r.records[i] = Record{At: q.At, Source: q.Source, Priority: q.Priority, Prompt: q.Prompt, Output: q.Output, Keep: 1, Predicted: -1}
+		}
+	}
 	if !o.Policy.LeastLoaded {
 		now := func() time.Time { return epoch.Add(r.clock.now) }
 		r.ctl, err = controller.New(controller.Options{
