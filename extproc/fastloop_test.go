@@ -282,6 +282,7 @@ func TestSteeringToSpillTargets(t *testing.T) {
 	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true})
 	slow := ls.Clusters["us-east-vllm"]
 	slow.TTFT = 30 // seconds: every request moves (k = 0.05/30)
+	slow.Waiting = 8 // a queue: slow for load, not for its prompts
 	ls.Clusters["us-east-vllm"] = slow
 	h.srv.SetLive(ls)
 	resps := h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"llama-3.1-8b-instruct","messages":[{"role":"user","content":"hi"}]}`))

@@ -42,6 +42,9 @@ type Cluster struct {
 	// off clusters with more of it (package route).
 	Pressure      float64 `json:"pressure,omitempty"`
 	PressureKnown bool    `json:"pressure_known,omitempty"`
+	// Waiting is the requests its engines queue, summed over its serving
+	// replicas whose load is known.
+	Waiting float64 `json:"waiting,omitempty"`
 	// TTFT is the time to first token the cluster's engines give now, in
 	// seconds (their TTFT histograms and queues; see signals.Cluster);
 	// steering compares it, plus the round trip, across the clusters a
@@ -103,7 +106,7 @@ func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning) *State {
 	for name, c := range snap.Clusters {
 		cl := Cluster{Saturated: c.Saturated, Overloaded: c.Saturated, PressureKnown: c.LoadKnown > 0}
 		if cl.PressureKnown {
-			cl.Pressure = c.Waiting / max(c.Running, 1)
+			cl.Pressure, cl.Waiting = c.Waiting/max(c.Running, 1), c.Waiting
 			if c.TTFTKnown > 0 && slo.OverTarget(c.FirstTokensPerSecond, c.SlowFirstTokensPerSecond, c.Waiting/float64(c.LoadKnown)) {
 				cl.Overloaded = true
 			}
@@ -172,8 +175,18 @@ func excludedWhy(c signals.Cluster, blind *signals.Blind) string {
 // response: with the engines' first-token rate they predict the TTFT of
 // the next one (route.PredictTTFT).
 func (c Cluster) Signal(awaiting int64) route.Signal {
-	return route.Signal{
+	s := route.Signal{
 		Excluded: c.Excluded != "", Saturated: c.Saturated, Overloaded: c.Overloaded, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
 		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
 	}
+	// A request or more waiting per serving replica, at the engines or
+	// among this router's own requests (then more than the engines'
+	// figure explains): the queue rule of config.CapacityLearning's
+	// OverTarget. Fewer of this router's requests in flight than replicas
+	// are the steady state, not a queue: at light load their Little's law
+	// (the sojourn, network included) is a little over the engines' TTFT,
+	// and steering on that moved requests for nothing.
+	per := float64(max(c.Serving, 1))
+	s.Queued = c.Overloaded || c.Saturated || c.Waiting >= per || float64(awaiting) >= per && s.TTFT > c.TTFT
+	return s
 }

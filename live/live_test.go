@@ -78,15 +78,25 @@ func TestFromSignalsCluster(t *testing.T) {
 // awaiting there adding to its predicted TTFT.
 func TestSignal(t *testing.T) {
 	c := live.Cluster{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: 0.4, TTFTKnown: true, FirstTokensPerSecond: 10}
+	idle := live.Cluster{TTFT: 0.4, TTFTKnown: true, FirstTokensPerSecond: 5, Serving: 4}
+	queued := idle
+	queued.Waiting, queued.Pressure, queued.PressureKnown = 4, 0.5, true
+	slowIdle := idle
+	slowIdle.TTFT = 0.8
 	tests := []struct {
 		name     string
 		c        live.Cluster
 		awaiting int64
 		want     route.Signal
 	}{
-		{"none awaiting", c, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true}},
-		{"20 awaiting", c, 20, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true}},
+		{"none awaiting", c, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true, Queued: true}},
+		{"20 awaiting", c, 20, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Queued: true}},
 		{"excluded", live.Cluster{Excluded: "no replica"}, 3, route.Signal{Excluded: true}},
+		// Four serving replicas giving 5 first tokens a second.
+		{"fewer of ours awaiting than replicas is no queue", idle, 3, route.Signal{TTFT: 0.6, TTFTKnown: true}},
+		{"a request waiting per replica at the engines is a queue", queued, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true}},
+		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true}},
+		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, route.Signal{TTFT: 0.8, TTFTKnown: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -151,6 +151,14 @@ type Signal struct {
 	// when TTFTKnown.
 	TTFT      float64
 	TTFTKnown bool
+	// Queued: requests wait there — its engines report a queue, it is
+	// overloaded or saturated, or more of this router's requests await a
+	// first token there than its engines' figure explains (TTFT is then
+	// Little's law's). Steering by TTFT moves requests only off a queued
+	// cluster: an idle one's TTFT is the prefill time of the few prompts
+	// it served last interval, not load, and steering on it moved half
+	// of the requests at light load, across regions, for nothing.
+	Queued bool
 }
 
 // PredictTTFT is a cluster's time to first token for the next request,
@@ -305,7 +313,9 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	// the SLO, and made a proportional plan worse than with no steering).
 	if !saturated {
 		if live[d.Chosen].TTFTKnown {
-			c.predict(&d, live, req.Draw)
+			if live[d.Chosen].Queued {
+				c.predict(&d, live, req.Draw)
+			}
 		} else {
 			c.grade(&d, rem, live, req.Draw)
 		}

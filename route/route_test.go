@@ -275,7 +275,7 @@ func BenchmarkDecide(b *testing.B) {
 // what each saves; a fast local cluster keeps everything.
 func TestPredictedTTFTSteering(t *testing.T) {
 	c := route.NewCell([]route.Target{{Weight: 10000, RTT: 0.001}, {Weight: 0, RTT: 0.08}, {Weight: 0, RTT: 0.22}}, weights.ShedFractions{})
-	known := func(ttft float64) route.Signal { return route.Signal{TTFT: ttft, TTFTKnown: true} }
+	known := func(ttft float64) route.Signal { return route.Signal{TTFT: ttft, TTFTKnown: true, Queued: true} }
 	tests := []struct {
 		name string
 		live []route.Signal
@@ -288,6 +288,7 @@ func TestPredictedTTFTSteering(t *testing.T) {
 		{"local slow: spills by savings", []route.Signal{known(1.5), known(0.05), known(0.05)}, []float64{1.0 / 30, 29.0 / 30 * 1.371 / 2.602, 29.0 / 30 * 1.231 / 2.602}},
 		{"a saturated or excluded spill target is never used", []route.Signal{known(1.5), {TTFT: 0.05, TTFTKnown: true, Saturated: true}, {TTFT: 0.05, TTFTKnown: true, Excluded: true}}, []float64{1, 0, 0}},
 		{"unknown TTFT elsewhere: nothing moves", []route.Signal{known(1.5), {}, {}}, []float64{1, 0, 0}},
+		{"local slow without a queue: its prompts' prefill, nothing moves", []route.Signal{{TTFT: 1.5, TTFTKnown: true}, known(0.05), known(0.05)}, []float64{1, 0, 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
