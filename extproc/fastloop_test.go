@@ -281,7 +281,7 @@ func TestSteeringToSpillTargets(t *testing.T) {
 	})
 	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true})
 	slow := ls.Clusters["us-east-vllm"]
-	slow.TTFT = 30 // seconds: every request moves (k = 0.05/30)
+	slow.TTFT = 30   // seconds: every request moves (k = 0.05/30)
 	slow.Waiting = 8 // a queue: slow for load, not for its prompts
 	ls.Clusters["us-east-vllm"] = slow
 	h.srv.SetLive(ls)
