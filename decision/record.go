@@ -60,8 +60,9 @@ type Record struct {
 	Chosen         string      `json:"chosen,omitempty"`
 	// ShedWaived is the planned shed fraction of the request's priority
 	// that would have refused it but was not enforced: a cluster it may go
-	// to had headroom (or there was no live engine state to confirm the
-	// overload). 0 when no plan applied.
+	// to was not overloaded (its engines met the TTFT target, or had no
+	// queue), or there was no live engine state to confirm the overload.
+	// 0 when no plan applied.
 	ShedWaived float64 `json:"shed_waived,omitempty"`
 	// Redrawn says why the first draw's cluster was passed over.
 	Redrawn string `json:"redrawn,omitempty"`

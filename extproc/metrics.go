@@ -116,7 +116,7 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 		}, []string{"source"}),
 		waived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_shed_waived_total",
-			Help: "Requests the controller's planned shedding would have refused but ILB routed, because a cluster they may go to had headroom (or no live engine state confirmed the overload), by source, model and priority.",
+			Help: "Requests the controller's planned shedding would have refused but ILB routed, because a cluster they may go to was not overloaded (its engines met the TTFT target, or had no queue), or no live engine state confirmed the overload, by source, model and priority.",
 		}, []string{"source", "model", "priority"}),
 		logBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ilb_extproc_decision_log_bytes",

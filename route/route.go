@@ -238,7 +238,7 @@ type Decision struct {
 	SteerAmong  int
 	SteerSlot   uint64
 	// Waived is the planned shed fraction that applied to this request's
-	// draw but was not enforced because a cluster had headroom (0 when
+	// draw but was not enforced because a cluster was not overloaded (0 when
 	// none was waived).
 	Waived float64
 }
