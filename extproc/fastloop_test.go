@@ -73,6 +73,10 @@ var sat = live.Cluster{Saturated: true, Pressure: 3, PressureKnown: true}
 // free is a cluster with headroom: nothing queued.
 var free = live.Cluster{PressureKnown: true}
 
+// late misses the TTFT target while requests wait (overloaded in the
+// SLO's terms), with no queue per running request to speak of.
+var late = live.Cluster{Overloaded: true, PressureKnown: true}
+
 // now is the harness clock (extproc.Options.Now).
 var now = time.Unix(1700000000, 0)
 
@@ -98,6 +102,15 @@ func TestFastLoop(t *testing.T) {
 			"us-east-vllm": {Excluded: "unhealthy"}, "eu-west-vllm": {Excluded: "unhealthy"}, "eu-west-tgi": {Excluded: "draining"},
 		}}, "", 503, "no_capacity", "", ""},
 		{"planned shedding of standard, confirmed by every cluster saturated", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "standard", 429, "shed", "", ""},
+		{"planned shedding of standard, confirmed by every cluster missing its TTFT target", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
+			"us-east-vllm": late, "eu-west-vllm": late, "eu-west-tgi": late,
+		}}, "standard", 429, "shed", "", ""},
+		{"planned shedding while one cluster meets its TTFT target: waived", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
+			"us-east-vllm": late, "eu-west-vllm": late, "eu-west-tgi": free,
+		}}, "standard", 0, "weighted", "", ""},
+		{"every cluster missing its TTFT target without a plan: sheddable served", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
+			"us-east-vllm": late, "eu-west-vllm": late, "eu-west-tgi": late,
+		}}, "sheddable", 0, "weighted", "", ""},
 		{"planned shedding spares more important priorities", weights.ShedFractions{weights.Standard: 1}, allSaturated(), "critical", 0, "weighted", "", ""},
 		{"planned shedding while a cluster has headroom: waived", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": sat, "eu-west-vllm": sat, "eu-west-tgi": free,
@@ -302,5 +315,38 @@ func TestSteeringToSpillTargets(t *testing.T) {
 	}
 	if !spill["us-west-sglang"] || !spill["eu-west-vllm"] || len(spill) != 2 || !spill[rec.Chosen] {
 		t.Errorf("spill candidates %v, chosen %s; want us-west-sglang and eu-west-vllm, the chosen among them", spill, rec.Chosen)
+	}
+}
+
+// TestSpillWhenWeightedOut: when every cluster the weights give a share
+// is out between two ticks, the spill targets take the requests (named
+// for Envoy, the record saying why) instead of a 503 for all.
+func TestSpillWhenWeightedOut(t *testing.T) {
+	h := start(t, true)
+	publishCells(t, h, func(source, model string, cell *weights.Cell) {
+		if source == "edge-us" && model == "llama-3.1-8b-instruct" {
+			cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: weights.Total}}
+		}
+	})
+	ls := allClusters(h.cfg, free)
+	ls.Clusters["us-east-vllm"] = live.Cluster{Excluded: "no serving replica: 3 unhealthy"}
+	h.srv.SetLive(ls)
+	resps := h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"llama-3.1-8b-instruct","messages":[{"role":"user","content":"hi"}],"priority":"critical"}`))
+	last := resps[len(resps)-1]
+	if ir := last.GetImmediateResponse(); ir != nil {
+		t.Fatalf("answered %d %s; want a spill target", ir.GetStatus().GetCode(), ir.GetBody())
+	}
+	set := mutation(t, last.GetRequestBody().GetResponse())
+	rec, _ := h.srv.Decisions().Get("req-1")
+	if rec.Chosen == "us-east-vllm" || rec.Chosen == "" || set[header.RouteCluster] != rec.Chosen {
+		t.Fatalf("record chose %q, %s = %q; want a spill target, named", rec.Chosen, header.RouteCluster, set[header.RouteCluster])
+	}
+	if !strings.Contains(rec.Redrawn, "as is every cluster with weight: drawn among the") {
+		t.Errorf("record says %q; want why a spill target took it", rec.Redrawn)
+	}
+	for _, c := range rec.Candidates {
+		if c.Cluster == rec.Chosen && (!c.Spill || c.Weight != 0) {
+			t.Errorf("chosen %+v; want a spill candidate", c)
+		}
 	}
 }
