@@ -127,8 +127,17 @@ type state struct {
 	waitPer float64
 	// sustained is the throughput per replica averaged over TimeConstant:
 	// the load the controller plans on (its demand is smoothed on that
-	// scale), which overload is judged against.
+	// scale), which overload is judged against. It is read debiased
+	// (sustainedNow): an exponential average started from no weight,
+	// divided by the weight its history has (1 − e^(−observed/τ)), so
+	// the first minute is the mean of what was observed in it, not the
+	// first interval's throughput weighted as a whole window. Started
+	// from the first interval, a cluster that ramped up from idle (a
+	// fleet starting, a cluster added) and queued in its first minute
+	// learned a capacity of two thirds of what it then served for good
+	// (no later interval gave evidence either way).
 	sustained float64
+	observed  time.Duration
 	ttftKnown bool
 	calm      time.Duration
 }
@@ -233,7 +242,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	est := &st.est
 	est.Pressure = pressure
 	if first {
-		st.mean, st.sustained, st.ttftKnown = x, x, o.TTFTKnown
+		st.mean, st.ttftKnown = x, o.TTFTKnown
 		if o.TTFTKnown {
 			st.first, st.slow = o.FirstTokensPerSecond, min(o.SlowFirstTokensPerSecond, o.FirstTokensPerSecond)
 		}
@@ -244,6 +253,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	w := 1 - math.Exp(-dt.Seconds()/e.s.SmoothTime.Seconds())
 	st.waitPer += w * (o.Waiting/n - st.waitPer)
 	st.sustained += (1 - math.Exp(-dt.Seconds()/e.s.TimeConstant.Seconds())) * (x - st.sustained)
+	st.observed = min(st.observed+dt, 8*e.s.TimeConstant)
 	d := x - st.mean
 	st.mean += w * d
 	st.vari = (1 - w) * (st.vari + w*d*d)
@@ -302,7 +312,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		// with their variability (Kingman: W ≈ ρ/(1−ρ) · (C²a + C²s)/2 ·
 		// E[S]), so a cluster breaks at a lower mean load than under
 		// smooth ones, and the plan must leave room for the bursts.
-		if at := min(st.mean, st.sustained); at < est.PerReplica {
+		if at := min(st.mean, st.sustainedNow(e.s.TimeConstant)); at < est.PerReplica {
 			kind = FromOverload
 			if tooSlow && (!queued || !wasQueued) {
 				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, at)
@@ -332,6 +342,15 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	est.Samples++
 	est.Updated = o.At
 	return true
+}
+
+// sustainedNow is the debiased sustained throughput (see state.sustained).
+func (st *state) sustainedNow(tau time.Duration) float64 {
+	w := 1 - math.Exp(-st.observed.Seconds()/tau.Seconds())
+	if !(w > 0) {
+		return st.mean
+	}
+	return st.sustained / w
 }
 
 func finiteNonNeg(vs ...float64) bool {

@@ -99,7 +99,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	} else {
 		draw = s.opts.Rand()
 	}
-	d := route.Decide(c.rc, sig, route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering})
+	d := route.Decide(c.rc, sig, route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost})
 	if d.Waived > 0 {
 		rec.ShedWaived = d.Waived
 		s.metrics.waived.WithLabelValues(src.name, model, x.prio.String()).Inc()
@@ -248,10 +248,11 @@ func (s *Server) signals(c *cell, ls *live.State, out []route.Signal) []route.Si
 	out = slices.Grow(out[:0], len(c.targets))[:len(c.targets)]
 	for i, t := range c.targets {
 		var awaiting int64
+		var work float64
 		if a := s.awaiting[t.Cluster]; a != nil {
-			awaiting = a.Load()
+			awaiting, work = a.load()
 		}
-		out[i] = ls.Clusters[t.Cluster].Signal(awaiting)
+		out[i] = ls.Clusters[t.Cluster].Signal(awaiting, work)
 	}
 	return out
 }

@@ -95,9 +95,10 @@ type Server struct {
 	typical *demand.Typical
 	// awaiting counts, per engine cluster, the requests routed there
 	// whose response headers have not come back yet (for a streaming
-	// response, the first token): the fast loop's view of a burst before
-	// the engines' metrics show it. Built once; the map is read-only.
-	awaiting map[string]*atomic.Int64
+	// response, the first token), and their estimated cost: the fast
+	// loop's view of a burst before the engines' metrics show it. Built
+	// once; the map is read-only.
+	awaiting map[string]*inflight
 	// unknownSource limits the log lines of streams naming an unknown
 	// source: a misconfigured (or hostile) Envoy sends one per request.
 	unknownSource logLimiter
@@ -142,9 +143,9 @@ func New(o Options) (*Server, error) {
 	for _, c := range o.Config.Clusters {
 		engines[c.Name] = string(c.Engine)
 	}
-	awaiting := make(map[string]*atomic.Int64, len(o.Config.Clusters))
+	awaiting := make(map[string]*inflight, len(o.Config.Clusters))
 	for _, e := range o.Config.Clusters {
-		awaiting[e.Name] = new(atomic.Int64)
+		awaiting[e.Name] = new(inflight)
 	}
 	pickers := newPickers(o.Config, m)
 	if o.Registry != nil && len(pickers) > 0 {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -86,8 +85,10 @@ type exchange struct {
 	// off or once it ended.
 	span trace.Span
 	// awaitingOn is the awaiting counter of the cluster the request was
-	// routed to, until its response headers come or the stream ends.
-	awaitingOn *atomic.Int64
+	// routed to, until its response headers come or the stream ends, and
+	// awaitingWork what the request added to its work.
+	awaitingOn   *inflight
+	awaitingWork int64
 	// streamed is true when Envoy sends the request body in chunks. In
 	// BUFFERED mode (what ILB configures) the one body message is the
 	// whole body, whether or not end_of_stream is set (it is not when
@@ -455,7 +456,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 		s.opts.Meter.Add(x.key, provisional, false)
 	}
 	if a := s.awaiting[x.rec.Chosen]; a != nil {
-		a.Add(1)
+		x.awaitingWork = a.add(x.cost)
 		x.awaitingOn = a
 	}
 }
@@ -503,7 +504,7 @@ func (s *Server) unfinished(x *exchange) {
 func (s *Server) answered(x *exchange) {
 	x.ticket.FirstToken()
 	if x.awaitingOn != nil {
-		x.awaitingOn.Add(-1)
+		x.awaitingOn.remove(x.awaitingWork)
 		x.awaitingOn = nil
 	}
 }

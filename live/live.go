@@ -173,11 +173,14 @@ func excludedWhy(c signals.Cluster, blind *signals.Blind) string {
 // Signal is the cluster's state as the route decision takes it. awaiting
 // is how many requests the caller sent there that still await their
 // response: with the engines' first-token rate they predict the TTFT of
-// the next one (route.PredictTTFT).
-func (c Cluster) Signal(awaiting int64) route.Signal {
+// the next one (route.PredictTTFT); work is their estimated cost, in
+// token-cost units, which balancing divides by the serving replicas'
+// capacity (route.Signal.Work).
+func (c Cluster) Signal(awaiting int64, work float64) route.Signal {
 	s := route.Signal{
 		Excluded: c.Excluded != "", Saturated: c.Saturated, Overloaded: c.Overloaded, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
 		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
+		Serving: c.Serving, Work: max(work, 0),
 	}
 	// A request or more waiting per serving replica, at the engines or
 	// among this router's own requests (then more than the engines'

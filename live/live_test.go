@@ -87,25 +87,28 @@ func TestSignal(t *testing.T) {
 		name     string
 		c        live.Cluster
 		awaiting int64
+		work     float64
 		want     route.Signal
 	}{
-		{"none awaiting", c, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true, Queued: true}},
-		{"20 awaiting", c, 20, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Queued: true}},
-		{"excluded", live.Cluster{Excluded: "no replica"}, 3, route.Signal{Excluded: true}},
+		{"none awaiting", c, 0, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true, Queued: true}},
+		{"20 awaiting", c, 20, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Queued: true}},
+		{"excluded", live.Cluster{Excluded: "no replica"}, 3, 0, route.Signal{Excluded: true}},
 		// Four serving replicas giving 5 first tokens a second.
-		{"fewer of ours awaiting than replicas is no queue", idle, 3, route.Signal{TTFT: 0.6, TTFTKnown: true}},
-		{"a request waiting per replica at the engines is a queue", queued, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true}},
-		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true}},
-		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, route.Signal{TTFT: 0.8, TTFTKnown: true}},
+		{"fewer of ours awaiting than replicas is no queue", idle, 3, 0, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4}},
+		{"a request waiting per replica at the engines is a queue", queued, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4}},
+		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true, Serving: 4}},
+		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4}},
+		{"the work of ours awaiting passes through", idle, 3, 1500, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Work: 1500}},
+		{"a negative work is none", idle, 0, -5, route.Signal{TTFT: 0.4, TTFTKnown: true, Serving: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.c.Signal(tt.awaiting); got != tt.want {
+			if got := tt.c.Signal(tt.awaiting, tt.work); got != tt.want {
 				t.Fatalf("%+v; want %+v", got, tt.want)
 			}
 		})
 	}
-	if a, b := c.Signal(0).TTFT, c.Signal(20).TTFT; !(b > a) {
+	if a, b := c.Signal(0, 0).TTFT, c.Signal(20, 0).TTFT; !(b > a) {
 		t.Errorf("20 requests awaiting predict %v s, none %v s: want more", b, a)
 	}
 }
@@ -186,7 +189,7 @@ func TestOverloaded(t *testing.T) {
 			if c.Overloaded != tt.want {
 				t.Fatalf("overloaded %v; want %v (%+v)", c.Overloaded, tt.want, snap.Clusters["c"])
 			}
-			if got := c.Signal(0).Overloaded; got != tt.want {
+			if got := c.Signal(0, 0).Overloaded; got != tt.want {
 				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)
 			}
 		})

@@ -71,8 +71,9 @@ func (o Outcome) String() string {
 // Cell is one (source, model) of a weights version, indexed for the
 // request path. It is immutable once built and safe for concurrent use.
 type Cell struct {
-	weights []uint64  // per target, in Envoy's list order
-	rtt     []float64 // per target, seconds
+	weights  []uint64  // per target, in Envoy's list order
+	rtt      []float64 // per target, seconds
+	capacity []float64 // per target, token-cost units per second per replica (0: unknown)
 	ends    []uint64  // ends[i] = weights[0] + … + weights[i]
 	total   uint64
 	shed    weights.ShedFractions
@@ -89,6 +90,12 @@ type Target struct {
 	Weight uint64
 	// RTT is the round trip from the source to the cluster, in seconds.
 	RTT float64
+	// Capacity is the sustainable throughput of one of its replicas, in
+	// token-cost units per second (the profile's capacity_per_replica);
+	// with the work this router has in flight there (Signal.Work) it
+	// gives the wait balancing compares. 0: unknown (never balanced to or
+	// from).
+	Capacity float64
 }
 
 // NewCell indexes a cell: targets in the order Envoy's weighted_clusters
@@ -99,6 +106,7 @@ func NewCell(ts []Target, shed weights.ShedFractions) *Cell {
 	for _, t := range ts {
 		c.weights = append(c.weights, t.Weight)
 		c.rtt = append(c.rtt, max(t.RTT, 0))
+		c.capacity = append(c.capacity, max(t.Capacity, 0))
 		c.total += t.Weight
 		c.ends = append(c.ends, c.total)
 	}
@@ -159,6 +167,15 @@ type Signal struct {
 	// it served last interval, not load, and steering on it moved half
 	// of the requests at light load, across regions, for nothing.
 	Queued bool
+	// Serving is how many replicas may take requests there now.
+	Serving int
+	// Work is the cost of this router's requests in flight there that
+	// have no first token yet, in token-cost units, as ext_proc estimated
+	// each at its decision (0 ≤ Work): the work sent there and not yet
+	// begun, which a burst raises request by request, an interval before
+	// the engines' metrics show it. Balancing divides it by the target's
+	// capacity (Target.Capacity × Serving).
+	Work float64
 }
 
 // PredictTTFT is a cluster's time to first token for the next request,
@@ -202,6 +219,10 @@ type Request struct {
 	// off an excluded cluster) picked, however loaded (extproc.steering:
 	// false).
 	NoSteer bool
+	// Cost is the request's own estimated cost, in token-cost units
+	// (≥ 0): balancing compares the time each candidate needs for the
+	// work ahead of it plus its own.
+	Cost float64
 }
 
 // Decision is what Decide says of one request.
@@ -237,6 +258,14 @@ type Decision struct {
 	SteeredFrom int
 	SteerAmong  int
 	SteerSlot   uint64
+	// Compared: a second draw over the same weights, Alternative (another
+	// target), was compared with the chosen one by their waits, WaitFirst
+	// and WaitAlternative (seconds; see balance). Balanced: it was
+	// sooner, round trip included, and took the request: the power of two
+	// choices.
+	Compared, Balanced         bool
+	Alternative                int
+	WaitFirst, WaitAlternative float64
 	// Waived is the planned shed fraction that applied to this request's
 	// draw but was not enforced because a cluster was not overloaded (0 when
 	// none was waived).
@@ -312,6 +341,7 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	// bursty code-completion traffic it cost 2.7 points of goodput within
 	// the SLO, and made a proportional plan worse than with no steering).
 	if !saturated {
+		c.balance(&d, rem, live, req)
 		if live[d.Chosen].TTFTKnown {
 			if live[d.Chosen].Queued {
 				c.predict(&d, live, req.Draw)
@@ -321,6 +351,55 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 		}
 	}
 	return d
+}
+
+// balance is the power of two choices over the weights: a second draw
+// among the remaining targets (rem), with the weights' odds and
+// independent of the first, is compared with the chosen target by the
+// time each needs for the work this router already sent there without
+// a first token, over all its serving replicas, then for the request's
+// own, on one — wait = Work / (Capacity × Serving) + cost / Capacity —
+// and takes the request when it is both sooner (wait) and sooner round
+// trip included (RTT + wait). Where the plan's
+// clusters are equally loaded for their capacity nothing moves, so the
+// weights' shares and the regions the plan chose stand; a burst that
+// piles onto one cluster moves, request by request, to the other draw,
+// as a join-the-shortest-queue router would, within the plan's clusters
+// and their odds. Sampling two and keeping the better is the classic
+// result of load balancing (Mitzenmacher, "The power of two choices in
+// randomized load balancing", 2001): the longest queue falls from
+// logarithmic to doubly logarithmic in the number of servers, and a
+// random split of bursty traffic queued on the clusters with the fewest
+// replicas while others had room. The second draw is a hash of the
+// first, so a session moves only when the loads change.
+func (c *Cell) balance(d *Decision, rem []int, live []Signal, req Request) {
+	if len(rem) < 2 {
+		return
+	}
+	alt, _ := c.pickAmong(rem, mix(req.Draw^0x2545f4914f6cdd1d))
+	if alt == d.Chosen {
+		return
+	}
+	wa, oka := c.wait(d.Chosen, live, req.Cost)
+	wb, okb := c.wait(alt, live, req.Cost)
+	if !oka || !okb || live[alt].Saturated {
+		return
+	}
+	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, alt, wa, wb
+	if wb < wa && c.rtt[alt]+wb < c.rtt[d.Chosen]+wa {
+		d.Chosen, d.Balanced = alt, true
+	}
+}
+
+// wait is the time target i needs for this router's work waiting there,
+// then for a request of the given cost, in seconds, and whether it is
+// known (a capacity and a serving replica).
+func (c *Cell) wait(i int, live []Signal, cost float64) (float64, bool) {
+	l := live[i]
+	if l.Excluded || l.Serving <= 0 || !(c.capacity[i] > 0) {
+		return 0, false
+	}
+	return max(l.Work, 0)/(c.capacity[i]*float64(l.Serving)) + max(cost, 0)/c.capacity[i], true
 }
 
 // predict is graded steering by predicted time to first token. A target

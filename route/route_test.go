@@ -1,6 +1,7 @@
 package route_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -344,6 +345,72 @@ func TestPredictTTFT(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := route.PredictTTFT(tt.engine, tt.awaiting, tt.rate, tt.serving); math.Abs(got-tt.want) > 1e-12 {
 				t.Errorf("PredictTTFT(%v, %d, %v, %d) = %v; want %v", tt.engine, tt.awaiting, tt.rate, tt.serving, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBalance: the power of two choices. A second draw over the same
+// weights takes the request only when it needs less time for this
+// router's work there plus the request's own, round trip included; equal
+// loads move nothing, so the weights' shares stand.
+func TestBalance(t *testing.T) {
+	const cost = 1000 // token-cost units; 1 s on one replica of capacity 1000
+	at := func(rtt float64) route.Target { return route.Target{Weight: 500, RTT: rtt, Capacity: 1000} }
+	idle := route.Signal{PressureKnown: true, Serving: 2}
+	busy := idle
+	busy.Work = 8000 // 4 s of work over its two replicas
+	tests := []struct {
+		name      string
+		ts        []route.Target
+		live      []route.Signal
+		balanced  bool   // some draw moves to its second draw
+		compared  bool   // some draw compares two targets
+		wantWaits string // the waits compared when the first draw is target 0
+	}{
+		{"equal loads move nothing", []route.Target{at(0.001), at(0.001)}, []route.Signal{idle, idle}, false, true, "1.000 1.000"},
+		{"a burst on one cluster moves its draws to the other", []route.Target{at(0.001), at(0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000"},
+		{"not farther away than the time it saves", []route.Target{at(0.001), at(5)}, []route.Signal{busy, idle}, false, true, "5.000 1.000"},
+		{"farther away, when it saves more than the round trip", []route.Target{at(0.001), at(1)}, []route.Signal{busy, idle}, true, true, "5.000 1.000"},
+		{"never to a saturated cluster", []route.Target{at(0.001), at(0.001)}, []route.Signal{busy, {Saturated: true, PressureKnown: true, Serving: 2}}, false, true, ""},
+		{"never without a capacity", []route.Target{at(0.001), {Weight: 500, RTT: 0.001}}, []route.Signal{busy, idle}, false, false, ""},
+		{"never without a serving replica", []route.Target{at(0.001), at(0.001)}, []route.Signal{busy, {PressureKnown: true}}, false, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := route.NewCell(tt.ts, weights.ShedFractions{})
+			var balanced, compared bool
+			waits := ""
+			counts := make([]int, len(tt.ts))
+			const n = 4000
+			for draw := range uint64(n) {
+				d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: draw * 0x9e3779b97f4a7c15, Cost: cost})
+				if d.Outcome != route.Routed {
+					t.Fatalf("draw %d: %v", draw, d.Outcome)
+				}
+				counts[d.Chosen]++
+				balanced = balanced || d.Balanced
+				compared = compared || d.Compared
+				if d.Compared && d.Drawn == 0 && waits == "" {
+					waits = fmt.Sprintf("%.3f %.3f", d.WaitFirst, d.WaitAlternative)
+				}
+				if d.Balanced && (d.Chosen != d.Alternative || d.Chosen == d.Drawn) {
+					t.Fatalf("draw %d: balanced to %d, alternative %d, drawn %d", draw, d.Chosen, d.Alternative, d.Drawn)
+				}
+			}
+			if balanced != tt.balanced || compared != tt.compared || waits != tt.wantWaits {
+				t.Errorf("balanced %v compared %v waits %q; want %v %v %q", balanced, compared, waits, tt.balanced, tt.compared, tt.wantWaits)
+			}
+			// Without a move the shares are the weights' (equal here);
+			// with one, the busy cluster 0 keeps only the draws whose
+			// second draw is itself: about a quarter.
+			share := float64(counts[0]) / n
+			want := 0.5
+			if tt.balanced {
+				want = 0.25
+			}
+			if math.Abs(share-want) > 0.05 {
+				t.Errorf("target 0 took %.3f of the draws; want about %.2f", share, want)
 			}
 		})
 	}

@@ -9,17 +9,21 @@ import (
 // ext_proc and the benchmark both route it: wc's clusters in Envoy's
 // weighted_clusters order, then every other cluster s may reach for the
 // model (config.Reachable) with weight 0 — a spill target Envoy's draw
-// never takes but steering may name — each with its round trip from s.
+// never takes but steering may name — each with its round trip from s
+// and its profile's capacity per replica.
 func Targets(cfg *config.Config, s config.Source, wc weights.Cell) []Target {
 	out := make([]Target, 0, len(wc.Targets))
 	listed := make(map[string]bool, len(wc.Targets))
 	add := func(name string, weight uint64) {
-		var rtt float64
+		t := Target{Cluster: name, Weight: weight}
 		if e, ok := cfg.Cluster(name); ok {
 			l, _ := cfg.Link(s.Region, e.Region)
-			rtt = l.RTTMs / 1000
+			t.RTT = l.RTTMs / 1000
+			if p, ok := cfg.Profile(e.Profile); ok {
+				t.Capacity = p.CapacityPerReplica
+			}
 		}
-		out = append(out, Target{Cluster: name, Weight: weight, RTT: rtt})
+		out = append(out, t)
 		listed[name] = true
 	}
 	for _, t := range wc.Targets {

@@ -23,13 +23,13 @@ func TestTargets(t *testing.T) {
 		want         []route.Target
 	}{
 		{"edge-us: one weighted, the others spill", "edge-us", []weights.Target{{Cluster: "eu-west-tgi", Weight: 10000}}, []route.Target{
-			{Cluster: "eu-west-tgi", Weight: 10000, RTT: 0.078},
-			{Cluster: "us-east-vllm"}, // same region: the intra-region default (filled below)
-			{Cluster: "eu-west-vllm", RTT: 0.078},
+			{Cluster: "eu-west-tgi", Weight: 10000, RTT: 0.078, Capacity: 6000},
+			{Cluster: "us-east-vllm", Capacity: 12000}, // same region: the intra-region default (filled below)
+			{Cluster: "eu-west-vllm", RTT: 0.078, Capacity: 12000},
 		}},
 		{"edge-eu: residency keeps us-east out", "edge-eu", []weights.Target{{Cluster: "eu-west-vllm", Weight: 10000}}, []route.Target{
-			{Cluster: "eu-west-vllm", Weight: 10000}, // RTT 0 here: the intra-region default
-			{Cluster: "eu-west-tgi"},
+			{Cluster: "eu-west-vllm", Weight: 10000, Capacity: 12000}, // RTT 0 here: the intra-region default
+			{Cluster: "eu-west-tgi", Capacity: 6000},
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

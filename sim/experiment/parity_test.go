@@ -15,6 +15,7 @@ import (
 	"github.com/ilbproject/ilb/extproc/extproctest"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 )
@@ -108,7 +109,11 @@ func TestDecisionParity(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: no decision record (answers %v)", id, resps)
 			}
-			ci, out, _, _ := tab.route(cellKey{si, 0}, prio, draw, u, r.live, make([]int, len(f.Clusters)), true)
+			// The request's cost is ext_proc's estimate (recorded): the
+			// benchmark's comes from the workload's prompt count, which
+			// this request does not have.
+			req := route.Request{Priority: prio, Draw: draw, Uniform: u, Cost: rec.TokenCost}
+			ci, out, _, _ := tab.route(cellKey{si, 0}, req, r.live, make([]int, len(f.Clusters)), make([]float64, len(f.Clusters)), true)
 			got := outcomeOf(rec)
 			var want string
 			switch out {

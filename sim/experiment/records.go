@@ -77,6 +77,6 @@ func (r *runner) noteDecision(i int, d route.Decision, rc *routeCell) {
 	l := r.live[ci]
 	x.Awaiting, x.FirstTokensPerSecond, x.Overloaded = r.clusters[ci].awaiting, l.FirstTokensPerSecond, l.Overloaded
 	if l.TTFTKnown {
-		x.Predicted = l.Signal(int64(x.Awaiting)).TTFT
+		x.Predicted = l.Signal(int64(x.Awaiting), r.clusters[ci].awaitingWork).TTFT
 	}
 }

@@ -55,7 +55,7 @@ func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters 
 // ext_proc calls it): the live state of the cell's clusters when the fast
 // loop is on, none otherwise (then Envoy routes to the drawn cluster
 // whatever its state, and no planned shed is confirmed).
-func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, ls []live.Cluster, awaiting []int, fast bool) (int, outcome, route.Decision, *routeCell) {
+func (t *table) route(k cellKey, req route.Request, ls []live.Cluster, awaiting []int, work []float64, fast bool) (int, outcome, route.Decision, *routeCell) {
 	c := t.cells[k]
 	if c == nil {
 		return -1, noCapacity, route.Decision{}, nil
@@ -64,11 +64,11 @@ func (t *table) route(k cellKey, prio weights.Priority, draw uint64, u float64, 
 	if fast {
 		sig = t.sig[:0]
 		for _, cl := range c.clusters {
-			sig = append(sig, ls[cl].Signal(int64(awaiting[cl])))
+			sig = append(sig, ls[cl].Signal(int64(awaiting[cl]), work[cl]))
 		}
 		t.sig = sig
 	}
-	d := route.Decide(c.rc, sig, route.Request{Priority: prio, Draw: draw, Uniform: u})
+	d := route.Decide(c.rc, sig, req)
 	switch d.Outcome {
 	case route.NoCapacity:
 		return -1, noCapacity, d, c

@@ -36,7 +36,9 @@ func (r *runner) arrive(i int) {
 		var out outcome
 		var d route.Decision
 		var rc *routeCell
-		cluster, out, d, rc = r.table.route(cellKey{si, mi}, prio, draw, r.rng.Float64(), r.live, r.awaiting(), r.opts.Policy.FastLoop)
+		awaiting, work := r.awaiting()
+		est, _ := r.limits[mi].Estimate(float64(q.Prompt), true, 0)
+		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est}, r.live, awaiting, work, r.opts.Policy.FastLoop)
 		if r.records != nil {
 			r.noteDecision(i, d, rc)
 		}
@@ -113,6 +115,7 @@ func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Dur
 	r.clusters[cl].outstanding += cost
 	r.clusters[cl].estimated += est
 	r.clusters[cl].awaiting++
+	r.clusters[cl].awaitingWork += est
 	r.clock.at(deliverAt, evDeliver, pi)
 	return pi
 }
@@ -154,13 +157,15 @@ func (r *runner) retryOrFail(pi int) {
 }
 
 // awaiting is, per cluster, the requests routed there without a first
-// token yet (a scratch slice, valid until the next call).
-func (r *runner) awaiting() []int {
-	r.waitBuf = r.waitBuf[:0]
+// token yet and their estimated cost (scratch slices, valid until the
+// next call).
+func (r *runner) awaiting() ([]int, []float64) {
+	r.waitBuf, r.workBuf = r.waitBuf[:0], r.workBuf[:0]
 	for _, c := range r.clusters {
 		r.waitBuf = append(r.waitBuf, c.awaiting)
+		r.workBuf = append(r.workBuf, max(c.awaitingWork, 0))
 	}
-	return r.waitBuf
+	return r.waitBuf, r.workBuf
 }
 
 // firstToken counts a first token of replica ri, for the engine TTFT
@@ -176,6 +181,7 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	r.inflight[pi].ticket.FirstToken()
 	r.inflight[pi].ticket.Done()
 	r.clusters[rep.cluster].awaiting--
+	r.clusters[rep.cluster].awaitingWork -= r.inflight[pi].est
 	if at-r.inflight[pi].reached > r.ttftTarget {
 		rep.slow++
 	}
@@ -194,6 +200,7 @@ func (r *runner) release(pi int) float64 {
 	r.clusters[rep.cluster].estimated -= p.est
 	if !p.first {
 		r.clusters[rep.cluster].awaiting--
+		r.clusters[rep.cluster].awaitingWork -= p.est
 	}
 	r.free = append(r.free, pi)
 	return cost

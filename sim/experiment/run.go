@@ -116,8 +116,11 @@ type simCluster struct {
 	// yet: what ILB's ext_proc counts of its own requests until their
 	// response headers (streaming responses start with the first token).
 	awaiting int
-	rr       int             // round robin's counter
-	picker   *picker.Cluster // ILB's replica picker (host policy ilb)
+	// awaitingWork is their estimated cost (pending.est), token-cost
+	// units: what ext_proc sums of its own requests awaiting a response.
+	awaitingWork float64
+	rr           int             // round robin's counter
+	picker       *picker.Cluster // ILB's replica picker (host policy ilb)
 }
 
 // pending is a request on its way to a replica, or in it.
@@ -145,6 +148,7 @@ type runner struct {
 	cnames   map[string]int
 	rtt      [][]time.Duration // source region × cluster region
 	waitBuf  []int
+	workBuf  []float64
 	egress   [][]float64 // USD per GB
 	allowed  [][]bool    // source × cluster
 	// snap is the last signals round as ILB's monitor publishes it, and
