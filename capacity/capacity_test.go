@@ -45,6 +45,16 @@ func TestEstimate(t *testing.T) {
 	}{
 		{"prior 3x too high, queued: both fall to the throughput", 3 * mu, 300, func(i int) capacity.Observation { return obs(i, mu, 40, 20) }, near(mu), near(mu), capacity.FromOverload},
 		{"prior 3x too low, queued: saturation rises, the plan does not", mu / 3, 300, func(i int) capacity.Observation { return obs(i, mu, 40, 20) }, exactly(mu / 3), near(mu), capacity.FromPrior},
+		// A fleet starting (or a cluster added): its first second served
+		// a tenth of what it then serves, queued from the start. Its
+		// sustained throughput is the mean of what it served so far,
+		// not the first second weighted as a whole minute.
+		{"a ramp from idle that queues at once learns what it serves, not the ramp", 1.2 * mu, 300, func(i int) capacity.Observation {
+			if i == 0 {
+				return obs(i, mu/10, 0, 2)
+			}
+			return obs(i, mu, 40, 20)
+		}, bounds{0.95 * mu, 1.03 * mu}, near(mu), capacity.FromOverload},
 		{"KV full counts as a queue", 3 * mu, 300, func(i int) capacity.Observation {
 			o := obs(i, mu, 0, 20)
 			o.KVUsage, o.KVKnown = 0.97, true

@@ -31,7 +31,9 @@
 //     μ, and how close to μ a cluster may run depends on the mix and on
 //     the SLO, so C is learned from its own evidence: overload lowers C
 //     toward the sustained throughput X̄ at which it happened (the mean
-//     over TimeConstant, the scale the controller plans on — under bursty
+//     over TimeConstant, the scale the controller plans on, debiased: in
+//     a cluster's first TimeConstant it is the mean of what it served so
+//     far, not its first interval's — under bursty
 //     arrivals a cluster breaks at a lower mean load than under smooth
 //     ones, as Kingman's formula says, and the plan must leave room for
 //     the bursts), so the plan then loads the cluster to target × X̄,

@@ -27,6 +27,9 @@ const (
 	reasonSession  = "session"  // draw from the session key: sticky
 	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
 	reasonSteered  = "steered"  // moved off the drawn cluster by graded steering (slower, a queue included)
+	// reasonBalanced: a second draw over the weights had less of ILB's
+	// work waiting, round trip included (the power of two choices).
+	reasonBalanced = "balanced"
 	// reasonLocalReply: Envoy answered the request itself before ILB
 	// decided (a body over envoy.request_buffer_bytes: 413).
 	reasonLocalReply = "local_reply"
@@ -137,10 +140,14 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		}
 		rec.Reason = reasonRedrawn
 	}
+	if d.Balanced {
+		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)
+		rec.Reason = reasonBalanced
+	}
 	if d.Steered { // always graded: by predicted TTFT, or by queue pressure
 		from := c.targets[d.SteeredFrom].Cluster
 		var why []byte
-		if rec.Redrawn != "" { // redrawn first: keep why
+		if rec.Redrawn != "" { // redrawn or balanced first: keep why
 			why = append(append(why, rec.Redrawn...), "; then "...)
 		}
 		if sig[d.SteeredFrom].TTFTKnown {
@@ -270,6 +277,17 @@ func (c *cell) noCapacityWhy(ls *live.State) string {
 	}
 	sort.Strings(why)
 	return " (" + strings.Join(why, "; ") + ")"
+}
+
+// balancedWhy says why a request left from for to, the second draw:
+// after what happened before (redrawn, or ""), the two waits compared.
+func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
+	why := fmt.Sprintf("%s needs %.0f ms for the work ILB sent there and its engines have not begun (then this request's), %s, a second draw over the weights, %.0f ms: the second draw takes it, round trip included (power of two choices)",
+		from, 1000*waitFrom, to, 1000*waitTo)
+	if before != "" {
+		return before + "; then " + why
+	}
+	return why
 }
 
 // steeredByTTFT appends why a request left from for a faster cluster, as

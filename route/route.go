@@ -74,9 +74,9 @@ type Cell struct {
 	weights  []uint64  // per target, in Envoy's list order
 	rtt      []float64 // per target, seconds
 	capacity []float64 // per target, token-cost units per second per replica (0: unknown)
-	ends    []uint64  // ends[i] = weights[0] + … + weights[i]
-	total   uint64
-	shed    weights.ShedFractions
+	ends     []uint64  // ends[i] = weights[0] + … + weights[i]
+	total    uint64
+	shed     weights.ShedFractions
 }
 
 // Target is one cluster of a cell.
@@ -261,10 +261,11 @@ type Decision struct {
 	// Compared: a second draw over the same weights, Alternative (another
 	// target), was compared with the chosen one by their waits, WaitFirst
 	// and WaitAlternative (seconds; see balance). Balanced: it was
-	// sooner, round trip included, and took the request: the power of two
+	// sooner, round trip included, and took the request from
+	// BalancedFrom (the drawn or redrawn target): the power of two
 	// choices.
 	Compared, Balanced         bool
-	Alternative                int
+	Alternative, BalancedFrom  int
 	WaitFirst, WaitAlternative float64
 	// Waived is the planned shed fraction that applied to this request's
 	// draw but was not enforced because a cluster was not overloaded (0 when
@@ -387,7 +388,7 @@ func (c *Cell) balance(d *Decision, rem []int, live []Signal, req Request) {
 	}
 	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, alt, wa, wb
 	if wb < wa && c.rtt[alt]+wb < c.rtt[d.Chosen]+wa {
-		d.Chosen, d.Balanced = alt, true
+		d.BalancedFrom, d.Chosen, d.Balanced = d.Chosen, alt, true
 	}
 }
 
