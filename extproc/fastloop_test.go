@@ -2,7 +2,6 @@ package extproc_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -283,80 +282,51 @@ func TestAwaitingRequestsSteer(t *testing.T) {
 	}
 }
 
-// TestAwaitingWorkBalances: the work of ext_proc's own requests awaiting
-// their response at a cluster is what balancing (the power of two
-// choices) compares, through real streams: with two large requests held
-// at the drawn cluster, the next one goes to the second draw, by name and
-// saying why; once they are answered, the draw stands again.
+// TestAwaitingWorkBalances: balancing (the power of two choices) through
+// real streams: a request drawn to the A100 cluster goes to the H100 one,
+// the second draw, which ends its prefill in half the time; with one of
+// ext_proc's requests awaiting its response there (as many as its serving
+// replicas), the two are even and the draw stands; once it is answered,
+// the request moves again.
 func TestAwaitingWorkBalances(t *testing.T) {
 	h := start(t, true)
-	// edge-eu's qwen: the fixed draw (4242) falls in eu-west-vllm's
-	// [3000, 10000), the second draw (a hash of it) in eu-west-tgi's.
+	// edge-eu's qwen: the fixed draw (4242) falls in eu-west-tgi's
+	// [0, 5000); the second draw (a hash of it) is eu-west-vllm.
 	publishCells(t, h, func(source, model string, cell *weights.Cell) {
 		if source == "edge-eu" && model == "qwen2.5-7b-instruct" {
-			cell.Targets = []weights.Target{{Cluster: "eu-west-tgi", Weight: 3000}, {Cluster: "eu-west-vllm", Weight: 7000}}
+			cell.Targets = []weights.Target{{Cluster: "eu-west-tgi", Weight: 5000}, {Cluster: "eu-west-vllm", Weight: 5000}}
 		}
 	})
 	h.srv.SetLive(allClusters(h.cfg, live.Cluster{PressureKnown: true, Serving: 1}))
-	big := func(id string) []*extprocv3.ProcessingRequest {
-		return []*extprocv3.ProcessingRequest{
+	send := func(id string) (extprocv3.ExternalProcessor_ProcessClient, decision.Record) {
+		t.Helper()
+		st, _ := openStream(t, h, "edge-eu")
+		for _, m := range []*extprocv3.ProcessingRequest{
 			reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id),
 			reqBody(`{"model":"qwen-7b","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("x", 40000) + `"}]}`),
-		}
-	}
-	done := respHeaders(":status", "200")
-	record := func(id string) decision.Record {
-		t.Helper()
-		rec, ok := h.srv.Decisions().Get(id)
-		if !ok {
-			t.Fatalf("no record %s", id)
-		}
-		return rec
-	}
-	tests := []struct {
-		name, want, reason string
-	}{
-		// Nothing awaits: the bigger engine finishes the request sooner
-		// than the second draw's, and the draw stands.
-		{"nothing awaiting", "eu-west-vllm", "weighted"},
-		// One held: equal (its work and this one's on the H100 take
-		// what this one alone takes on the A100, half as fast).
-		{"one held", "eu-west-vllm", "weighted"},
-		// Two held: the A100 is sooner.
-		{"two held", "eu-west-tgi", "balanced"},
-	}
-	var held []extprocv3.ExternalProcessor_ProcessClient
-	for i, tt := range tests {
-		id := fmt.Sprintf("b-%d", i)
-		st, _ := openStream(t, h, "edge-eu")
-		for _, m := range big(id) {
+		} {
 			if _, err := exchangeOne(t, st, m); err != nil {
 				t.Fatal(err)
 			}
 		}
-		rec := record(id)
-		if rec.Chosen != tt.want || rec.Reason != tt.reason {
-			t.Fatalf("%s: %s (%s, %q); want %s (%s)", tt.name, rec.Chosen, rec.Reason, rec.Redrawn, tt.want, tt.reason)
+		rec, ok := h.srv.Decisions().Get(id)
+		if !ok {
+			t.Fatalf("no record %s", id)
 		}
-		if tt.reason == "balanced" && !strings.Contains(rec.Redrawn, "eu-west-tgi, a second draw over the weights") {
-			t.Errorf("%s: why %q; want the second draw named", tt.name, rec.Redrawn)
-		}
-		held = append(held, st)
+		return st, rec
 	}
-	// Every response comes: nothing awaits, the draw stands.
-	for _, st := range held {
-		if _, err := exchangeOne(t, st, done); err != nil {
-			t.Fatal(err)
-		}
+	held, rec := send("first")
+	if rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-vllm, a second draw") {
+		t.Fatalf("nothing awaiting: %s (%s, %q); want balanced to eu-west-vllm, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
-	st, _ := openStream(t, h, "edge-eu")
-	for _, m := range big("after") {
-		if _, err := exchangeOne(t, st, m); err != nil {
-			t.Fatal(err)
-		}
+	if _, rec := send("second"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
+		t.Fatalf("one awaiting at eu-west-vllm: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
-	if rec := record("after"); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
-		t.Errorf("after the responses: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	if _, err := exchangeOne(t, held, respHeaders(":status", "200")); err != nil {
+		t.Fatal(err)
+	}
+	if _, rec := send("third"); rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" {
+		t.Errorf("after the response: %s (%s); want balanced to eu-west-vllm", rec.Chosen, rec.Reason)
 	}
 }
 

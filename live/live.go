@@ -180,7 +180,7 @@ func (c Cluster) Signal(awaiting int64, work float64) route.Signal {
 	s := route.Signal{
 		Excluded: c.Excluded != "", Saturated: c.Saturated, Overloaded: c.Overloaded, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
 		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
-		Serving: c.Serving, Work: max(work, 0),
+		Serving: c.Serving, Work: max(work, 0), Awaiting: max(awaiting, 0),
 	}
 	// A request or more waiting per serving replica, at the engines or
 	// among this router's own requests (then more than the engines'

@@ -91,15 +91,15 @@ func TestSignal(t *testing.T) {
 		want     route.Signal
 	}{
 		{"none awaiting", c, 0, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true, Queued: true}},
-		{"20 awaiting", c, 20, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Queued: true}},
-		{"excluded", live.Cluster{Excluded: "no replica"}, 3, 0, route.Signal{Excluded: true}},
+		{"20 awaiting", c, 20, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Queued: true, Awaiting: 20}},
+		{"excluded", live.Cluster{Excluded: "no replica"}, 3, 0, route.Signal{Excluded: true, Awaiting: 3}},
 		// Four serving replicas giving 5 first tokens a second.
-		{"fewer of ours awaiting than replicas is no queue", idle, 3, 0, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4}},
+		{"fewer of ours awaiting than replicas is no queue", idle, 3, 0, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3}},
 		{"a request waiting per replica at the engines is a queue", queued, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4}},
-		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true, Serving: 4}},
-		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4}},
-		{"the work of ours awaiting passes through", idle, 3, 1500, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Work: 1500}},
-		{"a negative work is none", idle, 0, -5, route.Signal{TTFT: 0.4, TTFTKnown: true, Serving: 4}},
+		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true, Serving: 4, Awaiting: 4}},
+		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4, Awaiting: 4}},
+		{"the work of ours awaiting passes through", idle, 3, 1500, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3, Work: 1500}},
+		{"a negative count or work is none", idle, -2, -5, route.Signal{TTFT: 0.4, TTFTKnown: true, Serving: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -169,6 +169,10 @@ type Signal struct {
 	Queued bool
 	// Serving is how many replicas may take requests there now.
 	Serving int
+	// Awaiting is how many of this router's requests await a first
+	// token there (≥ 0); balancing counts their Work only while they are
+	// at least as many as the serving replicas.
+	Awaiting int64
 	// Work is the cost of this router's requests in flight there that
 	// have no first token yet, in token-cost units, as ext_proc estimated
 	// each at its decision (0 ≤ Work): the work sent there and not yet
@@ -258,8 +262,8 @@ type Decision struct {
 	SteeredFrom int
 	SteerAmong  int
 	SteerSlot   uint64
-	// Compared: a second draw over the same weights, Alternative (another
-	// target), was compared with the chosen one by their waits, WaitFirst
+	// Compared: a second draw among the targets not excluded,
+	// Alternative (another target), was compared with the chosen one by their waits, WaitFirst
 	// and WaitAlternative (seconds; see balance). Balanced: it was
 	// sooner, round trip included, and took the request from
 	// BalancedFrom (the drawn or redrawn target): the power of two
@@ -342,7 +346,7 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	// bursty code-completion traffic it cost 2.7 points of goodput within
 	// the SLO, and made a proportional plan worse than with no steering).
 	if !saturated {
-		c.balance(&d, rem, live, req)
+		c.balance(&d, live, req)
 		if live[d.Chosen].TTFTKnown {
 			if live[d.Chosen].Queued {
 				c.predict(&d, live, req.Draw)
@@ -354,30 +358,50 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	return d
 }
 
-// balance is the power of two choices over the weights: a second draw
-// among the remaining targets (rem), with the weights' odds and
-// independent of the first, is compared with the chosen target by the
-// time each needs for the work this router already sent there without
-// a first token, over all its serving replicas, then for the request's
-// own, on one — wait = Work / (Capacity × Serving) + cost / Capacity —
-// and takes the request when it is both sooner (wait) and sooner round
-// trip included (RTT + wait). Where the plan's
-// clusters are equally loaded for their capacity nothing moves, so the
-// weights' shares and the regions the plan chose stand; a burst that
-// piles onto one cluster moves, request by request, to the other draw,
-// as a join-the-shortest-queue router would, within the plan's clusters
-// and their odds. Sampling two and keeping the better is the classic
-// result of load balancing (Mitzenmacher, "The power of two choices in
-// randomized load balancing", 2001): the longest queue falls from
-// logarithmic to doubly logarithmic in the number of servers, and a
-// random split of bursty traffic queued on the clusters with the fewest
-// replicas while others had room. The second draw is a hash of the
-// first, so a session moves only when the loads change.
-func (c *Cell) balance(d *Decision, rem []int, live []Signal, req Request) {
-	if len(rem) < 2 {
+// balance is the power of two choices: a second target, drawn with equal
+// odds among every target of the cell not excluded (spill targets
+// included) and independently of the first, is compared with the chosen
+// one by when each would begin the request — the work this router sent
+// there that has no first token yet, spread over its serving replicas,
+// counted only while those requests are at least as many as the replicas
+// (fewer leave a replica free) — plus how long the request's own work
+// takes on one replica: wait = Work / (Capacity × Serving) + cost /
+// Capacity. The second takes the request when it is both sooner (wait)
+// and sooner round trip included (RTT + wait). Where the clusters are
+// equally loaded for their capacity nothing moves, so the weights'
+// shares stand; a burst that piles onto one cluster moves, request by
+// request, to the other draw, as a join-the-shortest-queue router would.
+// Sampling two and keeping the better is the classic result of load
+// balancing (Mitzenmacher, "The power of two choices in randomized load
+// balancing", 2001): the longest queue falls from logarithmic to doubly
+// logarithmic in the number of servers. The second draw ranges over the
+// clusters the weights give nothing too: the plan keeps a source's
+// traffic near home while the fleet is light, so each region takes its
+// own source's bursts alone, while a router that pools them (proportional
+// spreading, least-work routing) absorbs them; a burst then goes abroad
+// only while that is faster round trip included. The second draw is a
+// hash of the first, so a session moves only when the loads change.
+func (c *Cell) balance(d *Decision, live []Signal, req Request) {
+	n := 0
+	for i := range c.weights {
+		if !live[i].Excluded {
+			n++
+		}
+	}
+	if n < 2 {
 		return
 	}
-	alt, _ := c.pickAmong(rem, mix(req.Draw^0x2545f4914f6cdd1d))
+	k := mix(req.Draw^0x2545f4914f6cdd1d) % uint64(n)
+	alt := -1
+	for i := range c.weights {
+		if !live[i].Excluded {
+			if k == 0 {
+				alt = i
+				break
+			}
+			k--
+		}
+	}
 	if alt == d.Chosen {
 		return
 	}
@@ -392,15 +416,19 @@ func (c *Cell) balance(d *Decision, rem []int, live []Signal, req Request) {
 	}
 }
 
-// wait is the time target i needs for this router's work waiting there,
-// then for a request of the given cost, in seconds, and whether it is
-// known (a capacity and a serving replica).
+// wait is when target i would begin a request of the given cost and end
+// its prefill, in seconds (see balance), and whether it is known (a
+// capacity and a serving replica).
 func (c *Cell) wait(i int, live []Signal, cost float64) (float64, bool) {
 	l := live[i]
 	if l.Excluded || l.Serving <= 0 || !(c.capacity[i] > 0) {
 		return 0, false
 	}
-	return max(l.Work, 0)/(c.capacity[i]*float64(l.Serving)) + max(cost, 0)/c.capacity[i], true
+	var ahead float64
+	if l.Awaiting >= int64(l.Serving) {
+		ahead = max(l.Work, 0) / (c.capacity[i] * float64(l.Serving))
+	}
+	return ahead + max(cost, 0)/c.capacity[i], true
 }
 
 // predict is graded steering by predicted time to first token. A target

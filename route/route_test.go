@@ -350,31 +350,37 @@ func TestPredictTTFT(t *testing.T) {
 	}
 }
 
-// TestBalance: the power of two choices. A second draw over the same
-// weights takes the request only when it needs less time for this
-// router's work there plus the request's own, round trip included; equal
-// loads move nothing, so the weights' shares stand.
+// TestBalance: the power of two choices. A second target, drawn among
+// all those not excluded, takes the request only when it would begin and
+// end the request's prefill sooner, round trip included; equal loads move
+// nothing, so the weights' shares stand.
 func TestBalance(t *testing.T) {
 	const cost = 1000 // token-cost units; 1 s on one replica of capacity 1000
-	at := func(rtt float64) route.Target { return route.Target{Weight: 500, RTT: rtt, Capacity: 1000} }
+	at := func(w uint64, rtt float64) route.Target { return route.Target{Weight: w, RTT: rtt, Capacity: 1000} }
 	idle := route.Signal{PressureKnown: true, Serving: 2}
 	busy := idle
-	busy.Work = 8000 // 4 s of work over its two replicas
+	busy.Work, busy.Awaiting = 8000, 4 // 4 s of work over its two replicas
 	tests := []struct {
 		name      string
 		ts        []route.Target
 		live      []route.Signal
-		balanced  bool   // some draw moves to its second draw
-		compared  bool   // some draw compares two targets
-		wantWaits string // the waits compared when the first draw is target 0
+		balanced  bool    // some draw moves to its second draw
+		compared  bool    // some draw compares two targets
+		wantWaits string  // the waits compared when the first draw is target 0
+		share0    float64 // the share of the draws target 0 keeps
 	}{
-		{"equal loads move nothing", []route.Target{at(0.001), at(0.001)}, []route.Signal{idle, idle}, false, true, "1.000 1.000"},
-		{"a burst on one cluster moves its draws to the other", []route.Target{at(0.001), at(0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000"},
-		{"not farther away than the time it saves", []route.Target{at(0.001), at(5)}, []route.Signal{busy, idle}, false, true, "5.000 1.000"},
-		{"farther away, when it saves more than the round trip", []route.Target{at(0.001), at(1)}, []route.Signal{busy, idle}, true, true, "5.000 1.000"},
-		{"never to a saturated cluster", []route.Target{at(0.001), at(0.001)}, []route.Signal{busy, {Saturated: true, PressureKnown: true, Serving: 2}}, false, true, ""},
-		{"never without a capacity", []route.Target{at(0.001), {Weight: 500, RTT: 0.001}}, []route.Signal{busy, idle}, false, false, ""},
-		{"never without a serving replica", []route.Target{at(0.001), at(0.001)}, []route.Signal{busy, {PressureKnown: true}}, false, false, ""},
+		{"equal loads move nothing", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{idle, idle}, false, true, "1.000 1.000", 0.5},
+		{"a burst on one cluster moves its draws to the other", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.25},
+		{"fewer of ours than replicas: one is free, nothing ahead", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{{PressureKnown: true, Serving: 2, Awaiting: 1, Work: 8000}, idle}, false, true, "1.000 1.000", 0.5},
+		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{busy, idle}, false, true, "5.000 1.000", 0.5},
+		{"farther away, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.25},
+		// The weights give target 1 nothing: every draw is target 0's, and
+		// the half whose second draw is target 1 move.
+		{"a spill target takes a burst when it is sooner", []route.Target{at(1000, 0.001), at(0, 0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.5},
+		{"a faster engine ends a request's prefill sooner", []route.Target{at(500, 0.001), {Weight: 500, RTT: 0.001, Capacity: 2000}}, []route.Signal{idle, idle}, true, true, "1.000 0.500", 0.25},
+		{"never to a saturated cluster", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {Saturated: true, PressureKnown: true, Serving: 2}}, false, true, "", 0.5},
+		{"never without a capacity", []route.Target{at(500, 0.001), {Weight: 500, RTT: 0.001}}, []route.Signal{busy, idle}, false, false, "", 0.5},
+		{"never without a serving replica", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {PressureKnown: true}}, false, false, "", 0.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -394,23 +400,15 @@ func TestBalance(t *testing.T) {
 				if d.Compared && d.Drawn == 0 && waits == "" {
 					waits = fmt.Sprintf("%.3f %.3f", d.WaitFirst, d.WaitAlternative)
 				}
-				if d.Balanced && (d.Chosen != d.Alternative || d.Chosen == d.Drawn) {
-					t.Fatalf("draw %d: balanced to %d, alternative %d, drawn %d", draw, d.Chosen, d.Alternative, d.Drawn)
+				if d.Balanced && (d.Chosen != d.Alternative || d.Chosen == d.Drawn || d.BalancedFrom != d.Drawn) {
+					t.Fatalf("draw %d: balanced from %d to %d, alternative %d, drawn %d", draw, d.BalancedFrom, d.Chosen, d.Alternative, d.Drawn)
 				}
 			}
 			if balanced != tt.balanced || compared != tt.compared || waits != tt.wantWaits {
 				t.Errorf("balanced %v compared %v waits %q; want %v %v %q", balanced, compared, waits, tt.balanced, tt.compared, tt.wantWaits)
 			}
-			// Without a move the shares are the weights' (equal here);
-			// with one, the busy cluster 0 keeps only the draws whose
-			// second draw is itself: about a quarter.
-			share := float64(counts[0]) / n
-			want := 0.5
-			if tt.balanced {
-				want = 0.25
-			}
-			if math.Abs(share-want) > 0.05 {
-				t.Errorf("target 0 took %.3f of the draws; want about %.2f", share, want)
+			if share := float64(counts[0]) / n; math.Abs(share-tt.share0) > 0.05 {
+				t.Errorf("target 0 took %.3f of the draws; want about %.2f", share, tt.share0)
 			}
 		})
 	}

@@ -26,6 +26,11 @@ type Record struct {
 	// it had of staying on Drawn (1 when no steering applied).
 	Steered bool
 	Keep    float64
+	// Balanced: moved to the second draw by balancing (the power of two
+	// choices); WaitDrawn and WaitAlternative the waits it compared
+	// (seconds; 0 when it compared none).
+	Balanced                   bool
+	WaitDrawn, WaitAlternative float64
 	// Predicted is the chosen cluster's predicted TTFT at the decision
 	// (seconds; -1 unknown), Awaiting ILB's requests that awaited their
 	// first token there, FirstTokensPerSecond its engines' rate over the
@@ -46,12 +51,12 @@ var outcomeNames = [...]string{routed: "routed", shedPlanned: "shed", shedSat: "
 // WriteRecords writes records as CSV with a header line.
 func WriteRecords(w io.Writer, recs []Record) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"at_s", "source", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good"})
+	_ = cw.Write([]string{"at_s", "source", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range recs {
 		_ = cw.Write([]string{
 			f(r.At.Seconds()), r.Source, r.Priority, strconv.Itoa(r.Prompt), strconv.Itoa(r.Output), r.Drawn, r.Cluster,
-			strconv.FormatBool(r.Steered), f(r.Keep), f(r.Predicted), strconv.Itoa(r.Awaiting), f(r.FirstTokensPerSecond),
+			strconv.FormatBool(r.Steered), f(r.Keep), strconv.FormatBool(r.Balanced), f(r.WaitDrawn), f(r.WaitAlternative), f(r.Predicted), strconv.Itoa(r.Awaiting), f(r.FirstTokensPerSecond),
 			strconv.FormatBool(r.Overloaded), r.Outcome, f(r.TTFT.Seconds()), strconv.FormatBool(r.Good),
 		})
 	}
@@ -70,6 +75,7 @@ func (r *runner) noteDecision(i int, d route.Decision, rc *routeCell) {
 		x.Drawn = r.clusterNames[rc.clusters[d.Drawn]]
 	}
 	x.Steered, x.Keep = d.Steered, d.Keep
+	x.Balanced, x.WaitDrawn, x.WaitAlternative = d.Balanced, d.WaitFirst, d.WaitAlternative
 	if d.Chosen < 0 {
 		return
 	}
