@@ -144,8 +144,7 @@ func (d *Dashboard) countDecisions(s *ShedSample) {
 	}
 	s.Requests = t.Records
 	s.Shed = t.ByReason["shed"] + t.ByReason["overloaded"]
-	routed := t.ByReason["weighted"] + t.ByReason["session"] + t.ByReason["redrawn"] + t.ByReason["steered"]
-	s.Rejected = t.Records - s.Shed - routed
+	s.Rejected = t.Records - s.Shed - t.Routed()
 	// Records evicted before they were counted (more decisions in one
 	// interval than the log keeps): the counts are a lower bound.
 	s.Truncated = t.Lost > 0

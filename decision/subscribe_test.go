@@ -189,3 +189,15 @@ func TestLogTally(t *testing.T) {
 		t.Errorf("nothing new: %+v", t3)
 	}
 }
+
+// TestTallyRouted: every routed reason counts as routed, balanced
+// included; refusals do not.
+func TestTallyRouted(t *testing.T) {
+	l := NewLog(16, 0)
+	for i, reason := range []string{"weighted", "session", "redrawn", "balanced", "steered", "shed", "overloaded", "no_capacity", "model_not_found"} {
+		l.Add(&Record{RequestID: "r" + strconv.Itoa(i), Reason: reason})
+	}
+	if got := l.Tally(0); got.Routed() != 5 || got.Records != 9 {
+		t.Errorf("routed %d of %d; want 5 of 9 (%v)", got.Routed(), got.Records, got.ByReason)
+	}
+}

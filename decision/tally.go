@@ -11,13 +11,37 @@ type Tally struct {
 	// as after to the next call.
 	Through uint64
 	// Records is how many records were counted; ByReason splits them by
-	// their reason code (weighted, session, redrawn, steered, shed,
-	// overloaded, no_capacity, model_not_found, ...).
+	// their reason code (RoutedReasons, then shed, overloaded,
+	// no_capacity, model_not_found, ...).
 	Records  int
 	ByReason map[string]int
 	// Lost is how many records were stored after the point but evicted
 	// before this call (more than the log keeps): not counted.
 	Lost int
+}
+
+// The reason codes of routed requests; every other reason is a refusal
+// or an answer of ILB's own (shed, overloaded, no_capacity, models, ...).
+const (
+	ReasonWeighted = "weighted" // a random draw over the weights
+	ReasonSession  = "session"  // the session key's hash: sticky
+	ReasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
+	// ReasonBalanced: a second draw would begin and end the request's
+	// prefill sooner, round trip included (the power of two choices).
+	ReasonBalanced = "balanced"
+	ReasonSteered  = "steered" // moved off a queued cluster by graded steering
+)
+
+// RoutedReasons are the reason codes of routed requests.
+var RoutedReasons = [...]string{ReasonWeighted, ReasonSession, ReasonRedrawn, ReasonBalanced, ReasonSteered}
+
+// Routed is how many of the records counted were routed.
+func (t Tally) Routed() int {
+	n := 0
+	for _, r := range RoutedReasons {
+		n += t.ByReason[r]
+	}
+	return n
 }
 
 // TallyStart is the after value that counts nothing and returns where the

@@ -21,15 +21,13 @@ import (
 	"github.com/ilbproject/ilb/route"
 )
 
-// Reason codes of routed requests.
+// Reason codes of routed requests (decision.RoutedReasons).
 const (
-	reasonWeighted = "weighted" // random draw over the weights
-	reasonSession  = "session"  // draw from the session key: sticky
-	reasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
-	reasonSteered  = "steered"  // moved off the drawn cluster by graded steering (slower, a queue included)
-	// reasonBalanced: a second draw over the weights had less of ILB's
-	// work waiting, round trip included (the power of two choices).
-	reasonBalanced = "balanced"
+	reasonWeighted = decision.ReasonWeighted
+	reasonSession  = decision.ReasonSession
+	reasonRedrawn  = decision.ReasonRedrawn
+	reasonSteered  = decision.ReasonSteered
+	reasonBalanced = decision.ReasonBalanced
 	// reasonLocalReply: Envoy answered the request itself before ILB
 	// decided (a body over envoy.request_buffer_bytes: 413).
 	reasonLocalReply = "local_reply"

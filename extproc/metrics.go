@@ -163,7 +163,7 @@ func (m *metrics) shedding(source string, key demand.Key, prio weights.Priority,
 
 // routedReasons are the reasons of routed requests, in the order of a
 // cell's counter cache.
-var routedReasons = [...]string{reasonWeighted, reasonSession, reasonRedrawn, reasonBalanced, reasonSteered}
+var routedReasons = decision.RoutedReasons
 
 // decisionCounter is the ilb_extproc_decisions_total counter of a routed
 // request: from its cell's cache, without hashing its labels again.

@@ -70,6 +70,7 @@ var reasonMeaning = map[string]string{
 	"weighted": "a random draw over the weights",
 	"session":  "the draw is the session key's hash: the session sticks to one cluster",
 	"redrawn":  "the drawn cluster is excluded now: drawn again among the rest",
+	"balanced": "a second cluster, drawn among every reachable one, would begin and end this request's prefill sooner by the work ILB has waiting there, round trip included: it took the request (the power of two choices)",
 	"steered":  "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
 	"models":   "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
 }
