@@ -379,8 +379,15 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 // traffic near home while the fleet is light, so each region takes its
 // own source's bursts alone, while a router that pools them (proportional
 // spreading, least-work routing) absorbs them; a burst then goes abroad
-// only while that is faster round trip included. The second draw is a
-// hash of the first, so a session moves only when the loads change.
+// only while that is faster round trip included, and only off a queued
+// cluster (Signal.Queued: the engines or this router's own count confirm
+// a queue there). The waits are a coarse scale — a request's whole cost
+// over the mix's sustainable throughput, longer than its prefill — so
+// within a region they only rank the clusters, while a move abroad, which
+// costs a round trip if the estimate is wrong, waits for that evidence:
+// without it, long-prompt traffic past saturation went abroad three times
+// as often and kept 96.0% within the SLO against 99.3%. The second draw
+// is a hash of the first, so a session moves only when the loads change.
 func (c *Cell) balance(d *Decision, live []Signal, req Request) {
 	n := 0
 	for i := range c.weights {
@@ -409,6 +416,9 @@ func (c *Cell) balance(d *Decision, live []Signal, req Request) {
 	wb, okb := c.wait(alt, live, req.Cost)
 	if !oka || !okb || live[alt].Saturated {
 		return
+	}
+	if c.rtt[alt] > c.rtt[d.Chosen] && !live[d.Chosen].Queued {
+		return // farther away: only off a queued cluster
 	}
 	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, alt, wa, wb
 	if wb < wa && c.rtt[alt]+wb < c.rtt[d.Chosen]+wa {

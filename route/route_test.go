@@ -360,6 +360,8 @@ func TestBalance(t *testing.T) {
 	idle := route.Signal{PressureKnown: true, Serving: 2}
 	busy := idle
 	busy.Work, busy.Awaiting = 8000, 4 // 4 s of work over its two replicas
+	queued := busy
+	queued.Queued = true
 	tests := []struct {
 		name      string
 		ts        []route.Target
@@ -372,8 +374,12 @@ func TestBalance(t *testing.T) {
 		{"equal loads move nothing", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{idle, idle}, false, true, "1.000 1.000", 0.5},
 		{"a burst on one cluster moves its draws to the other", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.25},
 		{"fewer of ours than replicas: one is free, nothing ahead", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{{PressureKnown: true, Serving: 2, Awaiting: 1, Work: 8000}, idle}, false, true, "1.000 1.000", 0.5},
-		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{busy, idle}, false, true, "5.000 1.000", 0.5},
-		{"farther away, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.25},
+		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{queued, idle}, false, true, "5.000 1.000", 0.5},
+		{"farther away, off a queued cluster, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{queued, idle}, true, true, "5.000 1.000", 0.25},
+		// Without a queue confirmed there, the coarse wait estimate does not
+		// send a request abroad (the farther cluster's draws are compared
+		// with the nearer one, which is slower: they stay).
+		{"farther away, not off a cluster without a queue", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, false, true, "", 0.5},
 		// The weights give target 1 nothing: every draw is target 0's, and
 		// the half whose second draw is target 1 move.
 		{"a spill target takes a burst when it is sooner", []route.Target{at(1000, 0.001), at(0, 0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.5},
