@@ -81,7 +81,8 @@ func Play(t testing.TB, client extprocv3.ExternalProcessorClient, x Exchange) []
 
 // Send opens one stream as source ("" sends no source metadata) and sends
 // msgs in order, reading one answer after each; it stops after an
-// ImmediateResponse, as Envoy does, and returns the answers.
+// ImmediateResponse, as Envoy does, half-closes the stream, waits for the
+// server to end it, and returns the answers.
 func Send(t testing.TB, client extprocv3.ExternalProcessorClient, source string, msgs ...*extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -109,6 +110,15 @@ func Send(t testing.TB, client extprocv3.ExternalProcessorClient, source string,
 	}
 	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
+	}
+	// Wait for the server to end the stream: what it does as a stream
+	// ends (a request no longer awaiting its response, its replica
+	// booking released) is done when Send returns, so the next request
+	// sees it.
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
 	}
 	return out
 }

@@ -145,7 +145,7 @@ func TestDecisionParity(t *testing.T) {
 		}
 	}
 	// Every branch of the decision was taken, or the comparison proves little.
-	for _, b := range []string{"routed weighted", "routed redrawn", "routed graded", "routed predicted", "429 shed", "429 overloaded", "503 no_capacity"} {
+	for _, b := range []string{"routed weighted", "routed redrawn", "routed balanced", "routed graded", "routed predicted", "429 shed", "429 overloaded", "503 no_capacity"} {
 		if seen[b] == 0 {
 			t.Errorf("no request took the branch %q (seen %v)", b, seen)
 		}
