@@ -35,6 +35,8 @@ type Config struct {
 	// Kubernetes names the API servers of kubernetes discovery
 	// (config/kubernetes.go).
 	Kubernetes Kubernetes `yaml:"kubernetes,omitempty" json:"kubernetes"`
+	// Tenants configures fair shedding between tenants (config/tenants.go).
+	Tenants Tenants `yaml:"tenants,omitempty" json:"tenants"`
 }
 
 // Region is a place: a cloud region or a data centre.
@@ -111,6 +113,12 @@ type Source struct {
 	// first; docs/security.md) — otherwise the header is ignored and the
 	// decision record says so.
 	TrustPriorityHeader bool `yaml:"trust_priority_header,omitempty" json:"trust_priority_header,omitempty"`
+	// TrustTenantHeader makes ext_proc honour the x-ilb-tenant header of
+	// this source's requests (fair shedding, config.Tenants). Off by
+	// default, for the reason priority is: a client could name another
+	// tenant and take its share. Turn it on only where the source's
+	// Envoys set the header from an authenticated identity.
+	TrustTenantHeader bool `yaml:"trust_tenant_header,omitempty" json:"trust_tenant_header,omitempty"`
 	// DefaultPriority is the priority of the source's requests that carry
 	// no trusted x-ilb-priority: "critical", "standard" (default) or
 	// "sheddable".
@@ -527,6 +535,7 @@ func Default() *Config {
 			MaxStreams:          20000,
 			MaxReportRate:       100000,
 		},
+		Tenants: DefaultTenants(),
 		Listen: Listen{
 			XDS:     "127.0.0.1:18000",
 			ExtProc: "127.0.0.1:18001",

@@ -46,6 +46,7 @@ func (c *Config) Validate() error {
 	c.validateSettings(&p)
 	c.validateHA(&p)
 	c.validateKubernetes(&p)
+	c.validateTenants(&p)
 	return errors.Join(p...)
 }
 

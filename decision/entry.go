@@ -32,6 +32,7 @@ type entry struct {
 	decisionMicros, totalMicros         int32 // totalMicros: Record.TotalMillis × 1000 (it is whole microseconds)
 	size                                int32 // the estimate the log counts
 	maxTokens, promptTokens, status     int32
+	tenant                              *[3]float64        // TenantDemand, TenantFair, TenantShed; nil when all are 0 (most records)
 	codes                               [numStrings]uint16 // per string field: codeInline, codeEmpty or an interned code
 	flags                               uint8
 }
@@ -66,6 +67,8 @@ const (
 	strServedVersion
 	strUpstreamHost
 	strUnanswered
+	strTenant
+	strTenantFrom
 	numStrings
 )
 
@@ -76,7 +79,7 @@ var interned = [numStrings]bool{
 	strSource: true, strMethod: true, strRequestedModel: true, strModel: true, strPriority: true,
 	strPriorityFrom: true, strSessionFrom: true, strModelFrom: true, strWeightsVersion: true,
 	strDrawFrom: true, strChosen: true, strReason: true, strServedCluster: true,
-	strServedVersion: true, strUpstreamHost: true,
+	strServedVersion: true, strUpstreamHost: true, strTenantFrom: true,
 }
 
 // Codes of entry.codes.
@@ -92,6 +95,7 @@ func (r *Record) strings() [numStrings]*string {
 		&r.RequestID, &r.Source, &r.Method, &r.Path, &r.RequestedModel, &r.Model, &r.Priority, &r.PriorityFrom,
 		&r.SessionHash, &r.SessionFrom, &r.ModelFrom, &r.TraceID, &r.SpanID, &r.WeightsVersion, &r.DrawFrom,
 		&r.Chosen, &r.Redrawn, &r.Reason, &r.ServedCluster, &r.ServedVersion, &r.UpstreamHost, &r.Unanswered,
+		&r.Tenant, &r.TenantFrom,
 	}
 }
 
@@ -181,6 +185,14 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 		maxTokens: clamp32(int64(r.MaxTokens)), promptTokens: clamp32(int64(r.PromptTokens)),
 		status: clamp32(int64(r.Status)), candidates: r.Candidates, generated: r.Generated,
 	}
+	if r.TenantDemand != 0 || r.TenantFair != 0 || r.TenantShed != 0 {
+		switch {
+		case prev != nil && prev.tenant != nil && *prev.tenant == [3]float64{r.TenantDemand, r.TenantFair, r.TenantShed}:
+			e.tenant = prev.tenant
+		default:
+			e.tenant = &[3]float64{r.TenantDemand, r.TenantFair, r.TenantShed}
+		}
+	}
 	switch d := r.Replica; {
 	case d == nil:
 	case d.Chosen == "":
@@ -248,6 +260,9 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 	}
 	if e.generated != nil {
 		size += generatedSize
+	}
+	if e.tenant != nil {
+		size += 24
 	}
 	e.size = clamp32(int64(size))
 	return e
@@ -318,6 +333,9 @@ func (e *entry) decode(in *interner) Record {
 	}
 	if e.rep != nil {
 		r.Replica = e.rep.decode(in)
+	}
+	if e.tenant != nil {
+		r.TenantDemand, r.TenantFair, r.TenantShed = e.tenant[0], e.tenant[1], e.tenant[2]
 	}
 	if len(e.candidates) > 0 {
 		r.Candidates = append([]Candidate(nil), e.candidates...)

@@ -197,6 +197,10 @@ func TestUpdateStrings(t *testing.T) {
 		{"interned to inline", func(r *Record) { r.UpstreamHost = "10.0.0.1:8000" }, func(r *Record) { r.UpstreamHost = long }},
 		{"inline to interned", func(r *Record) { r.UpstreamHost = long }, func(r *Record) { r.UpstreamHost = "10.0.0.1:8000" }},
 		{"inline emptied", func(r *Record) { r.Redrawn = "why" }, func(r *Record) { r.Redrawn = "" }},
+		{"a tenant's share kept", func(r *Record) {
+			r.Tenant, r.TenantFrom, r.TenantDemand, r.TenantFair, r.TenantShed = "team-a", "header", 0.6, 0.25, 0.5
+		}, func(r *Record) { r.Status = 429 }},
+		{"a tenant's share set by the update", func(r *Record) { r.Tenant = "team-a" }, func(r *Record) { r.TenantDemand, r.TenantFair, r.TenantShed = 0.1, 0.3, 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := NewLog(8, 0)

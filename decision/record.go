@@ -20,6 +20,20 @@ type Record struct {
 	// "ignored-header" (the client sent x-ilb-priority, which the source
 	// does not trust: the default applies).
 	PriorityFrom string `json:"priority_from,omitempty"`
+	// Tenant is the request's tenant (x-ilb-tenant, from a source that
+	// trusts it; "" otherwise) and TenantFrom where it came from:
+	// "header", or "ignored-header" (the source does not trust it).
+	Tenant     string `json:"tenant,omitempty"`
+	TenantFrom string `json:"tenant_from,omitempty"`
+	// TenantDemand and TenantFair are the tenant's part of its priority's
+	// demand in the cell and its weighted fair share of it, and
+	// TenantShed the planned shed fraction that applied to it (the
+	// cell's spread over its tenants, those above their fair share
+	// first); all in [0, 1], set when the source trusts the tenant
+	// header and the plan sheds the priority.
+	TenantDemand float64 `json:"tenant_demand,omitempty"`
+	TenantFair   float64 `json:"tenant_fair,omitempty"`
+	TenantShed   float64 `json:"tenant_shed,omitempty"`
 	// SessionHash is a hash of the session key (never the key itself).
 	SessionHash string `json:"session_hash,omitempty"`
 	SessionFrom string `json:"session_from,omitempty"` // header, user or prompt_cache_key

@@ -19,6 +19,7 @@ import (
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/tenant"
 )
 
 // Reason codes of routed requests (decision.RoutedReasons).
@@ -100,7 +101,18 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	} else {
 		draw = s.opts.Rand()
 	}
-	d := route.Decide(c.rc, sig, route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost})
+	req := route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost}
+	tt := s.tenants[src.name][model]
+	if tt != nil {
+		ts := tt.Route(x.start, rec.Tenant, c.rc, &req)
+		if c.rc.Shed()[x.prio] > 0 {
+			rec.TenantDemand, rec.TenantFair, rec.TenantShed = ts.Demand, ts.Fair, ts.Fraction
+		}
+	}
+	d := route.Decide(c.rc, sig, req)
+	if tt != nil {
+		s.metrics.tenants.WithLabelValues(src.name, tenant.Label(s.opts.Config.Tenants, rec.Tenant), x.prio.String(), d.Outcome.String()).Inc()
+	}
 	if d.Waived > 0 {
 		rec.ShedWaived = d.Waived
 		s.metrics.waived.WithLabelValues(src.name, model, x.prio.String()).Inc()
@@ -112,10 +124,12 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, c.noCapacityWhy(ls)),
 		}
 	case route.Shed:
-		return nil, &RequestError{
-			Status: 429, Type: "rate_limit_error", Code: codeShed, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
-			Msg: fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*c.rc.Shed()[x.prio], x.prio, model, src.name),
+		msg := fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*c.rc.Shed()[x.prio], x.prio, model, src.name)
+		if tt != nil && rec.TenantShed != c.rc.Shed()[x.prio] {
+			msg = fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed, fairly between tenants: %s asks for %.0f%% of them, its fair share is %.0f%%, so %.0f%% of its requests are shed; retry later",
+				100*c.rc.Shed()[x.prio], x.prio, model, src.name, bound.Quote(rec.Tenant, bound.Excerpt), 100*rec.TenantDemand, 100*rec.TenantFair, 100*rec.TenantShed)
 		}
+		return nil, &RequestError{Status: 429, Type: "rate_limit_error", Code: codeShed, RetryAfter: s.opts.Config.ExtProc.RetryAfter, Msg: msg}
 	case route.Overloaded:
 		return nil, &RequestError{
 			Status: 429, Type: "rate_limit_error", Code: codeOverloaded, RetryAfter: s.opts.Config.ExtProc.RetryAfter,

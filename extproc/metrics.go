@@ -28,6 +28,10 @@ type metrics struct {
 	// priorityIgnored counts x-ilb-priority headers of sources that do not
 	// trust them.
 	priorityIgnored *prometheus.CounterVec
+	// tenantIgnored counts x-ilb-tenant headers of sources that do not
+	// trust them; tenants counts the decisions of the sources that do, by
+	// tenant (its label: tenant.Label) and outcome.
+	tenantIgnored, tenants *prometheus.CounterVec
 	// waived counts planned sheds not enforced for want of measured
 	// overload.
 	waived   *prometheus.CounterVec
@@ -114,6 +118,14 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 			Name: "ilb_extproc_priority_ignored_total",
 			Help: "Requests whose x-ilb-priority header was ignored: their source does not trust it (trust_priority_header).",
 		}, []string{"source"}),
+		tenantIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_tenant_ignored_total",
+			Help: "Requests whose x-ilb-tenant header was ignored: their source does not trust it (trust_tenant_header).",
+		}, []string{"source"}),
+		tenants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ilb_extproc_tenant_decisions_total",
+			Help: "Decisions on the requests of sources that trust x-ilb-tenant, by source, tenant (a name listed in tenants.weights, other, or none), priority and outcome (routed, shed, overloaded, no_capacity).",
+		}, []string{"source", "tenant", "priority", "outcome"}),
 		waived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_shed_waived_total",
 			Help: "Requests the controller's planned shedding would have refused but ILB routed, because a cluster they may go to was not overloaded (its engines met the TTFT target, or had no queue), or no live engine state confirmed the overload, by source, model and priority.",
@@ -128,7 +140,7 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 	}
 	m.idleRefused = m.refused.WithLabelValues(refusedIdle)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.heldBytes, m.shed, m.refused, m.priorityIgnored, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed, m.followed, m.unserved, m.following} {
+		for _, c := range []prometheus.Collector{m.decisions, m.rejections, m.latency, m.mismatches, m.late, m.streams, m.heldBytes, m.shed, m.refused, m.priorityIgnored, m.tenantIgnored, m.tenants, m.waived, m.logBytes, m.replicaPicks, m.replicaPrompt, m.replicaCached, m.replicaServed, m.followed, m.unserved, m.following} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("extproc metrics: %w", err)
 			}

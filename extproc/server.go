@@ -26,6 +26,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/tenant"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -105,6 +106,10 @@ type Server struct {
 	// pickers are the replica pickers of the clusters with replica
 	// picking on (fixed at New; each is safe for concurrent use).
 	pickers map[string]*replicaPicker
+	// tenants are the tenant tables of the cells (source, then model) of
+	// sources that trust x-ilb-tenant (fixed at New: demand outlives
+	// weights versions; each is safe for concurrent use).
+	tenants map[string]map[string]*tenant.Table
 }
 
 var (
@@ -153,8 +158,19 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("extproc: metrics: %w", err)
 		}
 	}
+	tenants := map[string]map[string]*tenant.Table{}
+	for _, src := range o.Config.Sources {
+		if !src.TrustTenantHeader {
+			continue
+		}
+		tenants[src.Name] = map[string]*tenant.Table{}
+		for _, mdl := range o.Config.Models {
+			tenants[src.Name][mdl.Name] = tenant.New(o.Config.Tenants, o.Config.Controller.DemandHalfLife.Std(), o.Now())
+		}
+	}
 	return &Server{
-		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
+		tenants: tenants,
+		opts:    o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
 		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting, pickers: pickers,
 		typical: demand.NewTypical(),
 		peers:   newPeerStreams(o.Config.ExtProc.PeerStreamLimit()),

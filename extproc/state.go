@@ -36,8 +36,11 @@ type sourceState struct {
 	// applies to every request.
 	trustPriority   bool
 	defaultPriority weights.Priority
-	defaultModel    string
-	cells           map[string]*cell // by canonical model
+	// trustTenant: x-ilb-tenant is honoured (fair shedding); else every
+	// request is the tenant "".
+	trustTenant  bool
+	defaultModel string
+	cells        map[string]*cell // by canonical model
 	// pool is the engine cluster of the InferencePool whose endpoint
 	// picker this source is (routing: picker), "" otherwise; poolModels
 	// the models it serves.
@@ -97,7 +100,7 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 		}
 		ss := &sourceState{
 			name: s.Name, debug: s.Debug, defaultModel: s.DefaultModel, cells: map[string]*cell{},
-			trustPriority: s.TrustPriorityHeader, defaultPriority: prio,
+			trustPriority: s.TrustPriorityHeader, defaultPriority: prio, trustTenant: s.TrustTenantHeader,
 		}
 		if s.Picker != nil {
 			ss.pool, ss.poolModels = s.Picker.Cluster, map[string]bool{}

@@ -30,6 +30,7 @@ type hints struct {
 	requestID, method, path string
 	priority                string
 	session, model          string
+	tenant                  string
 	debug                   bool
 	endpoint                openai.Endpoint
 	contentLength           int
@@ -39,7 +40,7 @@ type hints struct {
 // hints' fields; responseHeaders the response headers.
 var (
 	requestHeaders = [...]string{
-		header.RequestID, ":method", ":path", header.Priority, header.Session, header.Model, header.Debug, "content-length",
+		header.RequestID, ":method", ":path", header.Priority, header.Session, header.Model, header.Debug, "content-length", header.Tenant,
 	}
 	responseHeaders = [...]string{":status", header.ServedCluster, header.WeightsVersion, header.UpstreamHost, "content-type"}
 )
@@ -237,6 +238,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		model: hs[5], debug: hs[6] == "1", endpoint: openai.EndpointOf(hs[2]),
 	}
 	x.h.contentLength, _ = strconv.Atoi(hs[7])
+	x.h.tenant = hs[8]
 	if x.h.requestID == "" {
 		x.h.requestID = s.opts.NewID()
 	}
@@ -348,6 +350,17 @@ func (s *Server) admit(x *exchange) error {
 				fmt.Sprintf("header %s is %s: want critical, standard or sheddable", header.Priority, bound.Quote(x.h.priority, bound.Excerpt)))
 		}
 		x.prio, x.rec.Priority, x.rec.PriorityFrom = p, p.String(), "header"
+	}
+	switch {
+	case x.h.tenant == "":
+	case !src.trustTenant:
+		// A client naming another tenant would take its fair share.
+		x.rec.TenantFrom = "ignored-header"
+		s.metrics.tenantIgnored.WithLabelValues(src.name).Inc()
+	default:
+		// Bounded: it reaches records and logs (metrics see only the
+		// listed names).
+		x.rec.Tenant, x.rec.TenantFrom = bound.String(x.h.tenant, bound.Name), "header"
 	}
 	return nil
 }

@@ -63,6 +63,9 @@ const EnginePrefix = "x-ilb-engine-"
 const (
 	// Priority is "critical", "standard" (default) or "sheddable".
 	Priority = "x-ilb-priority"
+	// Tenant names the request's tenant (fair shedding); honoured only
+	// from sources with trust_tenant_header.
+	Tenant = "x-ilb-tenant"
 	// Session is a sticky-session key; absent, the body's "user" or
 	// "prompt_cache_key" is used.
 	Session = "x-ilb-session"

@@ -29,6 +29,11 @@
 //     again among the remaining clusters when the drawn one is excluded;
 //     steered among the clusters with headroom when the chosen one is
 //     saturated.
+//
+// With tenants (Request.Tenanted), the planned fraction of rule 2 is the
+// tenant's share of the cell's (tenant.Table: those above their weighted
+// fair share first), and rule 3 refuses only the tenants asking for at
+// least an equal share.
 package route
 
 import (
@@ -227,6 +232,18 @@ type Request struct {
 	// (≥ 0): balancing compares the time each candidate needs for the
 	// work ahead of it plus its own.
 	Cost float64
+	// Tenanted: ShedFraction, in [0, 1], is the planned shed fraction of
+	// this request's tenant in place of the cell's for its priority: the
+	// cell's spread over its tenants, those above their weighted fair
+	// share first (tenant.Table.Shed). The engines must still confirm
+	// the overload.
+	Tenanted     bool
+	ShedFraction float64
+	// Heavy, when Tenanted: the tenant asks for at least an equal share,
+	// by weight, of its priority's demand in the cell. Measured overload
+	// (rule 3) refuses only heavy tenants' sheddable requests: a flood's
+	// first, before any plan sized it.
+	Heavy bool
 }
 
 // Decision is what Decide says of one request.
@@ -314,14 +331,18 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 		return d
 	}
 	saturated := live != nil && allSaturated(rem, live)
-	if f := c.shed[req.Priority]; f > 0 && req.Uniform < f {
+	f := c.shed[req.Priority]
+	if req.Tenanted {
+		f = req.ShedFraction
+	}
+	if f > 0 && req.Uniform < f {
 		if saturated || live != nil && allOverloaded(rem, live) {
 			d.Outcome = Shed
 			return d
 		}
 		d.Waived = f
 	}
-	if saturated && req.Priority == weights.Sheddable {
+	if saturated && req.Priority == weights.Sheddable && (!req.Tenanted || req.Heavy) {
 		d.Outcome = Overloaded
 		return d
 	}

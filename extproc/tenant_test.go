@@ -1,0 +1,123 @@
+package extproc_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/header"
+	"github.com/ilbproject/ilb/internal/promtest"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// tenantRequest is a qwen request of tenant (x-ilb-tenant; "" none) with
+// request id id.
+func tenantRequest(id, tenant string) []*extprocv3.ProcessingRequest {
+	kv := []string{":method", "POST", ":path", "/v1/chat/completions", "x-request-id", id}
+	if tenant != "" {
+		kv = append(kv, header.Tenant, tenant)
+	}
+	return []*extprocv3.ProcessingRequest{reqHeaders(false, kv...),
+		reqBody(`{"model":"qwen-7b","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`)}
+}
+
+// TestTenantsShedFairly: a tenant asking for three times what each of two
+// others asks, while the plan sheds 30% of the priority and the engines
+// confirm the overload, takes the whole shed (half its requests: the
+// level is 1.17 of the others' 1, 3.5 of 5 served); the others lose
+// nothing. Before the plan, nobody is shed. Through real gRPC streams.
+func TestTenantsShedFairly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	h := startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Sources {
+			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
+		}
+		o.Config.Tenants.Weights = []config.TenantWeight{{Name: "team-a", Weight: 1}}
+		o.Rand = rng.Uint64
+	})
+	h.srv.SetLive(allSaturated())
+	round := func(phase string, n int) map[string][2]int { // tenant -> routed, shed
+		out := map[string][2]int{}
+		id := 0
+		for range n {
+			for _, tn := range []string{"flood", "flood", "flood", "team-a", "team-b"} {
+				id++
+				resps := h.run(t, "edge-us", tenantRequest(fmt.Sprintf("%s-%d", phase, id), tn)...)
+				c := out[tn]
+				if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
+					if ir.GetStatus().GetCode() != 429 {
+						t.Fatalf("tenant %s: %d %s; want routed or 429", tn, ir.GetStatus().GetCode(), ir.GetBody())
+					}
+					c[1]++
+				} else {
+					c[0]++
+				}
+				out[tn] = c
+			}
+		}
+		return out
+	}
+	publishQwen(t, h, weights.ShedFractions{})
+	for tn, c := range round("before", 20) {
+		if c[1] != 0 {
+			t.Errorf("no plan: tenant %s had %d of %d shed; want none", tn, c[1], c[0]+c[1])
+		}
+	}
+	publishQwen(t, h, weights.ShedFractions{weights.Standard: 0.3})
+	got := round("during", 40)
+	for _, tn := range []string{"team-a", "team-b"} {
+		if c := got[tn]; c[1] != 0 {
+			t.Errorf("tenant %s, at its fair share: %d of %d shed; want none", tn, c[1], c[0]+c[1])
+		}
+	}
+	// 120 flood requests shed with probability ~0.5.
+	if c := got["flood"]; c[1] < 40 || c[1] > 80 {
+		t.Errorf("the flood: %d of %d shed; want about half", c[1], c[0]+c[1])
+	}
+	// Its records and 429s say why.
+	var rec *struct{ demand, fair, shed float64 }
+	for i := 1; i <= 200 && rec == nil; i++ {
+		r, ok := h.srv.Decisions().Get(fmt.Sprintf("during-%d", i))
+		if ok && r.Reason == "shed" {
+			if r.Tenant != "flood" || r.TenantFrom != "header" {
+				t.Fatalf("a shed record of tenant %q from %q; want flood from the header", r.Tenant, r.TenantFrom)
+			}
+			rec = &struct{ demand, fair, shed float64 }{r.TenantDemand, r.TenantFair, r.TenantShed}
+		}
+	}
+	if rec == nil || rec.demand < 0.55 || rec.demand > 0.65 || rec.fair < 0.25 || rec.fair > 0.35 || rec.shed < 0.45 || rec.shed > 0.55 {
+		t.Errorf("the flood's record: %+v; want demand ~0.6, fair share ~0.3, shed ~0.5", rec)
+	}
+	// Metrics: listed tenants by name, the others as "other".
+	for _, c := range []struct {
+		tenant, outcome string
+		want            float64
+	}{
+		{"team-a", "routed", 60}, {"other", "routed", float64(80 + got["team-b"][0] + got["flood"][0])}, {"other", "shed", float64(got["flood"][1])},
+	} {
+		promtest.Check(t, h.reg, "ilb_extproc_tenant_decisions_total", map[string]string{"source": "edge-us", "tenant": c.tenant, "priority": "standard", "outcome": c.outcome}, c.want)
+	}
+	resps := h.run(t, "edge-us", tenantRequest("last", "flood")...)
+	for resps[len(resps)-1].GetImmediateResponse() == nil { // draws until one is shed
+		resps = h.run(t, "edge-us", tenantRequest("last", "flood")...)
+	}
+	checkImmediate(t, resps[len(resps)-1].GetImmediateResponse(), 429, "shed", "", `"flood" asks for 6`)
+}
+
+// TestTenantHeaderUntrusted: a source that does not trust x-ilb-tenant
+// ignores it (a client naming another tenant would take its share), and
+// the record and a counter say so.
+func TestTenantHeaderUntrusted(t *testing.T) {
+	h := start(t, true)
+	h.run(t, "edge-us", tenantRequest("req-t", "team-a")...)
+	r, ok := h.srv.Decisions().Get("req-t")
+	if !ok || r.Tenant != "" || r.TenantFrom != "ignored-header" {
+		t.Fatalf("record tenant %q from %q (found %v); want none, from ignored-header", r.Tenant, r.TenantFrom, ok)
+	}
+	promtest.Check(t, h.reg, "ilb_extproc_tenant_ignored_total", map[string]string{"source": "edge-us"}, 1)
+}

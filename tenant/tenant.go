@@ -1,0 +1,288 @@
+package tenant
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/weights"
+)
+
+// Table is the tenants' demand of one cell (a source and a model) per
+// priority, and how the cell's planned shed fraction of a priority is
+// spread over them: the weighted max-min fair split (water-filling).
+// Safe for concurrent use; each call takes a short lock.
+//
+// Demand is the estimated token cost of every request the cell saw, shed
+// ones included (what the tenant asks for, not what it got), decayed with
+// a half-life: the controller's demand_half_life, on which the shed
+// fraction was planned.
+//
+// The table tracks at most Tenants.MaxTracked tenants. A tenant it does
+// not hold when it is full takes the slot of the one with the least
+// demand (which is forgotten): every tenant with more than 1/MaxTracked
+// of the demand keeps its slot, and a flood is always tracked.
+type Table struct {
+	cfg      config.Tenants
+	halfLife float64   // seconds, > 0
+	epoch    time.Time // times are seconds since epoch
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	fair    [len(weights.Priorities)]level
+	// sum is every tracked tenant's demand per priority, decayed as of
+	// sumAt.
+	sum   [len(weights.Priorities)]float64
+	sumAt float64
+}
+
+// entry is one tenant's demand, decayed as of at.
+type entry struct {
+	name   string
+	weight float64
+	at     float64
+	mass   [len(weights.Priorities)]float64 // token cost, decayed
+}
+
+// level is a priority's fair level, cached: a tenant of weight w is
+// admitted up to w × lambda of demand (decayed as of at), computed for
+// the shed fraction f. lambda is +Inf when nobody is shed. equal is the
+// demand per unit of weight of an equal split (Σd ÷ Σw over the tenants
+// asking).
+type level struct {
+	at, f, lambda, equal, total float64
+	set                         bool
+}
+
+// A fair level is reused until refresh half-lives passed (demand decays
+// by under 1% meanwhile: 2^-1/128) or the priority's demand moved by
+// more than drift since.
+const (
+	refresh = 1.0 / 128
+	drift   = 0.01
+)
+
+// New returns an empty table for tenants cfg (valid: config.Validate),
+// decaying demand with halfLife (> 0), its clock starting at epoch.
+func New(cfg config.Tenants, halfLife time.Duration, epoch time.Time) *Table {
+	return &Table{
+		cfg: cfg, halfLife: max(halfLife.Seconds(), 1e-3), epoch: epoch,
+		entries: make(map[string]*entry, min(cfg.MaxTracked, 64)),
+	}
+}
+
+// Share is what Shed says of one request.
+type Share struct {
+	// Fraction is the share of the tenant's requests of this priority to
+	// shed, in [0, 1]: 0 while the tenant asks for no more than its fair
+	// share of what the cell serves.
+	Fraction float64
+	// Demand is the tenant's part of the priority's demand in the cell,
+	// and Fair its fair share (of the demand: what the water-filling
+	// gives it ÷ the priority's demand), both in [0, 1]; Fair is 1 when
+	// nothing is shed.
+	Demand, Fair float64
+	// Heavy: the tenant asks for at least an equal share, by weight, of
+	// the priority's demand (every tenant does when there is one, or
+	// when all ask alike). Measured overload, whose size no plan gave
+	// yet, refuses the heavy tenants' sheddable requests first
+	// (route.Request.Heavy).
+	Heavy bool
+}
+
+// Shed books a request of tenant at priority p and estimated cost (token
+// cost, ≥ 0) at now, and returns the part of the tenant's requests of p
+// to shed when the cell's planned shed fraction of p is f (in [0, 1]).
+// Spread over the tenants in proportion to their demand, those fractions
+// shed f of the priority's demand; none goes to a tenant asking for less
+// than its weighted fair share of what is left.
+func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f float64) Share {
+	if int(p) >= len(weights.Priorities) {
+		return Share{Fraction: f, Demand: 1, Fair: 1}
+	}
+	at := now.Sub(t.epoch).Seconds()
+	cost = max(cost, 0)
+	if math.IsNaN(cost) || math.IsInf(cost, 0) {
+		cost = 0
+	}
+	f = min(max(f, 0), 1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.entry(tenant, at)
+	t.decay(e, at)
+	e.mass[p] += cost
+	t.decaySum(at)
+	t.sum[p] += cost
+	total := t.sum[p]
+	lv := &t.fair[p]
+	g := t.decayFactor(at - lv.at)
+	if !lv.set || lv.f != f || at-lv.at >= refresh*t.halfLife || at < lv.at || math.Abs(total-lv.total*g) > drift*total {
+		*lv = t.level(p, f, at)
+		g = 1
+	}
+	if total <= 0 || e.mass[p] <= 0 {
+		return Share{Fair: 1, Heavy: true}
+	}
+	s := Share{Demand: e.mass[p] / total, Fair: 1, Heavy: e.mass[p]/e.weight >= (1-1e-9)*lv.equal*g}
+	if math.IsInf(lv.lambda, 1) {
+		return s
+	}
+	admit := e.weight * lv.lambda * g
+	s.Fraction = min(max(1-admit/e.mass[p], 0), 1)
+	s.Fair = min(admit/total, 1)
+	return s
+}
+
+// entry returns tenant's entry, making room for it when the table is
+// full. Called with t.mu held.
+func (t *Table) entry(tenant string, at float64) *entry {
+	if e, ok := t.entries[tenant]; ok {
+		return e
+	}
+	if len(t.entries) >= t.cfg.MaxTracked {
+		var least *entry
+		var leastMass float64
+		for _, e := range t.entries {
+			if m := t.demandOf(e, at); least == nil || m < leastMass || m == leastMass && e.name < least.name {
+				least, leastMass = e, m
+			}
+		}
+		delete(t.entries, least.name)
+		t.decaySum(at)
+		g := t.decayFactor(at - least.at)
+		for i, m := range least.mass {
+			t.sum[i] = max(t.sum[i]-m*g, 0)
+		}
+	}
+	e := &entry{name: tenant, weight: t.cfg.Weight(tenant), at: at}
+	t.entries[tenant] = e
+	return e
+}
+
+// decayFactor is how much demand decays over dt seconds.
+func (t *Table) decayFactor(dt float64) float64 {
+	if dt <= 0 {
+		return 1
+	}
+	return math.Exp2(-dt / t.halfLife)
+}
+
+// decay brings e's demand to at.
+func (t *Table) decay(e *entry, at float64) {
+	if at <= e.at {
+		return
+	}
+	g := t.decayFactor(at - e.at)
+	for i := range e.mass {
+		e.mass[i] *= g
+	}
+	e.at = at
+}
+
+// demandOf is e's demand of every priority as of at, without changing e.
+func (t *Table) demandOf(e *entry, at float64) float64 {
+	var m float64
+	for _, v := range e.mass {
+		m += v
+	}
+	return m * t.decayFactor(at-e.at)
+}
+
+// decaySum brings the demand sums to at.
+func (t *Table) decaySum(at float64) {
+	if at <= t.sumAt {
+		return
+	}
+	g := t.decayFactor(at - t.sumAt)
+	for i := range t.sum {
+		t.sum[i] *= g
+	}
+	t.sumAt = at
+}
+
+// level water-fills priority p: with D its demand and f the shed
+// fraction, it finds lambda such that Σ min(d_i, w_i × lambda) =
+// (1 − f) × D over the tenants i (demand d_i, weight w_i).
+func (t *Table) level(p weights.Priority, f, at float64) level {
+	lv := level{at: at, f: f, lambda: math.Inf(1), set: true}
+	var total, weight float64
+	for _, e := range t.entries {
+		if d := e.mass[p] * t.decayFactor(at-e.at); d > 0 {
+			total += d
+			weight += e.weight
+		}
+	}
+	lv.total = total
+	if weight > 0 {
+		lv.equal = total / weight
+	}
+	if f <= 0 || total <= 0 {
+		return lv
+	}
+	type dw struct{ d, w float64 }
+	ts := make([]dw, 0, len(t.entries))
+	for _, e := range t.entries {
+		if d := e.mass[p] * t.decayFactor(at-e.at); d > 0 {
+			ts = append(ts, dw{d, e.weight})
+		}
+	}
+	// Ascending demand per weight: those asking less than the level are
+	// served whole, the others up to the level.
+	slices.SortFunc(ts, func(a, b dw) int {
+		switch x, y := a.d/a.w, b.d/b.w; {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	left := (1 - f) * total
+	for _, x := range ts {
+		if lambda := left / weight; x.d <= x.w*lambda {
+			left -= x.d
+			weight -= x.w
+			continue
+		}
+		lv.lambda = left / weight
+		return lv
+	}
+	return lv // f rounds to nothing: everyone is served whole
+}
+
+// Tracked is how many tenants the table holds.
+func (t *Table) Tracked() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.entries)
+}
+
+// Route books a request of tenant (its demand req.Cost) on cell c at now
+// and fills req's tenant fields (route.Request.Tenanted): its share of
+// c's planned shed fraction of req.Priority. ext_proc and the routing
+// benchmark both route tenants through it.
+func (t *Table) Route(now time.Time, tenant string, c *route.Cell, req *route.Request) Share {
+	var f float64
+	if int(req.Priority) < len(weights.Priorities) {
+		f = c.Shed()[req.Priority]
+	}
+	s := t.Shed(now, tenant, req.Priority, req.Cost, f)
+	req.Tenanted, req.ShedFraction, req.Heavy = true, s.Fraction, s.Heavy
+	return s
+}
+
+// Label is tenant's metric label: its name when cfg lists it with a
+// weight, "none" for requests without a tenant, else "other" (bounded
+// cardinality).
+func Label(cfg config.Tenants, tenant string) string {
+	switch {
+	case tenant == "":
+		return config.TenantNone
+	case cfg.Listed(tenant):
+		return tenant
+	}
+	return config.TenantOther
+}

@@ -1,0 +1,193 @@
+package tenant_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/tenant"
+	"github.com/ilbproject/ilb/weights"
+)
+
+var t0 = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+
+// demand books each tenant's demand (token cost) of priority p at t0,
+// with nothing planned, and returns the table.
+func demand(cfg config.Tenants, p weights.Priority, d map[string]float64) *tenant.Table {
+	tb := tenant.New(cfg, 30*time.Second, t0)
+	for name, cost := range d {
+		tb.Shed(t0, name, p, cost, 0)
+	}
+	return tb
+}
+
+func TestShedIsFair(t *testing.T) {
+	weighted := config.DefaultTenants()
+	weighted.Weights = []config.TenantWeight{{Name: "big", Weight: 3}}
+	cases := []struct {
+		name   string
+		cfg    config.Tenants
+		demand map[string]float64
+		f      float64
+		want   map[string]float64 // shed fraction per tenant
+		heavy  map[string]bool
+	}{
+		{
+			name:   "nothing planned sheds nobody",
+			cfg:    config.DefaultTenants(),
+			demand: map[string]float64{"a": 1, "b": 1, "flood": 3},
+			want:   map[string]float64{"a": 0, "b": 0, "flood": 0},
+			heavy:  map[string]bool{"a": false, "b": false, "flood": true},
+		},
+		{
+			name:   "equal tenants share the plan's fraction",
+			cfg:    config.DefaultTenants(),
+			demand: map[string]float64{"a": 2, "b": 2, "c": 2},
+			f:      0.3,
+			want:   map[string]float64{"a": 0.3, "b": 0.3, "c": 0.3},
+			heavy:  map[string]bool{"a": true, "b": true, "c": true},
+		},
+		{
+			name: "a flood at 3x its share is shed down to the fair level, the others not at all",
+			cfg:  config.DefaultTenants(),
+			// 6 asked, 4 served: the level is 1, the flood keeps 1 of 3.
+			demand: map[string]float64{"a": 1, "b": 1, "c": 1, "flood": 3},
+			f:      1.0 / 3,
+			want:   map[string]float64{"a": 0, "b": 0, "c": 0, "flood": 2.0 / 3},
+			heavy:  map[string]bool{"a": false, "b": false, "c": false, "flood": true},
+		},
+		{
+			name: "past what the flood alone can give, everyone above the level is shed to it",
+			cfg:  config.DefaultTenants(),
+			// 10 asked, 3 served: a keeps 0.5 of... the level is 1: a
+			// (0.5) whole, b and flood down to 1 each... 0.5+1+1 = 2.5:
+			// the level is 1.25.
+			demand: map[string]float64{"a": 0.5, "b": 2, "flood": 7.5},
+			f:      0.7,
+			want:   map[string]float64{"a": 0, "b": 1 - 1.25/2, "flood": 1 - 1.25/7.5},
+			heavy:  map[string]bool{"a": false, "b": false, "flood": true},
+		},
+		{
+			name: "a weight of 3 makes 3x the demand a fair share",
+			cfg:  weighted,
+			// Demand per weight is 1 for all: shed alike.
+			demand: map[string]float64{"a": 1, "b": 1, "c": 1, "big": 3},
+			f:      1.0 / 3,
+			want:   map[string]float64{"a": 1.0 / 3, "b": 1.0 / 3, "c": 1.0 / 3, "big": 1.0 / 3},
+			heavy:  map[string]bool{"a": true, "b": true, "c": true, "big": true},
+		},
+		{
+			name:   "one tenant (no header: the tenant \"\") takes the plan whole",
+			cfg:    config.DefaultTenants(),
+			demand: map[string]float64{"": 5},
+			f:      0.4,
+			want:   map[string]float64{"": 0.4},
+			heavy:  map[string]bool{"": true},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := demand(tc.cfg, weights.Standard, tc.demand)
+			var shed, total float64
+			for name, want := range tc.want {
+				s := tb.Shed(t0, name, weights.Standard, 0, tc.f)
+				if math.Abs(s.Fraction-want) > 1e-9 {
+					t.Errorf("tenant %q: shed %.4f, want %.4f (share %+v)", name, s.Fraction, want, s)
+				}
+				if s.Heavy != tc.heavy[name] {
+					t.Errorf("tenant %q: heavy %v, want %v", name, s.Heavy, tc.heavy[name])
+				}
+				shed += s.Fraction * tc.demand[name]
+				total += tc.demand[name]
+			}
+			if math.Abs(shed-tc.f*total) > 1e-9*total {
+				t.Errorf("shed %.4f of %.4f: want the plan's %.4f", shed, total, tc.f*total)
+			}
+		})
+	}
+}
+
+// TestShedKeepsThePlan checks, on random demands and weights, that the
+// tenants' fractions shed exactly the plan's share of the demand, that
+// nobody below the fair level is shed, and that a tenant asking more per
+// weight is never shed a smaller part.
+func TestShedKeepsThePlan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		cfg := config.DefaultTenants()
+		n := 1 + rng.IntN(12)
+		d := map[string]float64{}
+		for i := range n {
+			name := fmt.Sprintf("t%d", i)
+			d[name] = rng.ExpFloat64()
+			if rng.IntN(3) == 0 {
+				cfg.Weights = append(cfg.Weights, config.TenantWeight{Name: name, Weight: 0.5 + 4*rng.Float64()})
+			}
+		}
+		f := rng.Float64()
+		tb := demand(cfg, weights.Sheddable, d)
+		var shed, total float64
+		type got struct{ perWeight, frac float64 }
+		var all []got
+		for name, dn := range d {
+			s := tb.Shed(t0, name, weights.Sheddable, 0, f)
+			if s.Fraction < 0 || s.Fraction > 1 {
+				t.Fatalf("round %d: tenant %s shed %v", round, name, s.Fraction)
+			}
+			shed += s.Fraction * dn
+			total += dn
+			all = append(all, got{dn / cfg.Weight(name), s.Fraction})
+		}
+		if math.Abs(shed-f*total) > 1e-9*total {
+			t.Fatalf("round %d: shed %.6f of %.6f, want %.6f", round, shed, total, f*total)
+		}
+		for _, a := range all {
+			for _, b := range all {
+				if a.perWeight < b.perWeight && a.frac > b.frac+1e-12 {
+					t.Fatalf("round %d: a tenant asking %.3f per weight is shed %.3f, one asking %.3f only %.3f", round, a.perWeight, a.frac, b.perWeight, b.frac)
+				}
+			}
+		}
+	}
+}
+
+func TestShedDecays(t *testing.T) {
+	tb := demand(config.DefaultTenants(), weights.Standard, map[string]float64{"a": 1, "flood": 9})
+	// A minute later (two half-lives), a asks as much again as it did
+	// then, the flood nothing: the flood's old demand is a quarter left
+	// (2.25) against a's 1.25.
+	later := t0.Add(time.Minute)
+	tb.Shed(later, "a", weights.Standard, 1, 0)
+	s := tb.Shed(later, "flood", weights.Standard, 0, 0.5)
+	a := tb.Shed(later, "a", weights.Standard, 0, 0.5)
+	if math.Abs(s.Demand-2.25/3.5) > 1e-9 || math.Abs(a.Demand-1.25/3.5) > 1e-9 {
+		t.Fatalf("demand shares flood %.4f a %.4f, want %.4f and %.4f", s.Demand, a.Demand, 2.25/3.5, 1.25/3.5)
+	}
+	// Half of 3.5 served: more than a asks alone, so both are shed down
+	// to the level 0.875.
+	if math.Abs(a.Fraction-(1-0.875/1.25)) > 1e-9 || math.Abs(s.Fraction-(1-0.875/2.25)) > 1e-9 {
+		t.Fatalf("shed flood %.4f a %.4f, want %.4f and %.4f", s.Fraction, a.Fraction, 1-0.875/2.25, 1-0.875/1.25)
+	}
+}
+
+func TestShedTracksTheHeaviest(t *testing.T) {
+	cfg := config.DefaultTenants()
+	cfg.MaxTracked = 4
+	tb := tenant.New(cfg, 30*time.Second, t0)
+	tb.Shed(t0, "flood", weights.Standard, 100, 0)
+	// A churn of light tenants, ten times the table: each takes the slot
+	// of the lightest, never the flood's.
+	for i := range 40 {
+		tb.Shed(t0, fmt.Sprintf("light-%d", i), weights.Standard, 1, 0)
+	}
+	if n := tb.Tracked(); n != cfg.MaxTracked {
+		t.Fatalf("tracked %d tenants, want the bound %d", n, cfg.MaxTracked)
+	}
+	s := tb.Shed(t0, "flood", weights.Standard, 0, 0.5)
+	if s.Fraction <= 0.5 || s.Demand < 0.9 {
+		t.Fatalf("the flood after the churn: %+v; want it still tracked (demand ≥ 0.9) and shed more than the plan's 0.5", s)
+	}
+}
