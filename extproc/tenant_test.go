@@ -22,8 +22,10 @@ func tenantRequest(id, tenant string) []*extprocv3.ProcessingRequest {
 	if tenant != "" {
 		kv = append(kv, header.Tenant, tenant)
 	}
-	return []*extprocv3.ProcessingRequest{reqHeaders(false, kv...),
-		reqBody(`{"model":"qwen-7b","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`)}
+	return []*extprocv3.ProcessingRequest{
+		reqHeaders(false, kv...),
+		reqBody(`{"model":"qwen-7b","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`),
+	}
 }
 
 // TestTenantsShedFairly: a tenant asking for three times what each of two
