@@ -103,13 +103,14 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	req := route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost}
 	tt := s.tenants[src.name][model]
+	var ts tenant.Share
 	if tt != nil {
-		ts := tt.Route(x.start, rec.Tenant, c.rc, &req)
-		if c.rc.Shed()[x.prio] > 0 {
-			rec.TenantDemand, rec.TenantFair, rec.TenantShed = ts.Demand, ts.Fair, ts.Fraction
-		}
+		ts = tt.Route(x.start, rec.Tenant, c.rc, &req)
 	}
 	d := route.Decide(c.rc, sig, req)
+	if tt != nil && (c.rc.Shed()[x.prio] > 0 || d.OverShare) {
+		rec.TenantDemand, rec.TenantFair, rec.TenantShed = ts.Demand, ts.Fair, ts.Fraction
+	}
 	if tt != nil {
 		s.metrics.tenants.WithLabelValues(src.name, tenant.Label(s.opts.Config.Tenants, rec.Tenant), x.prio.String(), d.Outcome.String()).Inc()
 	}
@@ -131,6 +132,13 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		}
 		return nil, &RequestError{Status: 429, Type: "rate_limit_error", Code: codeShed, RetryAfter: s.opts.Config.ExtProc.RetryAfter, Msg: msg}
 	case route.Overloaded:
+		if d.OverShare {
+			return nil, &RequestError{
+				Status: 429, Type: "rate_limit_error", Code: codeOverloaded, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
+				Msg: fmt.Sprintf("every cluster serving %q from %q is overloaded and tenant %s asks for %.0f%% of its %s requests, more than an equal share: %.0f%% of its requests are refused until the overload ends; retry later",
+					model, src.name, bound.Quote(rec.Tenant, bound.Excerpt), 100*ts.Demand, x.prio, 100*ts.Over),
+			}
+		}
 		return nil, &RequestError{
 			Status: 429, Type: "rate_limit_error", Code: codeOverloaded, RetryAfter: s.opts.Config.ExtProc.RetryAfter,
 			Msg: fmt.Sprintf("every cluster serving %q from %q is saturated and this request is sheddable; retry later", model, src.name),

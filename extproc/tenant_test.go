@@ -32,7 +32,8 @@ func tenantRequest(id, tenant string) []*extprocv3.ProcessingRequest {
 // others asks, while the plan sheds 30% of the priority and the engines
 // confirm the overload, takes the whole shed (half its requests: the
 // level is 1.17 of the others' 1, 3.5 of 5 served); the others lose
-// nothing. Before the plan, nobody is shed. Through real gRPC streams.
+// nothing. Before the plan, the measured overload alone cuts the flood to
+// an equal share, the others not at all. Through real gRPC streams.
 func TestTenantsShedFairly(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	h := startWith(t, true, func(o *extproc.Options) {
@@ -65,10 +66,16 @@ func TestTenantsShedFairly(t *testing.T) {
 		return out
 	}
 	publishQwen(t, h, weights.ShedFractions{})
-	for tn, c := range round("before", 20) {
-		if c[1] != 0 {
-			t.Errorf("no plan: tenant %s had %d of %d shed; want none", tn, c[1], c[0]+c[1])
+	before := round("before", 20)
+	for _, tn := range []string{"team-a", "team-b"} {
+		if c := before[tn]; c[1] != 0 {
+			t.Errorf("no plan: tenant %s had %d of %d refused; want none", tn, c[1], c[0]+c[1])
 		}
+	}
+	// Measured overload without a plan cuts the flood to an equal share
+	// (5/3 of its 3): 4/9 of its 60 requests refused.
+	if c := before["flood"]; c[1] < 15 || c[1] > 40 {
+		t.Errorf("no plan, measured overload: the flood had %d of %d refused; want about 4/9", c[1], c[0]+c[1])
 	}
 	publishQwen(t, h, weights.ShedFractions{weights.Standard: 0.3})
 	got := round("during", 40)
@@ -100,7 +107,7 @@ func TestTenantsShedFairly(t *testing.T) {
 		tenant, outcome string
 		want            float64
 	}{
-		{"team-a", "routed", 60}, {"other", "routed", float64(80 + got["team-b"][0] + got["flood"][0])}, {"other", "shed", float64(got["flood"][1])},
+		{"team-a", "routed", 60}, {"other", "routed", float64(before["team-b"][0] + before["flood"][0] + got["team-b"][0] + got["flood"][0])}, {"other", "overloaded", float64(before["flood"][1])}, {"other", "shed", float64(got["flood"][1])},
 	} {
 		promtest.Check(t, h.reg, "ilb_extproc_tenant_decisions_total", map[string]string{"source": "edge-us", "tenant": c.tenant, "priority": "standard", "outcome": c.outcome}, c.want)
 	}

@@ -32,8 +32,11 @@
 //
 // With tenants (Request.Tenanted), the planned fraction of rule 2 is the
 // tenant's share of the cell's (tenant.Table: those above their weighted
-// fair share first), and rule 3 refuses only the tenants asking for at
-// least an equal share.
+// fair share first); then (2b), while every cluster is overloaded, a
+// standard or sheddable request is refused with the probability that cuts
+// its tenant to an equal share by weight (Request.OverShare: nothing for
+// a tenant at or below it, nor when all ask alike); and rule 3 refuses
+// only the tenants asking for at least an equal share.
 package route
 
 import (
@@ -244,6 +247,13 @@ type Request struct {
 	// (rule 3) refuses only heavy tenants' sheddable requests: a flood's
 	// first, before any plan sized it.
 	Heavy bool
+	// OverShare, when Tenanted: the part of the tenant's requests above
+	// an equal share, by weight, of its priority's demand in the cell,
+	// in [0, 1) (0 for a tenant at or below it). Measured overload
+	// refuses that part of a standard or sheddable tenant's requests
+	// (rule 2b): a flood is cut to the others' level at once, before
+	// the plan sized the overload.
+	OverShare float64
 }
 
 // Decision is what Decide says of one request.
@@ -288,6 +298,9 @@ type Decision struct {
 	Compared, Balanced         bool
 	Alternative, BalancedFrom  int
 	WaitFirst, WaitAlternative float64
+	// OverShare: refused (Overloaded) as part of its tenant's demand
+	// above an equal share, under measured overload (Request.OverShare).
+	OverShare bool
 	// Waived is the planned shed fraction that applied to this request's
 	// draw but was not enforced because a cluster was not overloaded (0 when
 	// none was waived).
@@ -335,12 +348,27 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	if req.Tenanted {
 		f = req.ShedFraction
 	}
+	overloaded := -1 // unknown until needed: 0 no, 1 yes
+	isOverloaded := func() bool {
+		if overloaded < 0 {
+			overloaded = 0
+			if saturated || live != nil && allOverloaded(rem, live) {
+				overloaded = 1
+			}
+		}
+		return overloaded == 1
+	}
 	if f > 0 && req.Uniform < f {
-		if saturated || live != nil && allOverloaded(rem, live) {
+		if isOverloaded() {
 			d.Outcome = Shed
 			return d
 		}
 		d.Waived = f
+	}
+	if req.Tenanted && req.Priority != weights.Critical && req.Uniform < req.OverShare && isOverloaded() {
+		d.Outcome = Overloaded
+		d.OverShare = true
+		return d
 	}
 	if saturated && req.Priority == weights.Sheddable && (!req.Tenanted || req.Heavy) {
 		d.Outcome = Overloaded

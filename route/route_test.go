@@ -187,6 +187,48 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.NoCapacity, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
 		},
 		{
+			name: "a tenant's fraction replaces the cell's: under it, routed though the cell's would shed",
+			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{late, late},
+			req:  route.Request{Priority: weights.Standard, Draw: 700, Uniform: 0.2, Tenanted: true, ShedFraction: 0},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a flooding tenant's fraction sheds past the cell's",
+			ws:   w, shed: shed(0, 0.2, 0.2), live: []route.Signal{late, late},
+			req:  route.Request{Priority: weights.Standard, Uniform: 0.5, Tenanted: true, ShedFraction: 0.6},
+			want: route.Decision{Outcome: route.Shed, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "measured overload without a plan refuses a tenant's part above an equal share",
+			ws:   w, live: []route.Signal{late, late},
+			req:  route.Request{Priority: weights.Standard, Uniform: 0.3, Tenanted: true, OverShare: 0.4},
+			want: route.Decision{Outcome: route.Overloaded, OverShare: true, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a tenant's part above an equal share passes while a target meets its TTFT target",
+			ws:   w, live: []route.Signal{late, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 700, Uniform: 0.3, Tenanted: true, OverShare: 0.4},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a critical tenant's part above an equal share passes measured overload",
+			ws:   w, live: []route.Signal{late, late},
+			req:  route.Request{Priority: weights.Critical, Draw: 700, Uniform: 0.3, Tenanted: true, OverShare: 0.4},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "every target saturated refuses a light tenant's sheddable request no more",
+			ws:   w, live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0.99, Tenanted: true},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "every target saturated refuses a heavy tenant's sheddable request",
+			ws:   w, live: []route.Signal{full, full},
+			req:  route.Request{Priority: weights.Sheddable, Uniform: 0.99, Tenanted: true, Heavy: true},
+			want: route.Decision{Outcome: route.Overloaded, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
 			name: "planned shed confirmed by the spill targets saturated",
 			ws:   []uint64{0, 10}, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, out},
 			req:  route.Request{Priority: weights.Standard, Uniform: 0.1},

@@ -91,6 +91,10 @@ type Share struct {
 	// yet, refuses the heavy tenants' sheddable requests first
 	// (route.Request.Heavy).
 	Heavy bool
+	// Over is the part of the tenant's requests above an equal share, by
+	// weight, of the priority's demand, in [0, 1): what measured overload
+	// refuses of it (route.Request.OverShare); 0 at or below that share.
+	Over float64
 }
 
 // Shed books a request of tenant at priority p and estimated cost (token
@@ -126,7 +130,11 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 	if total <= 0 || e.mass[p] <= 0 {
 		return Share{Fair: 1, Heavy: true}
 	}
-	s := Share{Demand: e.mass[p] / total, Fair: 1, Heavy: e.mass[p]/e.weight >= (1-1e-9)*lv.equal*g}
+	equal := lv.equal * g * e.weight // an equal share's demand
+	s := Share{Demand: e.mass[p] / total, Fair: 1, Heavy: e.mass[p] >= (1-1e-9)*equal}
+	if e.mass[p] > equal*(1+1e-9) {
+		s.Over = 1 - equal/e.mass[p]
+	}
 	if math.IsInf(lv.lambda, 1) {
 		return s
 	}
@@ -270,7 +278,7 @@ func (t *Table) Route(now time.Time, tenant string, c *route.Cell, req *route.Re
 		f = c.Shed()[req.Priority]
 	}
 	s := t.Shed(now, tenant, req.Priority, req.Cost, f)
-	req.Tenanted, req.ShedFraction, req.Heavy = true, s.Fraction, s.Heavy
+	req.Tenanted, req.ShedFraction, req.Heavy, req.OverShare = true, s.Fraction, s.Heavy, s.Over
 	return s
 }
 

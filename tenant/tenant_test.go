@@ -34,6 +34,7 @@ func TestShedIsFair(t *testing.T) {
 		f      float64
 		want   map[string]float64 // shed fraction per tenant
 		heavy  map[string]bool
+		over   map[string]float64 // part above an equal share; 0 when absent
 	}{
 		{
 			name:   "nothing planned sheds nobody",
@@ -41,6 +42,8 @@ func TestShedIsFair(t *testing.T) {
 			demand: map[string]float64{"a": 1, "b": 1, "flood": 3},
 			want:   map[string]float64{"a": 0, "b": 0, "flood": 0},
 			heavy:  map[string]bool{"a": false, "b": false, "flood": true},
+			// An equal share is 5/3: the flood's part above it is 4/9.
+			over: map[string]float64{"flood": 4.0 / 9},
 		},
 		{
 			name:   "equal tenants share the plan's fraction",
@@ -58,6 +61,7 @@ func TestShedIsFair(t *testing.T) {
 			f:      1.0 / 3,
 			want:   map[string]float64{"a": 0, "b": 0, "c": 0, "flood": 2.0 / 3},
 			heavy:  map[string]bool{"a": false, "b": false, "c": false, "flood": true},
+			over:   map[string]float64{"flood": 0.5},
 		},
 		{
 			name: "past what the flood alone can give, everyone above the level is shed to it",
@@ -69,6 +73,7 @@ func TestShedIsFair(t *testing.T) {
 			f:      0.7,
 			want:   map[string]float64{"a": 0, "b": 1 - 1.25/2, "flood": 1 - 1.25/7.5},
 			heavy:  map[string]bool{"a": false, "b": false, "flood": true},
+			over:   map[string]float64{"flood": 1 - (10.0/3)/7.5},
 		},
 		{
 			name: "a weight of 3 makes 3x the demand a fair share",
@@ -99,6 +104,9 @@ func TestShedIsFair(t *testing.T) {
 				}
 				if s.Heavy != tc.heavy[name] {
 					t.Errorf("tenant %q: heavy %v, want %v", name, s.Heavy, tc.heavy[name])
+				}
+				if math.Abs(s.Over-tc.over[name]) > 1e-9 {
+					t.Errorf("tenant %q: over an equal share %.4f, want %.4f", name, s.Over, tc.over[name])
 				}
 				shed += s.Fraction * tc.demand[name]
 				total += tc.demand[name]

@@ -27,7 +27,7 @@ import (
 // report; with --loads, a load sweep per scenario.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	scenario := fs.String("scenario", "diurnal", "scenarios, comma-separated: "+strings.Join(experiment.ScenarioNames(), ", ")+"; or all")
+	scenario := fs.String("scenario", "diurnal", "scenarios, comma-separated: "+strings.Join(experiment.ScenarioNames(), ", ")+"; or all; or the tenants' "+strings.Join(experiment.TenantScenarioNames(), ", "))
 	trace := fs.String("trace", "", "replay this trace (Azure CSV or JSONL) at every source instead of the scenario's synthetic workload")
 	traceRate := fs.Float64("trace-rate", 0, "with --trace: the replay's total rate as a multiple of the trace's, split evenly over the sources (0: set by --load, 0.5 by default)")
 	load := fs.Float64("load", 0, "scale the workload so its mean demand is this fraction of the fleet's measured saturation throughput (0: the scenario's own rates)")
@@ -201,8 +201,8 @@ func scenarioNames(list string) ([]string, error) {
 	var out []string
 	for n := range strings.SplitSeq(list, ",") {
 		n = strings.TrimSpace(n)
-		if !slices.Contains(experiment.ScenarioNames(), n) {
-			return nil, fmt.Errorf("unknown scenario %q: want one of %v, or all", n, experiment.ScenarioNames())
+		if !slices.Contains(experiment.ScenarioNames(), n) && !slices.Contains(experiment.TenantScenarioNames(), n) {
+			return nil, fmt.Errorf("unknown scenario %q: want one of %v, or all; or %v", n, experiment.ScenarioNames(), experiment.TenantScenarioNames())
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

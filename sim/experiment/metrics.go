@@ -2,10 +2,11 @@ package experiment
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ilbproject/ilb/capacity"
-
+	"github.com/ilbproject/ilb/sim/workload"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -34,6 +35,29 @@ type Result struct {
 	// Replicas are the replica-level figures: prefix cache hits and load
 	// balance.
 	Replicas ReplicaFigures `json:"replicas"`
+	// Tenants are each tenant's figures before and during the scenario's
+	// flood (Scenario.Flood), by tenant name; nil without a flood.
+	Tenants []TenantFigures `json:"tenants,omitempty"`
+}
+
+// TenantFigures are one tenant's requests in the half of the run before
+// a flood (from Flood.From/2 to Flood.From) and during it.
+type TenantFigures struct {
+	Tenant         string       `json:"tenant"`
+	Before, During PeriodCounts `json:"-"`
+	// GoodputBefore and GoodputDuring are requests within the SLO per
+	// second in each period; Kept is During ÷ Before (1: the flood cost
+	// the tenant nothing); ShedDuring the share of its requests refused
+	// during the flood.
+	GoodputBefore float64 `json:"goodput_before"`
+	GoodputDuring float64 `json:"goodput_during"`
+	Kept          float64 `json:"kept"`
+	ShedDuring    float64 `json:"shed_during"`
+}
+
+// PeriodCounts count one tenant's requests in a period.
+type PeriodCounts struct {
+	Requests, Good, Shed int
 }
 
 // Figures are the outcome of a set of requests.
@@ -121,11 +145,13 @@ type recorder struct {
 	wShed   int
 	wAll    int
 	series  Series
+	// tenants count each tenant's requests around a flood.
+	tenants map[string]*TenantFigures
 }
 
 func newRecorder(r *runner, window time.Duration) *recorder {
 	f := r.opts.Scenario.Fleet
-	rec := &recorder{r: r, window: window, sources: make([]acc, len(f.Sources))}
+	rec := &recorder{r: r, window: window, sources: make([]acc, len(f.Sources)), tenants: map[string]*TenantFigures{}}
 	rec.wTTFT = make([][]float64, len(f.Sources))
 	rec.wCost = make([]float64, len(f.Clusters))
 	rec.wCapSec = make([]float64, len(f.Clusters))
@@ -182,6 +208,7 @@ func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duratio
 			x.Cluster = r.clusterNames[cluster]
 		}
 	}
+	rec.tenant(q, out, ttft)
 	prio, _ := weights.ParsePriority(q.Priority)
 	for _, a := range []*acc{&rec.total, &rec.sources[si]} {
 		a.requests++
@@ -225,6 +252,60 @@ func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duratio
 		m := r.cfg.Models[r.models[q.Model]]
 		rec.wCost[cluster] += m.TokenCost(float64(q.Prompt), float64(q.Output))
 	}
+}
+
+// tenant counts request q of a scenario with a flood in its tenant's
+// period (before the flood or during it).
+func (rec *recorder) tenant(q *workload.Request, out outcome, ttft time.Duration) {
+	fl := rec.r.opts.Scenario.Flood
+	if fl == nil {
+		return
+	}
+	var c *PeriodCounts
+	switch t := rec.tenants[q.Tenant]; {
+	case t == nil:
+		rec.tenants[q.Tenant] = &TenantFigures{Tenant: q.Tenant}
+		rec.tenant(q, out, ttft)
+		return
+	case q.At >= fl.From/2 && q.At < fl.From:
+		c = &t.Before
+	case q.At >= fl.From && q.At < fl.To:
+		c = &t.During
+	default:
+		return
+	}
+	c.Requests++
+	switch out {
+	case routed:
+		if ttft <= rec.r.opts.Scenario.SLO {
+			c.Good++
+		}
+	case shedPlanned, shedSat, noCapacity:
+		c.Shed++
+	}
+}
+
+// tenantFigures are the tenants' figures, by name.
+func (rec *recorder) tenantFigures() []TenantFigures {
+	fl := rec.r.opts.Scenario.Flood
+	if fl == nil {
+		return nil
+	}
+	var out []TenantFigures
+	for _, t := range rec.tenants {
+		f := *t
+		f.GoodputBefore = float64(f.Before.Good) / (fl.From - fl.From/2).Seconds()
+		f.GoodputDuring = float64(f.During.Good) / (fl.To - fl.From).Seconds()
+		if f.GoodputBefore > 0 {
+			f.Kept = f.GoodputDuring / f.GoodputBefore
+		}
+		if f.During.Requests > 0 {
+			f.ShedDuring = float64(f.During.Shed) / float64(f.During.Requests)
+		}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b TenantFigures) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
 }
 
 func (rec *recorder) regionOf(si int) int {
@@ -281,6 +362,7 @@ func (rec *recorder) result(r *runner) *Result {
 		res.Capacity = r.est.Estimates()
 	}
 	res.Replicas = r.replicaFigures()
+	res.Tenants = rec.tenantFigures()
 	return res
 }
 

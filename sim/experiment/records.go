@@ -15,6 +15,7 @@ import (
 type Record struct {
 	At       time.Duration // arrival
 	Source   string
+	Tenant   string // "" none
 	Priority string
 	Prompt   int
 	Output   int
@@ -51,11 +52,11 @@ var outcomeNames = [...]string{routed: "routed", shedPlanned: "shed", shedSat: "
 // WriteRecords writes records as CSV with a header line.
 func WriteRecords(w io.Writer, recs []Record) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"at_s", "source", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good"})
+	_ = cw.Write([]string{"at_s", "source", "tenant", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range recs {
 		_ = cw.Write([]string{
-			f(r.At.Seconds()), r.Source, r.Priority, strconv.Itoa(r.Prompt), strconv.Itoa(r.Output), r.Drawn, r.Cluster,
+			f(r.At.Seconds()), r.Source, r.Tenant, r.Priority, strconv.Itoa(r.Prompt), strconv.Itoa(r.Output), r.Drawn, r.Cluster,
 			strconv.FormatBool(r.Steered), f(r.Keep), strconv.FormatBool(r.Balanced), f(r.WaitDrawn), f(r.WaitAlternative), f(r.Predicted), strconv.Itoa(r.Awaiting), f(r.FirstTokensPerSecond),
 			strconv.FormatBool(r.Overloaded), r.Outcome, f(r.TTFT.Seconds()), strconv.FormatBool(r.Good),
 		})

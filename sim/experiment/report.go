@@ -48,7 +48,27 @@ func WriteTable(w io.Writer, results []*Result) error {
 	for _, line := range ratios(results) {
 		fmt.Fprintln(w, line)
 	}
+	for _, line := range tenantLines(results) {
+		fmt.Fprintln(w, line)
+	}
 	return nil
+}
+
+// tenantLines says, per policy of a run with a flood, what each tenant
+// kept of its goodput during the flood and what was shed of it.
+func tenantLines(results []*Result) []string {
+	var out []string
+	for _, r := range results {
+		if len(r.Tenants) == 0 {
+			continue
+		}
+		var parts []string
+		for _, t := range r.Tenants {
+			parts = append(parts, fmt.Sprintf("%s %.1f→%.1f/s (%s kept, %s shed)", t.Tenant, t.GoodputBefore, t.GoodputDuring, pct(t.Kept), pct(t.ShedDuring)))
+		}
+		out = append(out, fmt.Sprintf("%s, goodput per tenant before → during the flood: %s", r.Policy, strings.Join(parts, "; ")))
+	}
+	return out
 }
 
 // WriteMarkdown prints the comparison as a Markdown table, then ILB's
@@ -60,6 +80,9 @@ func WriteMarkdown(w io.Writer, results []*Result) error {
 	}
 	fmt.Fprintln(w)
 	for _, line := range ratios(results) {
+		fmt.Fprintf(w, "- %s\n", line)
+	}
+	for _, line := range tenantLines(results) {
 		fmt.Fprintf(w, "- %s\n", line)
 	}
 	fmt.Fprintln(w)

@@ -1,9 +1,12 @@
 package experiment
 
 import (
+	"time"
+
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/tenant"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -54,11 +57,16 @@ func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters 
 // route decides one request with ILB's decision (package route, as
 // ext_proc calls it): the live state of the cell's clusters when the fast
 // loop is on, none otherwise (then Envoy routes to the drawn cluster
-// whatever its state, and no planned shed is confirmed).
-func (t *table) route(k cellKey, req route.Request, ls []live.Cluster, awaiting []int, work []float64, fast bool) (int, outcome, route.Decision, *routeCell) {
+// whatever its state, and no planned shed is confirmed). With a tenant
+// table tt, the request of tenant at now gets its tenant's share of the
+// planned shedding, as ext_proc books it (tenant.Table.Route).
+func (t *table) route(k cellKey, req route.Request, ls []live.Cluster, awaiting []int, work []float64, fast bool, tt *tenant.Table, tenantName string, now time.Time) (int, outcome, route.Decision, *routeCell) {
 	c := t.cells[k]
 	if c == nil {
 		return -1, noCapacity, route.Decision{}, nil
+	}
+	if tt != nil {
+		tt.Route(now, tenantName, c.rc, &req)
 	}
 	var sig []route.Signal
 	if fast {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/route"
+	"github.com/ilbproject/ilb/tenant"
 
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/weights"
@@ -38,7 +39,12 @@ func (r *runner) arrive(i int) {
 		var rc *routeCell
 		awaiting, work := r.awaiting()
 		est, _ := r.limits[mi].Estimate(float64(q.Prompt), true, 0)
-		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est}, r.live, awaiting, work, r.opts.Policy.FastLoop)
+		var tt *tenant.Table
+		if r.tenants != nil {
+			tt = r.tenants[si][mi]
+		}
+		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est}, r.live, awaiting, work, r.opts.Policy.FastLoop,
+			tt, q.Tenant, epoch.Add(r.clock.now))
 		if r.records != nil {
 			r.noteDecision(i, d, rc)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/signals"
+	"github.com/ilbproject/ilb/tenant"
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/sim/workload"
 	"github.com/ilbproject/ilb/weights"
@@ -160,6 +161,9 @@ type runner struct {
 	snapBuf      [][]signals.Replica
 	addrs        map[string]int // replica address → index in replicas
 	table        *table
+	// tenants are the tenant tables by source and model index, with
+	// Policy.Tenants (nil otherwise): as ext_proc keeps them.
+	tenants      [][]*tenant.Table
 	ctl          *controller.Controller
 	est          *capacity.Estimator // nil unless the policy learns capacity
 	// ttftTarget is the engines' share of the SLO: the SLO less the
@@ -313,6 +317,14 @@ func newRunner(o Options) (*runner, error) {
 	for _, m := range cfg.Models {
 		r.limits = append(r.limits, demand.NewLimits(cfg.ExtProc, m))
 	}
+	if o.Policy.Tenants && o.Policy.FastLoop {
+		r.tenants = make([][]*tenant.Table, len(f.Sources))
+		for si := range r.tenants {
+			for range cfg.Models {
+				r.tenants[si] = append(r.tenants[si], tenant.New(cfg.Tenants, cfg.Controller.DemandHalfLife.Std(), epoch))
+			}
+		}
+	}
 	r.live = make([]live.Cluster, len(r.clusters))
 	r.snapBuf = make([][]signals.Replica, len(r.clusters))
 	for _, c := range f.Clusters {
@@ -330,7 +342,7 @@ func newRunner(o Options) (*runner, error) {
 	if o.Records {
 		r.records = make([]Record, len(r.reqs))
 		for i, q := range r.reqs {
-			r.records[i] = Record{At: q.At, Source: q.Source, Priority: q.Priority, Prompt: q.Prompt, Output: q.Output, Keep: 1, Predicted: -1}
+			r.records[i] = Record{At: q.At, Source: q.Source, Tenant: q.Tenant, Priority: q.Priority, Prompt: q.Prompt, Output: q.Output, Keep: 1, Predicted: -1}
 		}
 	}
 	if !o.Policy.LeastLoaded {

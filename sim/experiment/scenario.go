@@ -27,9 +27,18 @@ type Scenario struct {
 	// token and its time per output token are both within its bounds
 	// (goodput as DistServe defines it).
 	Strict SLOClass
+	// Flood, when set, is a tenant's flood: the run reports every
+	// tenant's goodput before it and during it (Result.Tenants).
+	Flood *Flood
 	// gen is the synthetic workload's spec when Workload generates one
 	// (nil for a workload given otherwise): what Scaled rescales.
 	gen *workload.Spec
+}
+
+// Flood is one tenant asking for more than its share from From to To.
+type Flood struct {
+	Tenant   string
+	From, To time.Duration
 }
 
 // SLOClass is a latency class a request may meet: time to first token
@@ -136,6 +145,10 @@ type Policy struct {
 	// Hosts picks the replica inside the chosen cluster; "" is
 	// HostLeastRequest (Envoy's default).
 	Hosts HostPolicy
+	// Tenants: the sources trust the requests' tenants (x-ilb-tenant),
+	// so the planned shedding is fair between them (package tenant);
+	// with FastLoop only.
+	Tenants bool
 }
 
 // Policies are the policies every scenario compares: the three baselines
@@ -146,7 +159,7 @@ func Policies() []Policy {
 		{Name: "round_robin", Weights: config.PolicyRoundRobin},
 		{Name: "proportional", Weights: config.PolicyProportional},
 		{Name: "waterfall", Weights: config.PolicyWaterfall},
-		{Name: "ilb", Weights: config.PolicyOptimizer, FastLoop: true, LearnCapacity: true},
+		{Name: "ilb", Weights: config.PolicyOptimizer, FastLoop: true, LearnCapacity: true, Tenants: true},
 		{Name: "least_loaded", LeastLoaded: true},
 		{Name: "least_loaded_seen", LeastLoaded: true, Seen: true},
 	}
@@ -154,9 +167,12 @@ func Policies() []Policy {
 
 // LookupPolicy finds a policy of Policies by name; "ilb-slow" is ILB
 // without the fast loop, "ilb-prior" ILB planning with the configured
-// capacity instead of the learned one.
+// capacity instead of the learned one, "ilb-untenanted" ILB whose sources
+// do not trust the tenant header (shedding blind to tenants).
 func LookupPolicy(name string) (Policy, bool) {
 	switch name {
+	case "ilb-untenanted":
+		return Policy{Name: name, Weights: config.PolicyOptimizer, FastLoop: true, LearnCapacity: true}, true
 	case "ilb-slow":
 		return Policy{Name: name, Weights: config.PolicyOptimizer, LearnCapacity: true}, true
 	case "ilb-prior":

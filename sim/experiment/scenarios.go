@@ -80,6 +80,40 @@ func ScenarioNames() []string {
 	return []string{"diurnal", "diurnal-peak", "outage", "burst", "residency", "drain", "long-prompt"}
 }
 
+// TenantScenarioNames lists the scenarios of tenants' fair sharing
+// (make bench-tenants), apart from the routing benchmark's.
+func TenantScenarioNames() []string { return []string{"tenant-flood"} }
+
+// tenantFlood is the tenant-flood scenario lasting d: four tenants with
+// equal shares at every source, together at ~80% of the fleet, all
+// standard priority (a platform without priority tiers: with tiers, a
+// flood's more important requests pass before the others' less important
+// ones, and fairness holds within the priority being shed); the tenant
+// "flood" asks for three times its share from 40% to 70% of the run, a
+// demand of ~120% of the fleet.
+func tenantFlood(s *Scenario, d time.Duration, at func(float64) time.Duration) {
+	s.Summary = "four tenants with equal shares of every source at ~80% of the fleet, one priority; the tenant flood asks for 3x its share from 40% to 70% of the run (~120% of the fleet)"
+	from, to := at(0.4), at(0.7)
+	s.Flood = &Flood{Tenant: "flood", From: from, To: to}
+	var specs []workload.SourceSpec
+	for _, src := range []struct {
+		name   string
+		offset float64
+		rate   float64
+	}{{"edge-us", -5, 69}, {"edge-eu", 1, 49}, {"edge-ap", 8, 37}} {
+		for _, tn := range []string{"team-a", "team-b", "team-c", "flood"} {
+			spec := source(src.name, src.offset, src.rate/4, 0, conversation)
+			spec.Tenant = tn
+			spec.Priorities = []workload.Share{{Name: "standard", Weight: 1}}
+			if tn == "flood" {
+				spec.Bursts = []workload.Burst{{At: from, Duration: to - from, Factor: 3}}
+			}
+			specs = append(specs, spec)
+		}
+	}
+	generate(s, d, d, specs...)
+}
+
 // LookupScenario builds the named scenario lasting d (0: one hour).
 // Events and the daily cycle scale with d.
 func LookupScenario(name string, d time.Duration) (Scenario, error) {
@@ -146,10 +180,12 @@ func LookupScenario(name string, d time.Duration) (Scenario, error) {
 			return src
 		}
 		generate(&s, d, d, long("edge-us", -5, 3.8), long("edge-eu", 1, 2.8), long("edge-ap", 8, 2.2))
+	case "tenant-flood":
+		tenantFlood(&s, d, at)
 	default:
-		return Scenario{}, fmt.Errorf("unknown scenario %q: want one of %v", name, ScenarioNames())
+		return Scenario{}, fmt.Errorf("unknown scenario %q: want one of %v or %v", name, ScenarioNames(), TenantScenarioNames())
 	}
-	if !slices.Contains(ScenarioNames(), name) {
+	if !slices.Contains(ScenarioNames(), name) && !slices.Contains(TenantScenarioNames(), name) {
 		return Scenario{}, fmt.Errorf("scenario %q is not listed", name)
 	}
 	return s, nil

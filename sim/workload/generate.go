@@ -141,6 +141,7 @@ func (g *sourceGen) request(at time.Duration, t float64) Request {
 				Prompt:   prompt,
 				Output:   out,
 				Prefix:   lead,
+				Tenant:   g.src.Tenant,
 			}
 		}
 		s = g.sessions.start(r, model, prio, lead, leadTokens)
@@ -155,6 +156,7 @@ func (g *sourceGen) request(at time.Duration, t float64) Request {
 		Output:   out,
 		Session:  s.key,
 		Prefix:   prefix,
+		Tenant:   g.src.Tenant,
 	}
 }
 

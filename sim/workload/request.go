@@ -39,6 +39,9 @@ type Request struct {
 	// Session is "" or a session key shared by the turns of one
 	// conversation; keys are unique within one workload.
 	Session string
+	// Tenant is the tenant the request belongs to ("" none): what
+	// Envoy would set in x-ilb-tenant from the client's identity.
+	Tenant string
 	// Prefix optionally holds the hashes of the prompt's full
 	// [BlockTokens]-token blocks that are shared with other requests, in
 	// prompt order: the same prefix gives the same hashes. Its length is at

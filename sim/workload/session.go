@@ -41,9 +41,13 @@ type sessions struct {
 // tokens a turn adds to the conversation (new message and answer), used to
 // size the hash buffers.
 func newSessions(src SourceSpec, seed uint64, growth float64) *sessions {
+	name := src.Name
+	if src.Tenant != "" {
+		name += "/" + src.Tenant // keys stay unique across a source's tenants
+	}
 	return &sessions{
-		source: src.Name,
-		salt:   mix(mix(tagSession, seed), hashString(src.Name)),
+		source: name,
+		salt:   mix(mix(tagSession, seed), hashString(name)),
 		turns:  src.SessionTurns,
 		think:  src.SessionThink.Seconds(),
 		growth: growth,

@@ -39,6 +39,10 @@ type Spec struct {
 type SourceSpec struct {
 	// Name is the source's name, copied into [Request.Source]; not empty.
 	Name string
+	// Tenant is the tenant of this spec's requests, copied into
+	// [Request.Tenant] ("" none). Several specs may name one source, each
+	// with its own tenant: their requests merge at the source.
+	Tenant string
 	// UTCOffsetHours is the source's time zone, in hours from UTC, in
 	// [-12, 14]: the daily sine peaks at [PeakLocalHour] local time, that
 	// is at (PeakLocalHour - UTCOffsetHours) mod 24 hours of UTC, scaled to

@@ -42,16 +42,16 @@ func (s Spec) Validate() error {
 	if len(s.Sources) == 0 {
 		p.addf("sources", "no source: want at least one")
 	}
-	seen := map[string]bool{}
+	seen := map[[2]string]bool{}
 	for i, src := range s.Sources {
 		path := fmt.Sprintf("sources[%d]", i)
 		switch {
 		case src.Name == "":
 			p.addf(path+".name", "empty")
-		case seen[src.Name]:
-			p.addf(path+".name", "duplicate source %q", src.Name)
+		case seen[[2]string{src.Name, src.Tenant}]:
+			p.addf(path+".name", "duplicate source %q (tenant %q)", src.Name, src.Tenant)
 		}
-		seen[src.Name] = true
+		seen[[2]string{src.Name, src.Tenant}] = true
 		src.validate(&p, path, s.Duration)
 	}
 	return errors.Join(p...)
