@@ -14,9 +14,9 @@ import (
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
 	"github.com/ilbproject/ilb/signals"
-	"github.com/ilbproject/ilb/tenant"
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/sim/workload"
+	"github.com/ilbproject/ilb/tenant"
 	"github.com/ilbproject/ilb/weights"
 )
 
