@@ -163,9 +163,9 @@ type runner struct {
 	table        *table
 	// tenants are the tenant tables by source and model index, with
 	// Policy.Tenants (nil otherwise): as ext_proc keeps them.
-	tenants      [][]*tenant.Table
-	ctl          *controller.Controller
-	est          *capacity.Estimator // nil unless the policy learns capacity
+	tenants [][]*tenant.Table
+	ctl     *controller.Controller
+	est     *capacity.Estimator // nil unless the policy learns capacity
 	// ttftTarget is the engines' share of the SLO: the SLO less the
 	// fleet's longest round trip (as Calibrate measures).
 	ttftTarget time.Duration
