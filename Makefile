@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench bench-routing bench-xds bench-extproc bench-replicas soak-connections golden fuzz clean kube istio
+.PHONY: all build test lint vet fmt demo bench bench-routing bench-tenants bench-xds bench-extproc bench-replicas soak-connections golden fuzz clean kube istio
 
 all: build
 
@@ -99,6 +99,16 @@ bench-routing:
 		$(GO) run ./cmd/ilb sim --scenario $(TRACE_SCENARIOS) --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-conv.csv --report docs/benchmarks.md --report-section sweep-azure-conv && \
 		$(GO) run ./cmd/ilb sim --scenario $(TRACE_SCENARIOS) --seed 1 --duration 30m --loads $(LOADS) --trace $(TRACES)/azure-llm-2023-code.csv --report docs/benchmarks.md --report-section sweep-azure-code; \
 	else echo "TRACES not set: the Azure trace sweeps are left as they are"; fi
+
+## bench-tenants: fair shedding between tenants: four tenants with equal
+## shares, one of them flooding at 3x its share for 30% of the run (the
+## tenant-flood scenario), at 0.92 and 1.0 of the fleet's measured
+## saturation throughput over the run (the flood takes the demand to about
+## 1.2 and 1.3); ILB, ILB blind to tenants and the baselines; rewrites the
+## "tenants" sections of docs/benchmarks.md (about a minute on 2 cores)
+bench-tenants:
+	$(GO) run ./cmd/ilb sim --scenario tenant-flood --seed 1 --duration 30m --load 0.92 --policies ilb,ilb-untenanted,proportional,waterfall,least_loaded_seen --report docs/benchmarks.md --report-section tenants-0.92
+	$(GO) run ./cmd/ilb sim --scenario tenant-flood --seed 1 --duration 30m --load 1.0 --policies ilb,ilb-untenanted,proportional,waterfall,least_loaded_seen --report docs/benchmarks.md --report-section tenants-1.0
 
 ## soak-connections: the connection flood at the issue's scale: 20,000
 ## connections that never send a byte (10,000 on the ext_proc port,

@@ -421,7 +421,9 @@ func writeSection(path, section, body string) error {
 	out.WriteString(head)
 	out.WriteString(reportMarker + "\n")
 	for _, n := range names {
-		fmt.Fprintf(&out, "\n%s%s -->\n\n%s", sectionMarker, n, strings.TrimLeft(bodies[n], "\n"))
+		// Each section's blank lines are normalised, so rewriting one
+		// section never grows the others.
+		fmt.Fprintf(&out, "\n%s%s -->\n\n%s\n", sectionMarker, n, strings.Trim(bodies[n], "\n"))
 	}
 	return os.WriteFile(path, []byte(out.String()), 0o644)
 }

@@ -220,3 +220,33 @@ func TestSimCommandRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteSectionIsStable: rewriting a report's sections keeps the
+// hand-written head and the other sections byte for byte, however often
+// (blank lines once grew by one per section and rewrite).
+func TestWriteSectionIsStable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report.md")
+	if err := os.WriteFile(path, []byte("# Head\n\nhand-written\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct{ name, body string }{{"a", "## A\n\nfirst\n\n\n"}, {"b", "\n## B\n"}} {
+		if err := writeSection(path, s.name, s.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := os.ReadFile(path)
+	for range 3 { // the other sections are kept as read
+		if err := writeSection(path, "b", "\n## B\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, _ := os.ReadFile(path)
+	if string(again) != string(first) {
+		t.Fatalf("the report changed on rewriting the same sections:\n%q\nthen\n%q", first, again)
+	}
+	for _, want := range []string{"# Head\n\nhand-written\n", "## A\n\nfirst\n", "## B\n"} {
+		if !strings.Contains(string(again), want) {
+			t.Errorf("the report lost %q:\n%s", want, again)
+		}
+	}
+}
