@@ -358,14 +358,13 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 		}
 		return overloaded == 1
 	}
-	if f > 0 && req.Uniform < f {
-		if isOverloaded() {
-			d.Outcome = Shed
-			return d
-		}
-		d.Waived = f
+	planned := f > 0 && req.Uniform < f
+	over := req.Tenanted && req.Priority != weights.Critical && req.Uniform < req.OverShare
+	if planned && isOverloaded() {
+		d.Outcome = Shed
+		return d
 	}
-	if req.Tenanted && req.Priority != weights.Critical && req.Uniform < req.OverShare && isOverloaded() {
+	if over && isOverloaded() {
 		d.Outcome = Overloaded
 		d.OverShare = true
 		return d
@@ -378,14 +377,38 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	d.Drawn, _ = slices.BinarySearch(c.ends, d.Slot+1) // first end > slot
 	d.Chosen = d.Drawn
 	if live == nil {
+		if planned {
+			d.Waived = f
+		}
 		return d
 	}
+	c.choose(&d, rem, live, req, saturated)
+	// A cluster meets the target: the plan (or a tenant's cut) applies
+	// only if the request would still land on an overloaded one.
+	if planned || over {
+		if ch := live[d.Chosen]; ch.Overloaded || ch.Saturated {
+			out := Decision{Outcome: Shed, Remaining: d.Remaining, Spill: d.Spill, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1}
+			if !planned {
+				out.Outcome, out.OverShare = Overloaded, true
+			}
+			return out
+		}
+		if planned {
+			d.Waived = f
+		}
+	}
+	return d
+}
+
+// choose moves d off the drawn target when the live state says so: a
+// redraw off an excluded target, then balancing and steering.
+func (c *Cell) choose(d *Decision, rem []int, live []Signal, req Request, saturated bool) {
 	if live[d.Chosen].Excluded {
 		d.Chosen, d.RedrawSlot = c.pickAmong(rem, req.Draw)
 		d.Redrawn = true
 	}
 	if req.NoSteer {
-		return d
+		return
 	}
 	// Steering is graded, never all-or-nothing: a saturated cluster's
 	// predicted TTFT includes its queue's wait (and its pressure is high),
@@ -395,16 +418,15 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	// bursty code-completion traffic it cost 2.7 points of goodput within
 	// the SLO, and made a proportional plan worse than with no steering).
 	if !saturated {
-		c.balance(&d, live, req)
+		c.balance(d, live, req)
 		if live[d.Chosen].TTFTKnown {
 			if live[d.Chosen].Queued {
-				c.predict(&d, live, req.Draw)
+				c.predict(d, live, req.Draw)
 			}
 		} else {
-			c.grade(&d, rem, live, req.Draw)
+			c.grade(d, rem, live, req.Draw)
 		}
 	}
-	return d
 }
 
 // balance is the power of two choices: a second target, drawn with equal

@@ -83,12 +83,19 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
 		},
 		{
-			name: "planned shed while a target has headroom is waived and routed",
+			name: "planned shed while a target has headroom: a draw that stays on the saturated one is shed",
 			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, ok},
-			req: route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.2},
-			// Not shed; graded steering keeps this draw on the saturated
-			// target with probability (1+0)/(1+3) = 0.25, and this one stays.
-			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 0, Slot: 100, Chosen: 0, SteeredFrom: -1, Keep: 0.25, Waived: 0.5},
+			// Graded steering keeps this draw on the saturated target with
+			// probability (1+0)/(1+3) = 0.25, and this one stays: it would
+			// queue there.
+			req:  route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Shed, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "planned shed while a target has headroom: a draw landing there is waived and routed",
+			ws:   w, shed: shed(0, 0.5, 0.5), live: []route.Signal{full, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 700, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1, Waived: 0.5},
 		},
 		{
 			name: "planned shed without live state is waived: no evidence of overload",
@@ -205,10 +212,16 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.Overloaded, OverShare: true, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
 		},
 		{
-			name: "a tenant's part above an equal share passes while a target meets its TTFT target",
+			name: "a tenant's part above an equal share passes on a target meeting its TTFT target",
 			ws:   w, live: []route.Signal{late, ok},
 			req:  route.Request{Priority: weights.Standard, Draw: 700, Uniform: 0.3, Tenanted: true, OverShare: 0.4},
 			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a tenant's part above an equal share is refused on a target missing its TTFT target",
+			ws:   w, live: []route.Signal{late, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 100, Uniform: 0.3, Tenanted: true, OverShare: 0.4},
+			want: route.Decision{Outcome: route.Overloaded, OverShare: true, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
 		},
 		{
 			name: "a critical tenant's part above an equal share passes measured overload",
