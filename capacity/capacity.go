@@ -140,9 +140,9 @@ type state struct {
 	// satMeasured: the saturation estimate moved on evidence (a standing
 	// queue, or a calm window serving more), not the prior alone.
 	satMeasured bool
-	observed  time.Duration
-	ttftKnown bool
-	calm      time.Duration
+	observed    time.Duration
+	ttftKnown   bool
+	calm        time.Duration
 }
 
 // Estimator learns every configured cluster's capacity.
