@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/sim/engine"
 )
 
@@ -53,8 +54,11 @@ type Options struct {
 	Header http.Header
 	// Priority, when set, goes in x-ilb-priority.
 	Priority string
-	Seed     uint64
-	Client   *http.Client // nil: a client with a 30s timeout
+	// Tenant, when set, goes in x-ilb-tenant (as an Envoy that sets it
+	// from the client's identity would).
+	Tenant string
+	Seed   uint64
+	Client *http.Client // nil: a client with a 30s timeout
 }
 
 // Result is one request's outcome.
@@ -163,6 +167,9 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 	}
 	if r.Session != "" {
 		req.Header.Set("x-ilb-session", r.Session)
+	}
+	if o.Tenant != "" {
+		req.Header.Set(header.Tenant, o.Tenant)
 	}
 	if o.Priority != "" {
 		req.Header.Set("x-ilb-priority", o.Priority)
