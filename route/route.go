@@ -21,8 +21,9 @@
 //     (sheddable ≥ standard ≥ critical), applies only when the engines
 //     confirm overload: every cluster the request may go to is overloaded
 //     in the SLO's terms (Signal.Overloaded: its engines miss the TTFT
-//     target while requests wait, or it is saturated). While one meets
-//     it, the plan is waived and the request routed.
+//     target while requests wait, or it is saturated) — or the cluster it
+//     would go to (step 4) is. A request that would land on a cluster
+//     meeting the target is routed and the plan waived.
 //  3. A sheddable request is refused when every cluster it may go to is
 //     saturated (measured overload), whatever the plan.
 //  4. The weighted draw, as Envoy's weighted_clusters takes it; drawn
