@@ -33,8 +33,8 @@
 //
 // With tenants (Request.Tenanted), the planned fraction of rule 2 is the
 // tenant's share of the cell's (tenant.Table: those above their weighted
-// fair share first); then (2b), while every cluster is overloaded, a
-// standard or sheddable request is refused with the probability that cuts
+// fair share first); then (2b), under measured overload as rule 2 judges
+// it, a standard or sheddable request is refused with the probability that cuts
 // its tenant to an equal share by weight (Request.OverShare: nothing for
 // a tenant at or below it, nor when all ask alike); and rule 3 refuses
 // only the tenants asking for at least an equal share.
