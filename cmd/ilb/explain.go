@@ -67,12 +67,14 @@ func fetchRecordFrom(ctx context.Context, c *adminClient, id string) (decision.R
 
 // reasonMeaning says what each routing reason code means.
 var reasonMeaning = map[string]string{
-	"weighted": "a random draw over the weights",
-	"session":  "the draw is the session key's hash: the session sticks to one cluster",
-	"redrawn":  "the drawn cluster is excluded now: drawn again among the rest",
-	"balanced": "a second cluster, drawn among every reachable one, would begin and end this request's prefill sooner by the work ILB has waiting there, round trip included: it took the request (the power of two choices)",
-	"steered":  "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
-	"models":   "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
+	"weighted":   "a random draw over the weights",
+	"session":    "the draw is the session key's hash: the session sticks to one cluster",
+	"redrawn":    "the drawn cluster is excluded now: drawn again among the rest",
+	"balanced":   "a second cluster, drawn among every reachable one, would begin and end this request's prefill sooner by the work ILB has waiting there, round trip included: it took the request (the power of two choices)",
+	"steered":    "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
+	"models":     "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
+	"shed":       "the controller planned to shed part of this priority (its tenant's share of it, with fair shedding) and the engines confirmed the overload: the cluster it would go to was overloaded",
+	"overloaded": "the engines measured an overload no plan sized yet: every cluster saturated (a sheddable request), or its tenant asked for more than an equal share (the part above it refused)",
 }
 
 // localReplyMeaning says why Envoy answers a request with status itself
@@ -102,6 +104,15 @@ func printStory(w io.Writer, r decision.Record, traceURL string) {
 		"default":        ", the source's default",
 	}[r.PriorityFrom]
 	p("source", "%s  (priority %s%s)", r.Source, r.Priority, prio)
+	switch {
+	case r.TenantFrom == "ignored-header":
+		p("tenant", "none: its x-ilb-tenant was ignored (the source does not trust it)")
+	case r.Tenant != "" && (r.TenantDemand > 0 || r.TenantFair > 0 || r.TenantShed > 0):
+		p("tenant", "%s, from x-ilb-tenant: %.0f%% of its priority's demand here, fair share %.0f%%; %.0f%% of its requests shed by the plan (fair shedding)",
+			r.Tenant, 100*r.TenantDemand, 100*r.TenantFair, 100*r.TenantShed)
+	case r.Tenant != "":
+		p("tenant", "%s, from x-ilb-tenant", r.Tenant)
+	}
 	if r.Model != "" {
 		asked := ""
 		if r.RequestedModel != r.Model {

@@ -198,3 +198,28 @@ func TestExplainMaxTokens(t *testing.T) {
 		})
 	}
 }
+
+func TestExplainTenant(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  decision.Record
+		want string
+	}{
+		{
+			"shed by the tenant's share",
+			decision.Record{RequestID: "r", Tenant: "acme", TenantFrom: "header", TenantDemand: 0.6, TenantFair: 0.3, TenantShed: 0.5, Reason: "shed", Status: 429},
+			"acme, from x-ilb-tenant: 60% of its priority's demand here, fair share 30%; 50% of its requests shed",
+		},
+		{"ignored", decision.Record{RequestID: "r", TenantFrom: "ignored-header"}, "its x-ilb-tenant was ignored"},
+		{"named", decision.Record{RequestID: "r", Tenant: "acme", TenantFrom: "header"}, "tenant      acme, from x-ilb-tenant\n"},
+		{"the meaning of shed", decision.Record{RequestID: "r", Reason: "shed", Status: 429}, "its tenant's share of it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printRecord(&b, tc.rec)
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, b.String())
+			}
+		})
+	}
+}
