@@ -105,8 +105,11 @@ func TestFastLoop(t *testing.T) {
 		{"planned shedding of standard, confirmed by every cluster missing its TTFT target", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": late, "eu-west-vllm": late, "eu-west-tgi": late,
 		}}, "standard", 429, "shed", "", ""},
-		{"planned shedding while one cluster meets its TTFT target: waived", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
+		{"planned shedding while one cluster meets its TTFT target, the request landing on a late one: shed", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": late, "eu-west-vllm": late, "eu-west-tgi": free,
+		}}, "standard", 429, "shed", "", ""},
+		{"planned shedding while the cluster the request lands on meets its TTFT target: waived", weights.ShedFractions{weights.Standard: 1}, &live.State{At: now, Clusters: map[string]live.Cluster{
+			"us-east-vllm": late, "eu-west-vllm": free, "eu-west-tgi": late,
 		}}, "standard", 0, "weighted", "", ""},
 		{"every cluster missing its TTFT target without a plan: sheddable served", weights.ShedFractions{}, &live.State{At: now, Clusters: map[string]live.Cluster{
 			"us-east-vllm": late, "eu-west-vllm": late, "eu-west-tgi": late,
