@@ -137,12 +137,9 @@ type state struct {
 	// learned a capacity of two thirds of what it then served for good
 	// (no later interval gave evidence either way).
 	sustained float64
-	// satMeasured: the saturation estimate moved on evidence (a standing
-	// queue, or a calm window serving more), not the prior alone.
-	satMeasured bool
-	observed    time.Duration
-	ttftKnown   bool
-	calm        time.Duration
+	observed  time.Duration
+	ttftKnown bool
+	calm      time.Duration
 }
 
 // Estimator learns every configured cluster's capacity.
@@ -309,43 +306,26 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		// done, and long-prompt traffic learned its saturation 30% low
 		// from such intervals), and the plan must stay below this
 		// window's load.
-		// Only a standing queue shows the GPU busy throughout: first
-		// tokens past the target come before that (a tail of the wait),
-		// at a load below the saturation throughput.
-		if queued && wasQueued {
-			est.Saturation = move(est.Saturation, st.mean)
-			st.satMeasured = true
-		}
+		est.Saturation = move(est.Saturation, st.mean)
 		// The capacity within the TTFT target is at most the sustained
 		// load at which it broke: under bursty arrivals the wait grows
 		// with their variability (Kingman: W ≈ ρ/(1−ρ) · (C²a + C²s)/2 ·
 		// E[S]), so a cluster breaks at a lower mean load than under
 		// smooth ones, and the plan must leave room for the bursts.
-		at := min(st.mean, st.sustainedNow(e.s.TimeConstant))
-		target := at
-		if tooSlow && (!queued || !wasQueued) {
-			// And below it: at that load a share slowShare of the
-			// first tokens missed the target where 1 − quantile may
-			// (tailLoad), once the saturation is measured (a prior
-			// alone may be far off: a load that looks light against it
-			// would cut the estimate by a guess).
-			if st.satMeasured {
-				target = min(at, tailLoad(at, est.Saturation, slowShare, 1-e.s.TTFTQuantile))
-			}
-			why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target (%.1f%% allowed) with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica of a saturation %.0f: capacity at most %.0f", 100*slowShare, e.s.TTFTTarget, 100*(1-e.s.TTFTQuantile), st.waitPer, at, est.Saturation, target)
-		} else {
-			why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at a sustained %.0f token-cost/s per replica: capacity at most that", pressure, at)
-		}
-		if target < est.PerReplica {
+		if at := min(st.mean, st.sustainedNow(e.s.TimeConstant)); at < est.PerReplica {
 			kind = FromOverload
-			est.PerReplica = min(est.PerReplica, move(est.PerReplica, target))
+			if tooSlow && (!queued || !wasQueued) {
+				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, at)
+			} else {
+				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at a sustained %.0f token-cost/s per replica: capacity at most that", pressure, at)
+			}
+			est.PerReplica = min(est.PerReplica, move(est.PerReplica, at))
 		}
 	case st.calm >= e.s.SmoothTime:
 		// A calm window: the cluster served lowMean (at least) without a
 		// queue, so it can.
 		if lowMean > est.Saturation {
 			est.Saturation = move(est.Saturation, lowMean)
-			st.satMeasured = true
 		}
 		if lowMean > est.PerReplica {
 			kind = FromHeadroom
@@ -362,25 +342,6 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	est.Samples++
 	est.Updated = o.At
 	return true
-}
-
-// tailLoad is the load (token-cost/s per replica) at which a share
-// allowed of first tokens would miss the TTFT target, given that a share
-// missed (allowed < missed < 1) at load at of a cluster whose saturation
-// throughput is mu. In heavy traffic the wait before admission is about
-// exponential, P(W > t) ≈ ρ·exp(−t·(1−ρ)/(ρ·K)) (Kingman), K set by the
-// service time and the variability of arrivals and service, which a
-// change of load leaves alone: so (1−ρ)/ρ scales with ln(1/share) at a
-// fixed t, and the load that meets the target has (1−ρ')/ρ' = (1−ρ)/ρ ·
-// ln(1/allowed) / ln(1/missed), with ρ = at/mu. A load at or past mu (no
-// room measured) gives at itself.
-func tailLoad(at, mu, missed, allowed float64) float64 {
-	if !(at > 0 && mu > at && allowed > 0 && missed > allowed && missed < 1) {
-		return at
-	}
-	rho := at / mu
-	x := (1 - rho) / rho * math.Log(1/allowed) / math.Log(1/missed)
-	return mu / (1 + x)
 }
 
 // sustainedNow is the debiased sustained throughput (see state.sustained).

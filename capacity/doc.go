@@ -23,10 +23,8 @@
 // not overload. A calm window is SmoothTime (15 s) without a long queue.
 // Two numbers are learned per cluster:
 //
-//   - Saturation, μ: during a standing queue the GPU was busy throughout,
-//     so X measures μ; a calm window shows μ is at least what it served.
-//     First tokens past the target are the tail of the wait, at a load
-//     below μ: they do not measure it.
+//   - Saturation, μ: during overload the GPU was busy throughout, so X
+//     measures μ; a calm window shows μ is at least what it served.
 //   - PerReplica, C, what the controller plans with (capacity_per_replica
 //     at 100 % utilization, of which it fills the target). Queueing theory
 //     says the wait before admission grows without bound as the load nears
@@ -39,11 +37,7 @@
 //     arrivals a cluster breaks at a lower mean load than under smooth
 //     ones, as Kingman's formula says, and the plan must leave room for
 //     the bursts), so the plan then loads the cluster to target × X̄,
-//     below the point where it broke. First tokens past the target, once
-//     μ is measured, lower C below X̄: in heavy traffic the wait is about
-//     exponential with rate (1−ρ)/(ρK) (Kingman), so a share s late at
-//     ρ = X̄/μ where a = 1 − quantile may be puts the load meeting the
-//     target at (1−ρ')/ρ' = (1−ρ)/ρ · ln(1/a)/ln(1/s) (tailLoad). A calm
+//     below the point where it broke; a calm
 //     window serving X̄ above C raises C toward X̄ (it served that without
 //     a queue). C settles between the two.
 //
