@@ -22,9 +22,9 @@ import (
 // fraction was planned.
 //
 // The table tracks at most Tenants.MaxTracked tenants. A tenant it does
-// not hold when it is full takes the slot of the one with the least
-// demand (which is forgotten): every tenant with more than 1/MaxTracked
-// of the demand keeps its slot, and a flood is always tracked.
+// not hold when it is full takes the slot of the lightest of 16 tracked
+// tenants drawn at random (which is forgotten): a flood keeps its slot
+// under any churn of light tenants, at a bounded cost per new tenant.
 type Table struct {
 	cfg      config.Tenants
 	halfLife float64   // seconds, > 0
@@ -34,8 +34,10 @@ type Table struct {
 	entries map[string]*entry
 	fair    [len(weights.Priorities)]level
 	// sum is every tracked tenant's demand per priority, decayed as of
-	// sumAt.
+	// sumAt, and wsum the weights of the tracked tenants that asked for
+	// some of it.
 	sum   [len(weights.Priorities)]float64
+	wsum  [len(weights.Priorities)]float64
 	sumAt float64
 }
 
@@ -49,12 +51,11 @@ type entry struct {
 
 // level is a priority's fair level, cached: a tenant of weight w is
 // admitted up to w × lambda of demand (decayed as of at), computed for
-// the shed fraction f. lambda is +Inf when nobody is shed. equal is the
-// demand per unit of weight of an equal split (Σd ÷ Σw over the tenants
-// asking).
+// the shed fraction f on a demand of total. lambda is +Inf when nobody
+// is shed.
 type level struct {
-	at, f, lambda, equal, total float64
-	set                         bool
+	at, f, lambda, total float64
+	set                  bool
 }
 
 // A fair level is reused until refresh half-lives passed (demand decays
@@ -64,6 +65,10 @@ const (
 	refresh = 1.0 / 128
 	drift   = 0.01
 )
+
+// evictSample is how many tracked tenants a new one, when the table is
+// full, draws to evict the lightest of.
+const evictSample = 16
 
 // New returns an empty table for tenants cfg (valid: config.Validate),
 // decaying demand with halfLife (> 0), its clock starting at epoch.
@@ -112,28 +117,37 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 	if math.IsNaN(cost) || math.IsInf(cost, 0) {
 		cost = 0
 	}
-	f = min(max(f, 0), 1)
+	if !(f > 0) { // NaN too
+		f = 0
+	}
+	f = min(f, 1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.entry(tenant, at)
 	t.decay(e, at)
-	e.mass[p] += cost
 	t.decaySum(at)
+	if e.mass[p] <= 0 && cost > 0 {
+		t.wsum[p] += e.weight
+	}
+	e.mass[p] += cost
 	t.sum[p] += cost
 	total := t.sum[p]
+	if total <= 0 || e.mass[p] <= 0 || t.wsum[p] <= 0 {
+		return Share{Fair: 1, Heavy: true}
+	}
+	equal := total / t.wsum[p] * e.weight // an equal share's demand
+	s := Share{Demand: e.mass[p] / total, Fair: 1, Heavy: e.mass[p] >= (1-1e-9)*equal}
+	if e.mass[p] > equal*(1+1e-9) {
+		s.Over = 1 - equal/e.mass[p]
+	}
+	if f <= 0 {
+		return s
+	}
 	lv := &t.fair[p]
 	g := t.decayFactor(at - lv.at)
 	if !lv.set || lv.f != f || at-lv.at >= refresh*t.halfLife || at < lv.at || math.Abs(total-lv.total*g) > drift*total {
 		*lv = t.level(p, f, at)
 		g = 1
-	}
-	if total <= 0 || e.mass[p] <= 0 {
-		return Share{Fair: 1, Heavy: true}
-	}
-	equal := lv.equal * g * e.weight // an equal share's demand
-	s := Share{Demand: e.mass[p] / total, Fair: 1, Heavy: e.mass[p] >= (1-1e-9)*equal}
-	if e.mass[p] > equal*(1+1e-9) {
-		s.Over = 1 - equal/e.mass[p]
 	}
 	if math.IsInf(lv.lambda, 1) {
 		return s
@@ -151,11 +165,19 @@ func (t *Table) entry(tenant string, at float64) *entry {
 		return e
 	}
 	if len(t.entries) >= t.cfg.MaxTracked {
+		// The lightest of evictSample tenants drawn at random (Go's
+		// map order): bounded work per new tenant however many are
+		// tracked, and a tenant heavier than most is all but never the
+		// lightest of its sample.
 		var least *entry
 		var leastMass float64
+		n := 0
 		for _, e := range t.entries {
-			if m := t.demandOf(e, at); least == nil || m < leastMass || m == leastMass && e.name < least.name {
+			if m := t.demandOf(e, at); least == nil || m < leastMass {
 				least, leastMass = e, m
+			}
+			if n++; n == evictSample {
+				break
 			}
 		}
 		delete(t.entries, least.name)
@@ -163,6 +185,9 @@ func (t *Table) entry(tenant string, at float64) *entry {
 		g := t.decayFactor(at - least.at)
 		for i, m := range least.mass {
 			t.sum[i] = max(t.sum[i]-m*g, 0)
+			if m > 0 {
+				t.wsum[i] = max(t.wsum[i]-least.weight, 0)
+			}
 		}
 	}
 	e := &entry{name: tenant, weight: t.cfg.Weight(tenant), at: at}
@@ -216,26 +241,19 @@ func (t *Table) decaySum(at float64) {
 // (1 − f) × D over the tenants i (demand d_i, weight w_i).
 func (t *Table) level(p weights.Priority, f, at float64) level {
 	lv := level{at: at, f: f, lambda: math.Inf(1), set: true}
+	type dw struct{ d, w float64 }
+	ts := make([]dw, 0, len(t.entries))
 	var total, weight float64
 	for _, e := range t.entries {
 		if d := e.mass[p] * t.decayFactor(at-e.at); d > 0 {
+			ts = append(ts, dw{d, e.weight})
 			total += d
 			weight += e.weight
 		}
 	}
 	lv.total = total
-	if weight > 0 {
-		lv.equal = total / weight
-	}
 	if f <= 0 || total <= 0 {
 		return lv
-	}
-	type dw struct{ d, w float64 }
-	ts := make([]dw, 0, len(t.entries))
-	for _, e := range t.entries {
-		if d := e.mass[p] * t.decayFactor(at-e.at); d > 0 {
-			ts = append(ts, dw{d, e.weight})
-		}
 	}
 	// Ascending demand per weight: those asking less than the level are
 	// served whole, the others up to the level.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -198,4 +199,36 @@ func TestShedTracksTheHeaviest(t *testing.T) {
 	if s.Fraction <= 0.5 || s.Demand < 0.9 {
 		t.Fatalf("the flood after the churn: %+v; want it still tracked (demand ≥ 0.9) and shed more than the plan's 0.5", s)
 	}
+}
+
+// BenchmarkShed is the request path's cost of fair shedding: one call per
+// request, among 200 tenants (one flooding), while the plan sheds; and
+// with a new tenant on every call in a full table.
+func BenchmarkShed(b *testing.B) {
+	cfg := config.DefaultTenants()
+	names := make([]string, 200)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	b.Run("tenants=200", func(b *testing.B) {
+		tb := tenant.New(cfg, 30*time.Second, t0)
+		i := 0
+		for b.Loop() {
+			name := names[i%len(names)]
+			if i%4 == 0 {
+				name = "flood"
+			}
+			tb.Shed(t0.Add(time.Duration(i)*time.Millisecond), name, weights.Standard, 500, 0.2)
+			i++
+		}
+	})
+	b.Run("new tenant each call, table full", func(b *testing.B) {
+		cfg.MaxTracked = config.MaxTenantsTracked
+		tb := tenant.New(cfg, 30*time.Second, t0)
+		i := 0
+		for b.Loop() {
+			tb.Shed(t0.Add(time.Duration(i)*time.Millisecond), strconv.Itoa(i), weights.Standard, 500, 0.2)
+			i++
+		}
+	})
 }
