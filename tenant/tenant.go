@@ -204,15 +204,18 @@ func (t *Table) decayFactor(dt float64) float64 {
 }
 
 // decay brings e's demand to at.
-func (t *Table) decay(e *entry, at float64) {
-	if at <= e.at {
+func (t *Table) decay(e *entry, at float64) { t.decayTo(&e.mass, &e.at, at) }
+
+// decayTo brings demand m, decayed as of *since, to at.
+func (t *Table) decayTo(m *[len(weights.Priorities)]float64, since *float64, at float64) {
+	if at <= *since {
 		return
 	}
-	g := t.decayFactor(at - e.at)
-	for i := range e.mass {
-		e.mass[i] *= g
+	g := t.decayFactor(at - *since)
+	for i := range m {
+		m[i] *= g
 	}
-	e.at = at
+	*since = at
 }
 
 // demandOf is e's demand of every priority as of at, without changing e.
@@ -225,16 +228,7 @@ func (t *Table) demandOf(e *entry, at float64) float64 {
 }
 
 // decaySum brings the demand sums to at.
-func (t *Table) decaySum(at float64) {
-	if at <= t.sumAt {
-		return
-	}
-	g := t.decayFactor(at - t.sumAt)
-	for i := range t.sum {
-		t.sum[i] *= g
-	}
-	t.sumAt = at
-}
+func (t *Table) decaySum(at float64) { t.decayTo(&t.sum, &t.sumAt, at) }
 
 // level water-fills priority p: with D its demand and f the shed
 // fraction, it finds lambda such that Σ min(d_i, w_i × lambda) =
