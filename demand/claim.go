@@ -58,16 +58,22 @@ func NewLimits(ep config.ExtProc, m config.Model) Limits {
 // prompt's tokens (known: the client's evidence gave them; else the
 // default prompt) and its max_tokens (0: unset, the default output).
 func (l Limits) Estimate(promptTokens float64, known bool, maxTokens int) (cost, prompt float64) {
+	prompt, output := l.Tokens(promptTokens, known, maxTokens)
+	return l.Model.TokenCost(prompt, output), prompt
+}
+
+// Tokens is the prompt and output tokens Estimate counts, capped by the
+// model's limits: what a token budget reserves for the request.
+func (l Limits) Tokens(promptTokens float64, known bool, maxTokens int) (prompt, output float64) {
 	prompt = min(l.DefaultPrompt, l.Context)
 	if known {
 		prompt = min(promptTokens, l.Context)
 	}
-	output := l.DefaultOutput
+	output = l.DefaultOutput
 	if maxTokens > 0 {
 		output = float64(maxTokens)
 	}
-	output = min(output, l.MaxOutput, math.Max(1, l.Context-prompt))
-	return l.Model.TokenCost(prompt, output), prompt
+	return prompt, min(output, l.MaxOutput, math.Max(1, l.Context-prompt))
 }
 
 // OverContext is how many times its model's context a prompt's estimate

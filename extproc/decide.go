@@ -103,6 +103,16 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	req := route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost}
 	tt := s.tenants[src.name][model]
+	if tt != nil && x.metered() {
+		// A tenant past its budget is refused before anything counts
+		// it: it would never be served, so it is not demand either.
+		hold, err := s.budgets.Reserve(x.start, rec.Tenant, requestTokens(st, model, h, body))
+		if err != nil {
+			s.metrics.tenants.WithLabelValues(src.name, tenant.Label(s.opts.Config.Tenants, rec.Tenant), x.prio.String(), codeBudget).Inc()
+			return nil, budgetError(err)
+		}
+		x.budget = hold
+	}
 	var ts tenant.Share
 	if tt != nil {
 		ts = tt.Route(x.start, rec.Tenant, c.rc, &req)
@@ -201,11 +211,24 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 func (s *Server) tokenCost(st *State, model string, h *hints, body *openai.Body) (cost, prompt float64) {
 	lim := st.limits[model]
 	prompt, ok := promptTokens(lim, h, body)
-	maxTokens := 0
-	if body != nil {
-		maxTokens = body.MaxTokens
+	return lim.Estimate(prompt, ok, maxTokensOf(body))
+}
+
+// requestTokens is the prompt and output tokens tokenCost counts: what a
+// tenant's budget holds for the request.
+func requestTokens(st *State, model string, h *hints, body *openai.Body) float64 {
+	lim := st.limits[model]
+	prompt, ok := promptTokens(lim, h, body)
+	p, o := lim.Tokens(prompt, ok, maxTokensOf(body))
+	return p + o
+}
+
+// maxTokensOf is the body's max_tokens (0 without a body).
+func maxTokensOf(body *openai.Body) int {
+	if body == nil {
+		return 0
 	}
-	return lim.Estimate(prompt, ok, maxTokens)
+	return body.MaxTokens
 }
 
 // promptTokens is a request's prompt length as the client's evidence

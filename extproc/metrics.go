@@ -124,7 +124,7 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 		}, []string{"source"}),
 		tenants: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_tenant_decisions_total",
-			Help: "Decisions on the requests of sources that trust x-ilb-tenant, by source, tenant (a name listed in tenants.weights, other, or none), priority and outcome (routed, shed, overloaded, no_capacity).",
+			Help: "Decisions on the requests of sources that trust x-ilb-tenant, by source, tenant (a name listed in tenants.weights, other, or none), priority and outcome (routed, shed, overloaded, no_capacity, budget_exceeded).",
 		}, []string{"source", "tenant", "priority", "outcome"}),
 		waived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_shed_waived_total",
@@ -158,6 +158,9 @@ const (
 	codeShed       = "shed"
 	codeOverloaded = "overloaded"
 	codeNoCapacity = "no_capacity"
+	// codeBudget: the tenant's token budget is spent (not capacity:
+	// never demand, not counted in ilb_extproc_shed_total).
+	codeBudget = "budget_exceeded"
 )
 
 // shedding counts a request refused for capacity (shed, overloaded,

@@ -124,6 +124,7 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 	growStack()
 	defer s.endSpan(x)
 	defer s.dropBody(x)
+	defer s.settleBudget(x) // after settle: what the response showed
 	defer s.settle(x, followEnded)
 	defer x.ticket.Done()
 	defer s.answered(x)

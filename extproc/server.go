@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ilbproject/ilb/budget"
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/controller"
 	"github.com/ilbproject/ilb/decision"
@@ -110,6 +111,9 @@ type Server struct {
 	// sources that trust x-ilb-tenant (fixed at New: demand outlives
 	// weights versions; each is safe for concurrent use).
 	tenants map[string]map[string]*tenant.Table
+	// budgets are the tenants' token budgets (nil: none configured),
+	// across sources and models.
+	budgets *budget.Ledger
 }
 
 var (
@@ -169,8 +173,8 @@ func New(o Options) (*Server, error) {
 		}
 	}
 	return &Server{
-		tenants: tenants,
-		opts:    o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
+		tenants: tenants, budgets: budget.New(o.Config.Tenants),
+		opts: o, log: dlog, metrics: m, unknownSource: logLimiter{every: time.Minute},
 		tracer: newTracer(o.TracerProvider), engines: engines, awaiting: awaiting, pickers: pickers,
 		typical: demand.NewTypical(),
 		peers:   newPeerStreams(o.Config.ExtProc.PeerStreamLimit()),

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ilbproject/ilb/budget"
 	"github.com/ilbproject/ilb/decision"
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/header"
@@ -118,6 +119,9 @@ type exchange struct {
 	ticket picker.Ticket
 	// endpoint is the override-host list of the decision ("" none).
 	endpoint string
+	// budget holds the request's tokens against its tenant's budgets
+	// until the stream ends (nil: no budget).
+	budget *budget.Hold
 }
 
 // metered reports whether x counts as demand: a POST, as every OpenAI
@@ -551,7 +555,7 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	s.metrics.rejected(source, re)
 	s.metrics.shedding(source, x.key, x.prio, re)
 	s.spanRejected(x, re)
-	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 && x.metered() {
+	if s.opts.Meter != nil && x.key.Model != "" && re.Status >= 429 && re.Code != codeBudget && x.metered() {
 		// Refused for want of capacity: still demand (the controller must
 		// plan for it, or it would stop shedding and start again), as
 		// much as a typical served request of its stream: nothing

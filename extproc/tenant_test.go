@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
@@ -129,4 +130,119 @@ func TestTenantHeaderUntrusted(t *testing.T) {
 		t.Fatalf("record tenant %q from %q (found %v); want none, from ignored-header", r.Tenant, r.TenantFrom, ok)
 	}
 	promtest.Check(t, h.reg, "ilb_extproc_tenant_ignored_total", map[string]string{"source": "edge-us"}, 1)
+}
+
+// served is a request of tenant whose engine answers 200 with a JSON body
+// ILB does not follow (it ends with the headers): its budget keeps the
+// estimate it held.
+func served(id, tenant string) []*extprocv3.ProcessingRequest {
+	r := tenantRequest(id, tenant)
+	end := respHeaders(":status", "200", "content-type", "application/json")
+	end.GetResponseHeaders().EndOfStream = true
+	return append(r, end)
+}
+
+// startBudgets is the harness with edge-us trusting x-ilb-tenant and
+// budgets b, split over split replicas.
+func startBudgets(t *testing.T, split int, b ...config.TenantBudget) *harness {
+	return startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Sources {
+			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
+		}
+		o.Config.Tenants.Budgets, o.Config.Tenants.BudgetSplit = b, split
+	})
+}
+
+// estimate is the tokens a tenantRequest holds: its prompt estimate and
+// its max_tokens, read from a record.
+func estimate(t *testing.T, h *harness) float64 {
+	h.run(t, "edge-us", tenantRequest("probe", "")...)
+	r, ok := h.srv.Decisions().Get("probe")
+	if !ok || r.PromptTokens <= 0 || r.MaxTokens != 100 {
+		t.Fatalf("probe record %+v", r)
+	}
+	return float64(r.PromptTokens + r.MaxTokens)
+}
+
+// TestTenantBudget: through real gRPC streams, a tenant's requests are
+// admitted while their tokens fit its budget per minute, then refused
+// with 429 budget_exceeded, Retry-After at the minute's end and a message
+// naming the budget; a request whose stream ends with no answer gives its
+// hold back; another tenant is not counted; refusals are not demand.
+func TestTenantBudget(t *testing.T) {
+	h := startBudgets(t, 1, config.TenantBudget{Name: "team-a", TokensPerMinute: 1000}, config.TenantBudget{Name: "team-c", TokensPerMinute: 1000})
+	tok := estimate(t, h)
+	fits := int(1000 / tok)
+	if fits < 2 {
+		t.Fatalf("a request holds %v tokens: the test needs several to fit 1000", tok)
+	}
+	admitted := 0
+	var refusal *extprocv3.ImmediateResponse
+	for i := range fits + 3 {
+		resps := h.run(t, "edge-us", served(fmt.Sprintf("a-%d", i), "team-a")...)
+		if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
+			refusal = ir
+			break
+		}
+		admitted++
+	}
+	if admitted != fits || refusal == nil {
+		t.Fatalf("%d requests of %v tokens admitted under 1000 (refusal %v); want %d, then a refusal", admitted, tok, refusal, fits)
+	}
+	// The harness clock is 20 s into a minute.
+	checkImmediate(t, refusal, 429, "budget_exceeded", "", `tenant "team-a" has used`)
+	retry := ""
+	for _, o := range refusal.GetHeaders().GetSetHeaders() {
+		if o.GetHeader().GetKey() == "retry-after" {
+			retry = string(o.GetHeader().GetRawValue())
+		}
+	}
+	if retry != "40" {
+		t.Errorf("retry-after %q; want 40 (the minute's end)", retry)
+	}
+	// Another tenant is not counted.
+	if resps := h.run(t, "edge-us", served("b-1", "team-b")...); resps[len(resps)-1].GetImmediateResponse() != nil {
+		t.Errorf("team-b, without a budget, was refused")
+	}
+	// A stream that ends before any answer holds nothing: team-c's
+	// budget admits as many again after fits of them.
+	for i := range fits {
+		h.run(t, "edge-us", tenantRequest(fmt.Sprintf("c-gone-%d", i), "team-c")...)
+	}
+	for i := range fits {
+		if resps := h.run(t, "edge-us", served(fmt.Sprintf("c-%d", i), "team-c")...); resps[len(resps)-1].GetImmediateResponse() != nil {
+			t.Fatalf("team-c's request %d refused after its earlier streams ended unanswered", i)
+		}
+	}
+	promtest.Check(t, h.reg, "ilb_extproc_tenant_decisions_total", map[string]string{"source": "edge-us", "tenant": "other", "priority": "standard", "outcome": "budget_exceeded"}, 1)
+	promtest.Check(t, h.reg, "ilb_extproc_rejections_total", map[string]string{"source": "edge-us", "status": "429", "reason": "budget_exceeded"}, 1)
+	if _, ok := promtest.Value(t, h.reg, "ilb_extproc_shed_total", map[string]string{"reason": "budget_exceeded"}); ok {
+		t.Error("a budget refusal counted as shed for capacity")
+	}
+	counts, _ := h.meter.Flush(now)
+	if c := counts[demand.Key{Source: "edge-us", Model: "qwen2.5-7b-instruct", Priority: weights.Standard}]; c.Shed != 0 || c.Requests == 0 {
+		t.Errorf("demand %+v; want the admitted requests and no refusal", c)
+	}
+}
+
+// TestTenantBudgetTwoReplicas: two ILB replicas with budget_split 2,
+// requests alternating between them, admit no more than the budget
+// together.
+func TestTenantBudgetTwoReplicas(t *testing.T) {
+	b := config.TenantBudget{Name: "team-a", TokensPerMinute: 2000}
+	a, c := startBudgets(t, 2, b), startBudgets(t, 2, b)
+	tok := estimate(t, a)
+	admitted := 0
+	for i := range 40 {
+		h := a
+		if i%2 == 1 {
+			h = c
+		}
+		if resps := h.run(t, "edge-us", served(fmt.Sprintf("r-%d", i), "team-a")...); resps[len(resps)-1].GetImmediateResponse() == nil {
+			admitted++
+		}
+	}
+	if got, want := float64(admitted)*tok, 2000.0; got > want || got < want-2*tok {
+		t.Errorf("two replicas admitted %d requests of %v tokens (%v) under a budget of %v; want at most it, within a request each", admitted, tok, got, want)
+	}
 }

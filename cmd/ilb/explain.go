@@ -67,14 +67,15 @@ func fetchRecordFrom(ctx context.Context, c *adminClient, id string) (decision.R
 
 // reasonMeaning says what each routing reason code means.
 var reasonMeaning = map[string]string{
-	"weighted":   "a random draw over the weights",
-	"session":    "the draw is the session key's hash: the session sticks to one cluster",
-	"redrawn":    "the drawn cluster is excluded now: drawn again among the rest",
-	"balanced":   "a second cluster, drawn among every reachable one, would begin and end this request's prefill sooner by the work ILB has waiting there, round trip included: it took the request (the power of two choices)",
-	"steered":    "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
-	"models":     "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
-	"shed":       "the controller planned to shed part of this priority (its tenant's share of it, with fair shedding) and the engines confirmed the overload: the cluster it would go to was overloaded",
-	"overloaded": "the engines measured an overload no plan sized yet: every cluster saturated (a sheddable request), or its tenant asked for more than an equal share (the part above it refused)",
+	"weighted":        "a random draw over the weights",
+	"session":         "the draw is the session key's hash: the session sticks to one cluster",
+	"redrawn":         "the drawn cluster is excluded now: drawn again among the rest",
+	"balanced":        "a second cluster, drawn among every reachable one, would begin and end this request's prefill sooner by the work ILB has waiting there, round trip included: it took the request (the power of two choices)",
+	"steered":         "the drawn cluster's engines are slower now (a queue's wait included): moved to a faster one, with the probability the slowdown justifies",
+	"models":          "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
+	"shed":            "the controller planned to shed part of this priority (its tenant's share of it, with fair shedding) and the engines confirmed the overload: the cluster it would go to was overloaded",
+	"overloaded":      "the engines measured an overload no plan sized yet: every cluster saturated (a sheddable request), or its tenant asked for more than an equal share (the part above it refused)",
+	"budget_exceeded": "its tenant's token budget (tenants.budgets) for this minute or day was spent, counting what the requests in flight hold: refused until the window ends, and not demand",
 }
 
 // localReplyMeaning says why Envoy answers a request with status itself
