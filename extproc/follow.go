@@ -20,7 +20,9 @@ import (
 // flows through ILB in a full-duplex picker exchange), counting the
 // documents an engine sends (one server-sent event per token) or the
 // bytes of a JSON body, and reading the engine's usage object when it
-// sends one. What is booked is then
+// sends one (a request of a tenant with a token budget is followed to its
+// end, whatever its estimate: the budget counts what the engine
+// reported). What is booked is then
 //
 //	prompt × prompt cost + generated tokens × output cost,
 //
@@ -72,7 +74,7 @@ func (s *Server) follow(x *exchange, code int, contentType string, endOfStream b
 	switch {
 	case x.rec == nil || x.done:
 		return nil
-	case x.unconfirmed <= 0:
+	case x.unconfirmed <= 0 && x.budget == nil:
 		if code >= 200 && code <= 299 && x.metered() {
 			s.typical.Observe(x.key, x.cost) // booked whole at the decision
 		}
@@ -126,7 +128,9 @@ func (s *Server) onFollowedBody(x *exchange, body []byte, end bool) (stop bool) 
 		return false
 	}
 	s.book(x, false)
-	if x.unconfirmed <= 0 && !f.duplex {
+	if x.unconfirmed <= 0 && !f.duplex && x.budget == nil {
+		// A budgeted request is followed to its end: its tenant's
+		// budget counts what the engine reports.
 		s.settle(x, followConfirmed)
 		return true
 	}
