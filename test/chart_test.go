@@ -192,6 +192,16 @@ func TestChartRenders(t *testing.T) {
 			},
 		},
 		{
+			"token budgets over three replicas: each enforces a third",
+			map[string]any{"configYAML": string(demo) + "ha: {endpoints: [\"https://etcd-0:2379\"]}\ntenants: {budgets: [{name: acme, tokens_per_minute: 9000}]}\n", "replicaCount": 3},
+			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1},
+			func(t *testing.T, docs []map[string]any) {
+				if c := chartConfig(t, docs); c.Tenants.BudgetSplit != 3 || len(c.Tenants.Budgets) != 1 {
+					t.Errorf("tenants = %+v; want the budget split over the 3 replicas", c.Tenants)
+				}
+			},
+		},
+		{
 			"ha.kubernetes of your own: the chart fills its namespace",
 			map[string]any{"configYAML": string(demo) + "ha: {kubernetes: {lease: fleet-a}}\n"},
 			map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 1, "Service": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "PodDisruptionBudget": 1},

@@ -65,6 +65,13 @@ an ha: section of its own. */ -}}
 {{- if not (get $k "lease") -}}{{- $_ := set $k "lease" (include "ilb.fullname" .) -}}{{- end -}}
 {{- $_ := set $ha "kubernetes" $k -}}
 {{- end -}}
+{{- /* Token budgets are split between the replicas (each enforces
+budget / budget_split) unless the configuration sets the split. */ -}}
+{{- $ten := get $cfg "tenants" | default dict -}}
+{{- if and (get $ten "budgets") (not (hasKey $ten "budget_split")) -}}
+{{- $_ := set $ten "budget_split" (int .Values.replicaCount) -}}
+{{- $_ := set $cfg "tenants" $ten -}}
+{{- end -}}
 {{- $sec := get $cfg "security" | default dict -}}
 {{- $adm := get $sec "admin" | default dict -}}
 {{- if not (or (get $adm "tls") (get $adm "token_file")) -}}
