@@ -273,15 +273,30 @@ func (e *election) campaign(ctx context.Context) {
 	}
 }
 
-// refresh reads the Lease into seen.
+// refresh reads the Lease into seen. A read that finds none while this
+// replica leads is read again: the first may have been sent before this
+// replica's own create of the Lease was committed and answered after it
+// (the watcher and the campaign run concurrently), and a term just begun
+// ended on it under load (TestLeaderAgainRepublishes). The second read is
+// sent once the term began, so its create is visible to it.
 func (e *election) refresh(ctx context.Context) {
 	l, err := e.b.getLease(ctx)
+	if isNotFound(err) && e.leading() {
+		l, err = e.b.getLease(ctx)
+	}
 	switch {
 	case err == nil:
 		e.see(l)
 	case isNotFound(err):
 		e.forget()
 	}
+}
+
+// leading reports whether this replica holds a term now.
+func (e *election) leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.endTerm != nil
 }
 
 // acquire writes this replica as the holder of l (nil: creates the
