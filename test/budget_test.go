@@ -45,6 +45,35 @@ func withinOneMinute(lead time.Duration) {
 	}
 }
 
+// budgetBurst has tenant team-a send six concurrent streams of chat
+// requests to edge-eu's Envoy of s for four seconds, within one UTC
+// minute, and returns the requests served and refused for its budget and
+// the tokens the engines counted meanwhile. Any other answer fails t.
+func budgetBurst(t *testing.T, s *stack.Stack) (ok, refused int, took float64) {
+	t.Helper()
+	eu, _ := s.Envoy("edge-eu")
+	before := engineTokens(t, s)
+	withinOneMinute(15 * time.Second)
+	results, err := loadgen.Run(context.Background(), loadgen.Options{
+		Targets: []loadgen.Target{{Source: "edge-eu", URL: eu.URL}}, Models: []string{"llama-3.1-8b-instruct"},
+		Concurrency: 6, MaxTokens: 20, Duration: 4 * time.Second, Tenant: "team-a", Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		switch {
+		case r.Status == http.StatusOK:
+			ok++
+		case r.Status == http.StatusTooManyRequests && strings.Contains(r.Body, "budget_exceeded"):
+			refused++
+		default:
+			t.Errorf("a request got %d %s (%v); want 200 or 429 budget_exceeded", r.Status, r.Body, r.Err)
+		}
+	}
+	return ok, refused, engineTokens(t, s) - before
+}
+
 // TestTenantBudgetThroughEnvoy: a tenant with a budget of 3000 tokens a
 // minute sends six concurrent streams of chat requests through envoysim
 // for four seconds: the engines' own token counters show it took at most
@@ -56,32 +85,12 @@ func TestTenantBudgetThroughEnvoy(t *testing.T) {
 		c.Sources[1].TrustTenantHeader = true // edge-eu: its only cluster is eu-west-vllm
 		c.Tenants.Budgets = []config.TenantBudget{{Name: "team-a", TokensPerMinute: budget}}
 	})
-	eu, _ := s.Envoy("edge-eu")
-	before := engineTokens(t, s)
-	withinOneMinute(15 * time.Second)
-	results, err := loadgen.Run(context.Background(), loadgen.Options{
-		Targets: []loadgen.Target{{Source: "edge-eu", URL: eu.URL}}, Models: []string{"llama-3.1-8b-instruct"},
-		Concurrency: 6, MaxTokens: 20, Duration: 4 * time.Second, Tenant: "team-a", Seed: 3,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok, refused := 0, 0
-	for _, r := range results {
-		switch {
-		case r.Status == http.StatusOK:
-			ok++
-		case r.Status == http.StatusTooManyRequests && strings.Contains(r.Body, "budget_exceeded"):
-			refused++
-		default:
-			t.Errorf("a request got %d %s (%v); want 200 or 429 budget_exceeded", r.Status, r.Body, r.Err)
-		}
-	}
-	took := engineTokens(t, s) - before
+	ok, refused, took := budgetBurst(t, s)
 	t.Logf("%d requests served, %d refused; the engines counted %.0f tokens for a budget of %d", ok, refused, took, budget)
 	if took > 1.01*budget || took < 0.9*budget || refused == 0 {
 		t.Errorf("the engines counted %.0f tokens (%d served, %d refused) for a budget of %d a minute; want within 1%% over, at least 90%% used, and refusals past it", took, ok, refused, budget)
 	}
+	eu, _ := s.Envoy("edge-eu")
 	resp, body := do(t, http.MethodPost, eu.URL+"/v1/chat/completions",
 		`{"model":"llama3-8b","messages":[{"role":"user","content":"hello"}],"max_tokens":500}`, map[string]string{"x-ilb-tenant": "team-a"})
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("retry-after") == "" || !strings.Contains(string(body), `tenant \"team-a\"`) {
@@ -106,23 +115,7 @@ func TestTenantBudgetTwoReplicasThroughEnvoy(t *testing.T) {
 	c.Tenants.Budgets = []config.TenantBudget{{Name: "team-a", TokensPerMinute: budget}}
 	c.Tenants.BudgetSplit = 2
 	s := runStack(t, c, stack.Options{Seed: 5, HA: &h, Replicas: 2})
-	eu, _ := s.Envoy("edge-eu")
-	before := engineTokens(t, s)
-	withinOneMinute(15 * time.Second)
-	results, err := loadgen.Run(context.Background(), loadgen.Options{
-		Targets: []loadgen.Target{{Source: "edge-eu", URL: eu.URL}}, Models: []string{"llama-3.1-8b-instruct"},
-		Concurrency: 6, MaxTokens: 20, Duration: 4 * time.Second, Tenant: "team-a", Seed: 3,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok := 0
-	for _, r := range results {
-		if r.Status == http.StatusOK {
-			ok++
-		}
-	}
-	took := engineTokens(t, s) - before
+	ok, _, took := budgetBurst(t, s)
 	t.Logf("two replicas: %d requests served; the engines counted %.0f tokens for a budget of %d", ok, took, budget)
 	if took > 1.01*budget || took == 0 {
 		t.Errorf("two replicas: the engines counted %.0f tokens for a budget of %d a minute; want some, and at most 1%% over", took, budget)
