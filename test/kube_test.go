@@ -250,12 +250,32 @@ func TestKubeAPIServerOutageUnderLoad(t *testing.T) {
 	w := startKubeWorld(t, api)
 	s := w.Stack
 	waitSignals(t, s, "3 replicas", func(st map[string]signals.State, _ signals.Cluster) bool { return len(st) == 3 })
+	// The load starts once every Envoy has the replicas: until its first
+	// EDS a cluster has no host, and what is under test is the outage.
+	for _, e := range s.Envoys {
+		waitUntil(t, e.Source+"'s Envoy applies the replicas", 2*time.Minute, func() bool {
+			snap, err := s.App.XDS.Snapshot(e.Source)
+			if err != nil || e.Sim.Versions()[resource.EndpointType] != snap.GetVersion(resource.EndpointType) {
+				return false
+			}
+			if _, ok := snap.GetResources(resource.EndpointType)[kubeCluster]; !ok {
+				return true // a source the cluster does not serve
+			}
+			for _, a := range w.addrs {
+				if edsHealth(t, s, e.Source, kubeCluster, a) != corev3.HealthStatus_HEALTHY {
+					return false
+				}
+			}
+			return true
+		})
+	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	var sent, failed atomic.Int64
 	var mu sync.Mutex
 	var failures []string
 	var wg sync.WaitGroup
+	start := time.Now()
 	for _, e := range s.Envoys {
 		for w := range 2 {
 			wg.Go(func() {
@@ -267,7 +287,7 @@ func TestKubeAPIServerOutageUnderLoad(t *testing.T) {
 						failed.Add(1)
 						mu.Lock()
 						if len(failures) < 10 {
-							failures = append(failures, fmt.Sprintf("%s %s: %d %s", e.Source, model, code, body))
+							failures = append(failures, fmt.Sprintf("%s %s at %s: %d %s", e.Source, model, time.Since(start).Truncate(time.Millisecond), code, body))
 						}
 						mu.Unlock()
 					}
@@ -279,6 +299,7 @@ func TestKubeAPIServerOutageUnderLoad(t *testing.T) {
 
 	api.Stop()
 	down := time.Now()
+	t.Logf("API server stopped at %s", down.Sub(start).Truncate(time.Millisecond))
 	took := waitSignals(t, s, "discovery stale", func(st map[string]signals.State, cl signals.Cluster) bool {
 		return cl.DiscoveryError != "" && len(st) == 3
 	})
@@ -294,6 +315,7 @@ func TestKubeAPIServerOutageUnderLoad(t *testing.T) {
 
 	api.Restart()
 	back := time.Now()
+	t.Logf("API server ready again at %s", back.Sub(start).Truncate(time.Millisecond))
 	cs := api.Client()
 	if err := cs.CoreV1().Pods("inference").Delete(context.Background(), "llama-2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
