@@ -180,6 +180,9 @@ type Model struct {
 	// MaxOutputTokens is the most output tokens one request of this model
 	// may generate; default 32768, at most ContextTokens.
 	MaxOutputTokens int `yaml:"max_output_tokens,omitempty" json:"max_output_tokens,omitempty"`
+	// Adapters are the LoRA adapters served on this base model (at most
+	// MaxAdapters).
+	Adapters []Adapter `yaml:"adapters,omitempty" json:"adapters,omitempty"`
 }
 
 // Model limit defaults (see Model).

@@ -215,6 +215,21 @@ func TestValidate(t *testing.T) {
 			[]string{`models[1].aliases[0]: model name "my model" is not valid`},
 		},
 		{
+			"adapter collides with alias", func(c *config.Config) { c.Models[1].Adapters = []config.Adapter{{Name: "m-one"}} },
+			[]string{`models[1].adapters[0].name: model name "m-one" is already used at models[0].aliases[0]`},
+		},
+		{
+			"adapter clusters", func(c *config.Config) {
+				c.Clusters[1].Models = []string{"m2"}
+				c.Models[0].Adapters = []config.Adapter{{Name: "sql", Clusters: []string{"us-a", "nowhere", "eu-a", "us-a"}}}
+			},
+			[]string{
+				`models[0].adapters[0].clusters[1]: unknown engine cluster "nowhere"`,
+				`models[0].adapters[0].clusters[2]: engine cluster "eu-a" does not serve the base model "m1"`,
+				`models[0].adapters[0].clusters[3]: engine cluster "us-a" is listed twice`,
+			},
+		},
+		{
 			"target utilization", func(c *config.Config) { c.Controller.TargetUtilization = 1.5 },
 			[]string{`controller.target_utilization: 1.5 is out of range: want a number in (0, 1]`},
 		},

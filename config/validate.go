@@ -129,6 +129,7 @@ func (c *Config) validateModels(p *problems) map[string]bool {
 		for j, a := range m.Aliases {
 			checkModelName(p, fmt.Sprintf("models[%d].aliases[%d]", i, j), a, all)
 		}
+		c.validateAdapters(p, i, m, all)
 	}
 	return names
 }

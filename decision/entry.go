@@ -69,6 +69,7 @@ const (
 	strUnanswered
 	strTenant
 	strTenantFrom
+	strAdapter
 	numStrings
 )
 
@@ -79,7 +80,7 @@ var interned = [numStrings]bool{
 	strSource: true, strMethod: true, strRequestedModel: true, strModel: true, strPriority: true,
 	strPriorityFrom: true, strSessionFrom: true, strModelFrom: true, strWeightsVersion: true,
 	strDrawFrom: true, strChosen: true, strReason: true, strServedCluster: true,
-	strServedVersion: true, strUpstreamHost: true, strTenantFrom: true,
+	strServedVersion: true, strUpstreamHost: true, strTenantFrom: true, strAdapter: true,
 }
 
 // Codes of entry.codes.
@@ -95,7 +96,7 @@ func (r *Record) strings() [numStrings]*string {
 		&r.RequestID, &r.Source, &r.Method, &r.Path, &r.RequestedModel, &r.Model, &r.Priority, &r.PriorityFrom,
 		&r.SessionHash, &r.SessionFrom, &r.ModelFrom, &r.TraceID, &r.SpanID, &r.WeightsVersion, &r.DrawFrom,
 		&r.Chosen, &r.Redrawn, &r.Reason, &r.ServedCluster, &r.ServedVersion, &r.UpstreamHost, &r.Unanswered,
-		&r.Tenant, &r.TenantFrom,
+		&r.Tenant, &r.TenantFrom, &r.Adapter,
 	}
 }
 

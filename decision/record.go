@@ -14,7 +14,10 @@ type Record struct {
 	// canonical model ILB routed (after alias resolution or the default).
 	RequestedModel string `json:"requested_model,omitempty"`
 	Model          string `json:"model,omitempty"`
-	Priority       string `json:"priority"`
+	// Adapter is the LoRA adapter the request named (RequestedModel),
+	// served on the base model Model; "" for a request of the model.
+	Adapter  string `json:"adapter,omitempty"`
+	Priority string `json:"priority"`
 	// PriorityFrom says where the priority came from: "header" (a source
 	// that trusts x-ilb-priority), "default" (the source's default), or
 	// "ignored-header" (the client sent x-ilb-priority, which the source

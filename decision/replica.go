@@ -1,6 +1,10 @@
 package decision
 
-import "github.com/ilbproject/ilb/picker"
+import (
+	"slices"
+
+	"github.com/ilbproject/ilb/picker"
+)
 
 // ReplicaDecision is the replica ILB chose inside the chosen cluster, and
 // why (clusters with replica_picking on).
@@ -65,6 +69,7 @@ const maxHosts = 3
 type compactTerm struct {
 	addr               uint16
 	session, saturated bool
+	adapter            uint8 // index in adapterTiers
 	inFlight           int32
 	cached, awaiting   int64
 	decode, cost       float64
@@ -101,9 +106,17 @@ func encodeReplica(d *ReplicaDecision, in *interner) (r *replicaEntry, ok bool) 
 	return r, true
 }
 
+// adapterTiers are the values of picker.Term.Adapter, by compactTerm.adapter.
+var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterSlot, picker.AdapterFull}
+
 func compact(t picker.Term, in *interner) (compactTerm, bool) {
+	tier := slices.Index(adapterTiers[:], t.Adapter)
+	if tier < 0 {
+		return compactTerm{}, false
+	}
 	c := compactTerm{
-		addr: in.code(t.Address), session: t.Session, saturated: t.Saturated,
+		adapter: uint8(tier),
+		addr:    in.code(t.Address), session: t.Session, saturated: t.Saturated,
 		inFlight: int32(min(max(t.InFlight, 0), 1<<31-1)), cached: int64(t.Cached), awaiting: t.Awaiting, decode: t.Decode, cost: t.Cost,
 	}
 	return c, c.addr != codeInline
@@ -119,7 +132,7 @@ func (in *interner) str(c uint16) string {
 
 func (c compactTerm) term(in *interner) picker.Term {
 	return picker.Term{
-		Address: in.str(c.addr), Session: c.session, Saturated: c.saturated,
+		Address: in.str(c.addr), Session: c.session, Saturated: c.saturated, Adapter: adapterTiers[c.adapter],
 		InFlight: int(c.inFlight), Cached: int(c.cached), Awaiting: c.awaiting, Decode: c.decode, Cost: c.cost,
 	}
 }

@@ -63,6 +63,10 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	rec.RequestedModel = bound.String(name, bound.Name)
 	model, ok := st.models[name]
+	ar := st.adapters[name]
+	if !ok && ar != nil {
+		model, ok, rec.Adapter = ar.model, true, ar.name
+	}
 	if !ok {
 		return nil, &RequestError{
 			Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
@@ -74,6 +78,12 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		return nil, &RequestError{
 			Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 			Msg: fmt.Sprintf("the model %s is not served by this InferencePool (engine cluster %s)", bound.Quote(model, bound.Excerpt), src.pool),
+		}
+	}
+	if src.pool != "" && ar != nil && !ar.serves(src.pool) {
+		return nil, &RequestError{
+			Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+			Msg: fmt.Sprintf("the LoRA adapter %s of %s is not served by this InferencePool (engine cluster %s)", bound.Quote(ar.name, bound.Excerpt), model, src.pool),
 		}
 	}
 	c := src.cells[model]
@@ -95,6 +105,9 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	rec.Candidates = c.annotate(ls)
 	var sigs [8]route.Signal // most cells have fewer targets: no allocation
 	sig := s.signals(c, ls, sigs[:0])
+	if ar != nil {
+		sig = ar.restrict(c, sig, sigs[:0])
+	}
 	var draw uint64
 	if session != "" {
 		draw = SessionDraw(session)
@@ -132,7 +145,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	case route.NoCapacity:
 		return nil, &RequestError{
 			Status: 503, Type: "service_unavailable", Code: codeNoCapacity,
-			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", model, src.name, c.noCapacityWhy(ls)),
+			Msg: fmt.Sprintf("no engine cluster can serve %q from %q now%s; retry later", servedName(model, ar), src.name, c.noCapacityWhy(ls, ar)),
 		}
 	case route.Shed:
 		msg := fmt.Sprintf("the fleet is over capacity: %.0f%% of %s requests for %q from %q are shed; retry later", 100*c.rc.Shed()[x.prio], x.prio, model, src.name)
@@ -164,9 +177,10 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	x.cell, x.target = c, d.Chosen
 	if d.Redrawn {
 		drawn := c.targets[d.Drawn].Cluster
-		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, ls.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
+		why := excludedWhy(ls, ar, drawn)
+		rec.Redrawn = fmt.Sprintf("%s is excluded (%s): drawn again among %d clusters, slot %d", drawn, why, d.Remaining, d.RedrawSlot)
 		if d.Spill {
-			rec.Redrawn = fmt.Sprintf("%s is excluded (%s), as is every cluster with weight: drawn among the %d spill clusters the source may use, with equal odds (index %d)", drawn, ls.Clusters[drawn].Excluded, d.Remaining, d.RedrawSlot)
+			rec.Redrawn = fmt.Sprintf("%s is excluded (%s), as is every cluster with weight: drawn among the %d spill clusters the source may use, with equal odds (index %d)", drawn, why, d.Remaining, d.RedrawSlot)
 		}
 		rec.Reason = reasonRedrawn
 	}
@@ -307,15 +321,40 @@ func (s *Server) signals(c *cell, ls *live.State, out []route.Signal) []route.Si
 	return out
 }
 
-// noCapacityWhy says why no target of the cell is left.
-func (c *cell) noCapacityWhy(ls *live.State) string {
-	if c.rc.Total() == 0 || ls == nil { // spill targets alone carry no weight
+// servedName is what a request asked to be served: the adapter ar, or
+// the model.
+func servedName(model string, ar *adapterRoute) string {
+	if ar != nil {
+		return ar.name
+	}
+	return model
+}
+
+// excludedWhy says why cluster is excluded for a request of adapter ar
+// (nil: the base model).
+func excludedWhy(ls *live.State, ar *adapterRoute, cluster string) string {
+	if ar != nil && !ar.serves(cluster) {
+		return "it does not serve the LoRA adapter " + ar.name
+	}
+	if ls == nil {
+		return "no live state"
+	}
+	return ls.Clusters[cluster].Excluded
+}
+
+// noCapacityWhy says why no target of the cell is left for a request of
+// adapter ar (nil: the base model).
+func (c *cell) noCapacityWhy(ls *live.State, ar *adapterRoute) string {
+	if c.rc.Total() == 0 { // spill targets alone carry no weight
+		return " (no cluster has capacity for it in the current weights)"
+	}
+	if ls == nil && ar == nil {
 		return " (no cluster has capacity for it in the current weights)"
 	}
 	var why []string
 	for _, t := range c.targets {
-		if ex := ls.Clusters[t.Cluster].Excluded; ex != "" {
-			why = append(why, t.Cluster+": "+ex)
+		if ar != nil && !ar.serves(t.Cluster) || ls != nil && ls.Clusters[t.Cluster].Excluded != "" {
+			why = append(why, t.Cluster+": "+excludedWhy(ls, ar, t.Cluster))
 		}
 	}
 	sort.Strings(why)

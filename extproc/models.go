@@ -3,6 +3,7 @@ package extproc
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,9 +47,34 @@ func newModelList(c *config.Config, s config.Source, pool map[string]bool) model
 			all = append(all, om)
 			ml.byID[id] = openai.ModelBody(om)
 		}
+		for _, a := range m.Adapters {
+			ra := config.ResolvedAdapter{Adapter: a, Model: m.Name}
+			if pool != nil && !servesAdapterIn(c, ra, poolCluster(c, s)) || pool == nil && !slices.ContainsFunc(c.Eligible(s, m.Name), ra.ServesAdapter) {
+				continue
+			}
+			om := openai.Model{ID: a.Name, Object: openai.ModelObject, OwnedBy: "ilb", Root: a.Name, Parent: m.Name, MaxModelLen: context}
+			all = append(all, om)
+			ml.byID[a.Name] = openai.ModelBody(om)
+		}
 	}
 	ml.list = openai.ModelList(all)
 	return ml
+}
+
+// poolCluster is the engine cluster of source s's InferencePool ("" for
+// a routing source).
+func poolCluster(c *config.Config, s config.Source) string {
+	if s.Picker == nil {
+		return ""
+	}
+	return s.Picker.Cluster
+}
+
+// servesAdapterIn reports whether the engine cluster named cluster serves
+// adapter a.
+func servesAdapterIn(c *config.Config, a config.ResolvedAdapter, cluster string) bool {
+	e, ok := c.Cluster(cluster)
+	return ok && a.ServesAdapter(e)
 }
 
 // modelsPath reports whether path asks for the model list (id "") or

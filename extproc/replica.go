@@ -99,7 +99,7 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 		return ""
 	}
 	lim := x.st.limits[model]
-	p := live.Prompt{Session: session}
+	p := live.Prompt{Session: session, Adapter: x.rec.Adapter}
 	if body != nil {
 		p.Read, p.MaxTokens, p.Tokens = true, body.MaxTokens, body.PromptTokens
 		if n := len(body.Prompt) / picker.BlockBytes; n > 0 {

@@ -26,7 +26,42 @@ type State struct {
 	limits  map[string]demand.Limits // by canonical model
 	sources map[string]*sourceState
 	models  map[string]string // name or alias -> canonical name
-	known   string            // canonical names, for error messages
+	// adapters are the LoRA adapters by name (config.Model.Adapters).
+	adapters map[string]*adapterRoute
+	known    string // canonical names, for error messages
+}
+
+// adapterRoute is where a LoRA adapter's requests may go: clusters of
+// its base model, all of them when clusters is nil.
+type adapterRoute struct {
+	name, model string
+	clusters    map[string]bool
+}
+
+// serves reports whether the cluster serves the adapter.
+func (a *adapterRoute) serves(cluster string) bool {
+	return a.clusters == nil || a.clusters[cluster]
+}
+
+// restrict marks the targets of c that do not serve the adapter excluded
+// in sig (the cell's live signals, nil without live state, in which case
+// a zero signal stands for each target, in buf's memory when it has
+// room): the draw then takes the base model's weights over the clusters
+// that serve it, and spill targets that serve it when none with weight
+// does.
+func (a *adapterRoute) restrict(c *cell, sig, buf []route.Signal) []route.Signal {
+	if a.clusters == nil {
+		return sig
+	}
+	if sig == nil {
+		sig = append(buf[:0], make([]route.Signal, len(c.targets))...)
+	}
+	for i, t := range c.targets {
+		if !a.clusters[t.Cluster] {
+			sig[i].Excluded = true
+		}
+	}
+	return sig
 }
 
 type sourceState struct {
@@ -89,6 +124,19 @@ func newState(c *config.Config, w *weights.Weights) (*State, error) {
 		st.limits[m.Name] = lim
 		for _, a := range m.Aliases {
 			st.models[a] = m.Name
+		}
+		for _, a := range m.Adapters {
+			if st.adapters == nil {
+				st.adapters = map[string]*adapterRoute{}
+			}
+			ar := &adapterRoute{name: a.Name, model: m.Name}
+			if len(a.Clusters) > 0 {
+				ar.clusters = map[string]bool{}
+				for _, cl := range a.Clusters {
+					ar.clusters[cl] = true
+				}
+			}
+			st.adapters[a.Name] = ar
 		}
 		names = append(names, m.Name)
 	}

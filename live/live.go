@@ -85,6 +85,9 @@ type Replica struct {
 	// stale): its decode load for the replica picker.
 	Running   float64   `json:"running,omitempty"`
 	ScrapedAt time.Time `json:"scraped_at,omitzero"`
+	// LoRA is its engine's report of its LoRA adapters at ScrapedAt (nil:
+	// none, or not fresh).
+	LoRA *signals.LoRA `json:"lora,omitempty"`
 }
 
 // OutUnhealthy is Replica.Out for a replica failing its probes (the
@@ -137,6 +140,7 @@ func replicaOf(r signals.Replica) Replica {
 		}
 		if (r.State == signals.StateReady || r.State == signals.StateWarming) && !r.LastScrape.IsZero() && r.LastError == "" {
 			rl.Running, rl.ScrapedAt = r.Metrics.Running, r.LastScrape // fresh: the engine's decode load
+			rl.LoRA = r.Metrics.LoRA
 		}
 	case signals.StateUnhealthy:
 		rl.Out = OutUnhealthy // its picker forgets what it held

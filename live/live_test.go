@@ -117,13 +117,16 @@ func TestSignal(t *testing.T) {
 func TestCandidates(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0)
 	c := live.Cluster{Replicas: []live.Replica{
-		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at},
+		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at, LoRA: &signals.LoRA{Running: []string{"sql"}, Waiting: []string{"chat"}, Max: 4}},
 		{Address: "a:2", Out: "draining"},
 		{Address: "a:3", Ramp: 0.5, Saturated: true},
 		{Address: "a:4", Out: live.OutUnhealthy},
 	}}
 	got := c.Candidates(nil)
-	want := []picker.Replica{{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at}, {Address: "a:3", Ramp: 0.5, Saturated: true}}
+	want := []picker.Replica{
+		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at, Adapters: picker.Adapters{Known: true, Running: []string{"sql"}, Waiting: []string{"chat"}, Max: 4}},
+		{Address: "a:3", Ramp: 0.5, Saturated: true},
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%+v; want %+v", got, want)
 	}

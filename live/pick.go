@@ -10,7 +10,11 @@ import (
 func (c Cluster) Candidates(buf []picker.Replica) []picker.Replica {
 	for _, r := range c.Replicas {
 		if r.Out == "" {
-			buf = append(buf, picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt})
+			pr := picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt}
+			if l := r.LoRA; l != nil {
+				pr.Adapters = picker.Adapters{Known: true, Running: l.Running, Waiting: l.Waiting, Max: l.Max}
+			}
+			buf = append(buf, pr)
 		}
 	}
 	return buf
@@ -31,6 +35,8 @@ type Prompt struct {
 	Session uint64
 	// MaxTokens is the client's max_tokens (0: unset).
 	MaxTokens int
+	// Adapter is the LoRA adapter the request names ("" the base model).
+	Adapter string
 }
 
 // PickerRequest is the replica picker's request for p, a request for
@@ -38,7 +44,7 @@ type Prompt struct {
 // the default output, its tie-breaking draw from the session (rand's when
 // there is none).
 func PickerRequest(m config.Model, ep config.ExtProc, p Prompt, rand func() uint64) picker.Request {
-	req := picker.Request{Blocks: p.Blocks, PromptTokens: p.Tokens, Draw: p.Session}
+	req := picker.Request{Blocks: p.Blocks, PromptTokens: p.Tokens, Draw: p.Session, Adapter: p.Adapter}
 	if p.Session == 0 {
 		req.Draw = rand()
 	}

@@ -7,11 +7,13 @@ import "encoding/json"
 // SDKs read and two vLLM adds that UIs use: Root, the model an alias
 // stands for, and MaxModelLen, its context in tokens.
 type Model struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"` // always "model"
-	Created     int64  `json:"created"`
-	OwnedBy     string `json:"owned_by"`
-	Root        string `json:"root,omitempty"`
+	ID      string `json:"id"`
+	Object  string `json:"object"` // always "model"
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root,omitempty"`
+	// Parent is a LoRA adapter's base model (vLLM lists adapters so).
+	Parent      string `json:"parent,omitempty"`
 	MaxModelLen int    `json:"max_model_len,omitempty"`
 }
 

@@ -30,6 +30,11 @@ type replicaState struct {
 	// its engine's last scrape (which could not count them yet).
 	recent  float64
 	scraped time.Time
+	// adapters counts ILB's requests in flight by LoRA adapter (nil until
+	// the first); sentAdapters are the adapters ILB sent the replica since
+	// scraped (see adapterTier).
+	adapters     map[string]int
+	sentAdapters []string
 }
 
 // Options configure a cluster's picker.
@@ -78,6 +83,10 @@ type Request struct {
 	// request's (what each request an engine reports running counts
 	// for). See Replica.Running.
 	DecodeWork, DecodeUnit float64
+	// Adapter is the LoRA adapter the request uses ("" the base model):
+	// only the replicas of the best adapter tier are candidates (see
+	// Term.Adapter).
+	Adapter string
 }
 
 // Decision is the replica chosen and why.
@@ -91,6 +100,10 @@ type Decision struct {
 	Chosen, RunnerUp Term
 	// Reason is ReasonPrefix, ReasonSession, ReasonLoad or ReasonOnly.
 	Reason string
+	// Adapter is the adapter tier the candidates were taken from
+	// (AdapterLoaded, AdapterSlot, AdapterFull); "" for a request of the
+	// base model.
+	Adapter string
 }
 
 // Why the runner-up lost (Decision.Lost).
@@ -155,9 +168,28 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	// for. The shortest, not a mean or median: the queue of a replica
 	// holding a hot prefix must not raise the price of leaving it, or
 	// that replica would never shed its load.
+	// A request for an adapter has the replicas of its best adapter tier
+	// for candidates (tier stays 0 for the base model: all are).
+	tier := 0
+	if req.Adapter != "" {
+		tier = len(adapterTiers)
+	}
 	shortest := math.MaxInt
 	for _, cand := range candidates {
-		shortest = min(shortest, c.state(cand.Address).queued)
+		st := c.state(cand.Address)
+		st.scrapedAt(cand)
+		if req.Adapter != "" {
+			tier = min(tier, st.adapterTier(cand, req.Adapter))
+		} else {
+			shortest = min(shortest, st.queued)
+		}
+	}
+	if req.Adapter != "" {
+		for _, cand := range candidates {
+			if st := c.replicas[cand.Address]; st.adapterTier(cand, req.Adapter) == tier {
+				shortest = min(shortest, st.queued)
+			}
+		}
 	}
 	missWeight := 1 + float64(shortest)
 	// A session stands for the prefix of a prompt not read.
@@ -170,6 +202,13 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	terms := c.terms[:0]
 	for _, cand := range candidates {
 		st := c.replicas[cand.Address]
+		var at string
+		if req.Adapter != "" {
+			if st.adapterTier(cand, req.Adapter) != tier {
+				continue // a better tier has a replica
+			}
+			at = adapterTiers[tier]
+		}
 		if c.maxSkew > 0 && st.queued-shortest > c.maxSkew {
 			continue // the shortest queue's replica always stays
 		}
@@ -185,11 +224,15 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 		terms = append(terms, Term{
 			Address: cand.Address, Cached: cached, Session: bySession && cached > 0, InFlight: st.inFlight, Awaiting: st.awaiting,
 			Decode: decode, Cost: (float64(st.awaiting) + decode + missWeight*float64(prompt-cached)) / ramp, Saturated: cand.Saturated,
+			Adapter: at,
 		})
 	}
 	c.terms = terms
 	chosen, runnerUp, reason := score(terms, int(req.Draw%uint64(len(terms))))
 	d := Decision{Chosen: terms[chosen], Reason: reason}
+	if req.Adapter != "" {
+		d.Adapter = adapterTiers[tier]
+	}
 	d.Hosts = append(make([]string, 0, 3), terms[chosen].Address)
 	if runnerUp >= 0 {
 		d.RunnerUp = terms[runnerUp]
@@ -207,7 +250,10 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	st.queued++
 	st.decode += decode
 	st.recent += decode
-	return d, Ticket{c: c, st: st, awaiting: uncached, decode: decode}
+	if req.Adapter != "" {
+		st.noteAdapter(req.Adapter)
+	}
+	return d, Ticket{c: c, st: st, awaiting: uncached, decode: decode, adapter: req.Adapter}
 }
 
 // finite is v when it is a finite number >= 0, else 0.
@@ -232,10 +278,17 @@ func (st *replicaState) decodeLoad(cand Replica, unit float64) float64 {
 	if cand.ScrapedAt.IsZero() || !(cand.Running >= 0) || math.IsInf(cand.Running, 1) {
 		return max(st.decode, 0)
 	}
-	if cand.ScrapedAt.After(st.scraped) {
-		st.scraped, st.recent = cand.ScrapedAt, 0 // a new scrape counts what came before it
-	}
 	return max(st.decode, cand.Running*unit+st.recent)
+}
+
+// scrapedAt notes the candidate's scrape: a newer one than the last seen
+// counts what ILB sent before it (its decode work, its adapters). Under
+// mu.
+func (st *replicaState) scrapedAt(cand Replica) {
+	if !cand.ScrapedAt.IsZero() && cand.ScrapedAt.After(st.scraped) {
+		st.scraped, st.recent = cand.ScrapedAt, 0
+		st.sentAdapters = st.sentAdapters[:0]
+	}
 }
 
 // thirdBest is the term of least cost other than a and b (-1 when
@@ -318,6 +371,7 @@ type Ticket struct {
 	st       *replicaState
 	awaiting int64
 	decode   float64
+	adapter  string
 	first    bool
 	done     bool
 }
@@ -345,6 +399,9 @@ func (t *Ticket) Done() {
 		t.st.queued--
 	}
 	t.st.inFlight--
+	if t.adapter != "" {
+		t.st.doneAdapter(t.adapter)
+	}
 	t.st.decode = max(t.st.decode-t.decode, 0)
 	if t.st.inFlight == 0 {
 		t.st.decode = 0 // no float drift once the replica is idle

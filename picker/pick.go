@@ -30,6 +30,8 @@ type Replica struct {
 	// requests ILB sent it since.
 	Running   float64
 	ScrapedAt time.Time
+	// Adapters is its engine's report of its LoRA adapters at ScrapedAt.
+	Adapters Adapters
 }
 
 // Term is one replica's side of a decision: what it holds of the prompt
@@ -58,6 +60,10 @@ type Term struct {
 	// candidates, over Ramp.
 	Cost      float64 `json:"cost"`
 	Saturated bool    `json:"saturated,omitempty"`
+	// Adapter is the replica's adapter tier for a request of a LoRA
+	// adapter (AdapterLoaded, AdapterSlot, AdapterFull); "" for the base
+	// model.
+	Adapter string `json:"adapter,omitempty"`
 }
 
 // Reasons a replica was chosen.

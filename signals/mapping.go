@@ -17,6 +17,7 @@ import (
 type mapping struct {
 	waiting, running, kv, prompt, generation signal
 	ttft                                     ttftSignal
+	lora                                     string // family of LoRA, "" none
 	modelLabel                               string
 	// want holds every family and sample name the mapping may read: the
 	// pre-parse line filter keeps only those.
@@ -52,8 +53,11 @@ func (s signal) String() string {
 }
 
 func (sp mappingSpec) compile() (*mapping, error) {
-	m := &mapping{modelLabel: sp.modelLabel, want: map[string]struct{}{}, ttft: ttftSignal{families: sp.ttft}}
+	m := &mapping{modelLabel: sp.modelLabel, want: map[string]struct{}{}, ttft: ttftSignal{families: sp.ttft}, lora: sp.lora}
 	ttftFamilies(sp.ttft, m.want)
+	if sp.lora != "" {
+		m.want[sp.lora] = struct{}{}
+	}
 	for _, f := range []struct {
 		dst      *signal
 		exprs    []string
@@ -151,6 +155,7 @@ func (m *mapping) extract(fams map[string]*dto.MetricFamily) extraction {
 		}
 	}
 	x.firstTokens, x.fastFirstTokens, x.ttftSum, x.ttftKnown = r.readTTFT(m.ttft)
+	x.metrics.LoRA = r.readLoRA(m.lora)
 	slices.Sort(r.models)
 	x.metrics.Models = slices.Compact(r.models)
 	x.metrics.Problems = r.problems

@@ -67,6 +67,7 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 		prompt:     []string{"vllm:prompt_tokens_total"},
 		generation: []string{"vllm:generation_tokens_total"},
 		ttft:       []string{"vllm:time_to_first_token_seconds"},
+		lora:       "vllm:lora_requests_info",
 		modelLabel: "model_name",
 	},
 	config.EngineSGLang: {
@@ -117,7 +118,10 @@ var builtinMappings = map[config.EngineKind]mappingSpec{
 type mappingSpec struct {
 	waiting, running, kv, prompt, generation []string
 	// ttft lists histogram families of the time to first token.
-	ttft       []string
+	ttft []string
+	// lora is the family of the engine's LoRA adapter report (LoRA), ""
+	// when it has none.
+	lora       string
 	modelLabel string
 }
 

@@ -85,6 +85,9 @@ type Metrics struct {
 	TTFTMeanKnown   bool
 	// Models are the model label values seen, sorted.
 	Models []string
+	// LoRA is the engine's report of its LoRA adapters; nil when it
+	// exports none (LoRA disabled, or an engine without the report).
+	LoRA *LoRA
 	// Problems describe what the latest scrape could not use, e.g.
 	// "vllm:kv_cache_usage_perc is NaN: unknown" or
 	// "vllm:num_requests_running missing". Empty when everything was fine.

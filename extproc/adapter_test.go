@@ -1,0 +1,106 @@
+package extproc_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/extproc"
+	"github.com/ilbproject/ilb/live"
+	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/signals"
+)
+
+// withAdapters declares two LoRA adapters of the demo's llama model:
+// sql-lora served in eu-west-vllm only, chat-lora wherever llama is; and
+// turns replica picking on.
+func withAdapters(o *extproc.Options) {
+	for i := range o.Config.Models {
+		if o.Config.Models[i].Name == "llama-3.1-8b-instruct" {
+			o.Config.Models[i].Adapters = []config.Adapter{{Name: "sql-lora", Clusters: []string{"eu-west-vllm"}}, {Name: "chat-lora"}}
+		}
+	}
+	for i := range o.Config.Clusters {
+		o.Config.Clusters[i].ReplicaPicking.Enabled = true
+	}
+}
+
+// TestAdapterRouting: a request naming a LoRA adapter is routed as its
+// base model (its demand, its cell) but only to the clusters that serve
+// the adapter, and within one to a replica that has it loaded; the record
+// says so. An adapter not served by any cluster the source may use gets a
+// 503 naming the adapter.
+func TestAdapterRouting(t *testing.T) {
+	tests := []struct {
+		name, source, model string
+		loaded              string // replica whose engine reports the adapter running ("" none)
+		wantCluster         string // "" any
+		wantReplica         string // "" any
+		wantTier            string
+		wantStatus          int
+	}{
+		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", "eu-west-vllm", "", picker.AdapterSlot, 0},
+		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0},
+		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startWith(t, true, withAdapters)
+			h.srv.SetLive(replicaLive(h, func(r *live.Replica) {
+				r.ScrapedAt, r.LoRA = now, &signals.LoRA{Max: 4}
+				if r.Address == tc.loaded {
+					r.LoRA = &signals.LoRA{Running: []string{tc.model}, Max: 4}
+				}
+			}))
+			id := "a-" + strings.ReplaceAll(tc.name, " ", "-")
+			body := `{"model":"` + tc.model + `","max_tokens":20,"messages":[{"role":"user","content":"` + strings.Repeat("x", 600) + `"}]}`
+			resps := h.run(t, tc.source, chatHeaders(id), reqBody(body))
+			waitStreamsClosed(t, h)
+			rec, ok := h.srv.Decisions().Get(id)
+			if !ok {
+				t.Fatal("no record")
+			}
+			if rec.Adapter != tc.model || rec.Model != "llama-3.1-8b-instruct" || rec.RequestedModel != tc.model {
+				t.Errorf("record adapter %q model %q requested %q: want %s on llama-3.1-8b-instruct", rec.Adapter, rec.Model, rec.RequestedModel, tc.model)
+			}
+			if tc.wantCluster != "" && rec.Chosen != tc.wantCluster {
+				t.Errorf("chose %s (%s), want %s", rec.Chosen, rec.Redrawn, tc.wantCluster)
+			}
+			if rec.Replica == nil || rec.Replica.Terms.Adapter != tc.wantTier {
+				t.Fatalf("replica decision %+v: want adapter tier %q", rec.Replica, tc.wantTier)
+			}
+			if tc.wantReplica != "" && rec.Replica.Chosen != tc.wantReplica {
+				t.Errorf("replica %s, want %s (adapter loaded)", rec.Replica.Chosen, tc.wantReplica)
+			}
+			if hv, _ := endpointOf(resps[1]); !strings.HasPrefix(hv, rec.Replica.Chosen) {
+				t.Errorf("override host %q, want %s first", hv, rec.Replica.Chosen)
+			}
+		})
+	}
+}
+
+// TestAdapterNotServed: an adapter whose clusters the source may not
+// reach is a 503 that names the adapter and why each cluster is out; an
+// adapter the model list shows carries its base model as parent.
+func TestAdapterNotServed(t *testing.T) {
+	h := startWith(t, true, func(o *extproc.Options) {
+		withAdapters(o)
+		o.Config.Models[0].Adapters[0].Clusters = []string{"us-east-vllm"}
+	})
+	body := `{"model":"sql-lora","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
+	resps := h.run(t, "edge-eu", chatHeaders("nope"), reqBody(body))
+	ir := resps[len(resps)-1].GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 503 || !strings.Contains(string(ir.GetBody()), "sql-lora") || !strings.Contains(string(ir.GetBody()), "does not serve the LoRA adapter sql-lora") {
+		t.Errorf("answer %d %s: want 503 naming the adapter", ir.GetStatus().GetCode(), ir.GetBody())
+	}
+	list := h.run(t, "edge-us", reqHeaders(true, ":method", "GET", ":path", "/v1/models/sql-lora"))
+	var m struct{ ID, Parent string }
+	if err := json.Unmarshal(list[0].GetImmediateResponse().GetBody(), &m); err != nil || m.ID != "sql-lora" || m.Parent != "llama-3.1-8b-instruct" {
+		t.Errorf("model sql-lora: %+v (%v): want its parent llama-3.1-8b-instruct", m, err)
+	}
+	eu := h.run(t, "edge-eu", reqHeaders(true, ":method", "GET", ":path", "/v1/models/sql-lora"))
+	if got := eu[0].GetImmediateResponse().GetStatus().GetCode(); got != 404 {
+		t.Errorf("edge-eu lists sql-lora (%d): its cluster is out of its regions", got)
+	}
+}
