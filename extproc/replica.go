@@ -103,7 +103,13 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 	if body != nil {
 		p.Read, p.MaxTokens, p.Tokens = true, body.MaxTokens, body.PromptTokens
 		if n := len(body.Prompt) / picker.BlockBytes; n > 0 {
-			p.Blocks = picker.AppendBlocks(make([]uint64, 0, picker.Hashes(n)), picker.Seed(model), body.Prompt)
+			// An engine caches an adapter's prefixes apart from the base
+			// model's (vLLM's block hashes include the LoRA id).
+			seed := model
+			if x.rec.Adapter != "" {
+				seed = x.rec.Adapter
+			}
+			p.Blocks = picker.AppendBlocks(make([]uint64, 0, picker.Hashes(n)), picker.Seed(seed), body.Prompt)
 		}
 	} else {
 		// The prompt was not read: its length is estimated from the

@@ -12,6 +12,7 @@ const (
 	streamArrivals = iota
 	streamAttributes
 	streamDocuments
+	streamAdapters
 )
 
 // newRand returns the generator of one source (or replay) and purpose.
@@ -50,6 +51,7 @@ type sourceGen struct {
 	sys           [][]uint64 // system prompt blocks per model index
 	sessions      *sessions
 	docs          *documents // nil without documents
+	adapters      *adapters  // nil without adapters
 }
 
 // newSourceGen prepares source i of s; s and the source have their
@@ -82,6 +84,7 @@ func newSourceGen(s Spec, i int, src SourceSpec) *sourceGen {
 		g.sys[m] = systemBlocks(src.Name, name, src.SharedPrefixTokens)
 	}
 	g.docs = newDocuments(src, s.Seed, i, g.models.names, g.sys)
+	g.adapters = newAdapters(src.Adapters, s.Seed, i, g.models.names)
 	return g
 }
 
@@ -133,29 +136,33 @@ func (g *sourceGen) request(at time.Duration, t float64) Request {
 		}
 		prompt = min(leadTokens+msg, MaxTokens)
 		if !inSession {
+			adapter := g.adapters.draw(model)
 			return Request{
 				At:       at,
 				Source:   g.src.Name,
 				Model:    g.models.names[model],
+				Adapter:  adapter,
 				Priority: g.prios.names[prio],
 				Prompt:   prompt,
 				Output:   out,
-				Prefix:   lead,
+				Prefix:   salt(lead, adapter),
 				Tenant:   g.src.Tenant,
 			}
 		}
 		s = g.sessions.start(r, model, prio, lead, leadTokens)
+		s.adapter = g.adapters.draw(model)
 	}
 	prefix := g.sessions.turn(r, s, t, prompt, out)
 	return Request{
 		At:       at,
 		Source:   g.src.Name,
 		Model:    g.models.names[s.model],
+		Adapter:  s.adapter,
 		Priority: g.prios.names[s.priority],
 		Prompt:   prompt,
 		Output:   out,
 		Session:  s.key,
-		Prefix:   prefix,
+		Prefix:   salt(prefix, s.adapter),
 		Tenant:   g.src.Tenant,
 	}
 }

@@ -28,8 +28,11 @@ type Request struct {
 	At time.Duration
 	// Source is the Envoy fleet the request enters (a region's gateway).
 	Source string
-	// Model is the model requested.
+	// Model is the model requested (the base model of an adapter).
 	Model string
+	// Adapter is the LoRA adapter of Model the request names ("" the
+	// base model): what its "model" field says.
+	Adapter string
 	// Priority is "critical", "standard" or "sheddable".
 	Priority string
 	// Prompt is the prompt length in tokens, >= 1.

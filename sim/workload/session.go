@@ -10,6 +10,7 @@ import (
 type session struct {
 	key             string
 	model, priority int      // indexes in the source's pickers
+	adapter         string   // its LoRA adapter ("" the base model)
 	prompt, output  int      // lengths of the last turn
 	blocks          []uint64 // hashes of the full blocks of the last prompt
 	content         uint64   // seed of the hashes of its own blocks

@@ -66,6 +66,9 @@ type SourceSpec struct {
 	Bursts []Burst
 	// Models the requests ask for, by share; at least one.
 	Models []Share
+	// Adapters gives a share of the requests a LoRA adapter of their
+	// model.
+	Adapters AdapterSpec
 	// Priorities of the requests by share, with names "critical",
 	// "standard" or "sheddable"; empty means all "standard".
 	Priorities []Share

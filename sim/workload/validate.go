@@ -104,6 +104,7 @@ func (src SourceSpec) validate(p *problems, path string, duration time.Duration)
 		p.addf(path+".shared_prefix_tokens", "%d: want tokens in [0, %d)", src.SharedPrefixTokens, MaxTokens)
 	}
 	src.validateDocuments(p, path)
+	src.validateAdapters(p, path)
 }
 
 // validateDocuments checks the document fields; unused ones (Documents 0)
@@ -184,5 +185,19 @@ func checkLognormal(p *problems, path, name string, mean, p99 float64) {
 		p.addf(path+"."+name+"_p99", "%g: want >= %s_mean (%g)", p99, name, mean)
 	case p99 > MaxLognormalRatio*mean:
 		p.addf(path+"."+name+"_p99", "%g: want <= %g × %s_mean (%g) for a lognormal", p99, MaxLognormalRatio, name, mean)
+	}
+}
+
+// validateAdapters checks the adapter fields.
+func (src SourceSpec) validateAdapters(p *problems, path string) {
+	a := src.Adapters
+	if !(a.Share >= 0 && a.Share <= 1) {
+		p.addf(path+".adapters.share", "%g: want a fraction in [0, 1]", a.Share)
+	}
+	if a.Count < 0 || a.Count > MaxAdapters {
+		p.addf(path+".adapters.count", "%d: want [0, %d]", a.Count, MaxAdapters)
+	}
+	if s := a.Zipf; !(s >= 0 && s <= MaxDocumentZipf) {
+		p.addf(path+".adapters.zipf", "%g: want a Zipf exponent in [0, %g]", s, MaxDocumentZipf)
 	}
 }
