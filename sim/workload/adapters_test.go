@@ -16,7 +16,9 @@ func TestAdapters(t *testing.T) {
 	plain.SessionShare, plain.SessionTurns, plain.SharedPrefixTokens = 0.3, 4, 256
 	lora := plain
 	lora.Adapters = AdapterSpec{Share: 0.8, Count: 20, Zipf: 1}
-	spec := func(src SourceSpec) Spec { return Spec{Seed: 7, Duration: 20 * time.Minute, Sources: []SourceSpec{src}} }
+	spec := func(src SourceSpec) Spec {
+		return Spec{Seed: 7, Duration: 20 * time.Minute, Sources: []SourceSpec{src}}
+	}
 	base, reqs := generate(t, spec(plain)), generate(t, spec(lora))
 	if len(base) != len(reqs) {
 		t.Fatalf("%d requests with adapters, %d without: arrivals moved", len(reqs), len(base))
