@@ -29,8 +29,17 @@
 //     stay cached after their requests end, until evicted (least recently
 //     freed first) by allocations; a request admitted later skips the
 //     prefill of its leading cached blocks ([Result.CachedPrompt]).
+//   - With [Options.LoRA], a request may use a LoRA adapter
+//     ([Request.Adapter]): a batch holds at most MaxLoras distinct
+//     adapters (a waiting request of one more adapter is skipped, and
+//     those behind it may still be admitted), and a step whose batch
+//     needs an adapter that is not in a GPU slot takes longer, by the
+//     time to load it from disk into the CPU cache (if not there either)
+//     and to copy it into a slot. Both caches evict the least recently
+//     used adapter. [Replica.Adapters] reports each adapter's running and
+//     waiting requests, as vLLM's vllm:lora_requests_info is built from.
 //   - A step of T tokens whose decoding sequences hold C context tokens in
-//     all takes [Profile.StepTime](T, C).
+//     all takes [Profile.StepTime](T, C), plus adapter loading.
 //
 // Lifecycle states ([State]) are set by the caller with [Replica.SetState].
 //
@@ -61,6 +70,7 @@
 // # Determinism and concurrency
 //
 // A Replica has no clock, no randomness and no map iteration: the same
-// calls give the same results. It is not safe for concurrent use; a
+// calls give the same results (adapter names are looked up in a map, never
+// iterated). It is not safe for concurrent use; a
 // Backend is.
 package replica

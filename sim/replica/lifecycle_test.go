@@ -201,6 +201,14 @@ func TestValidate(t *testing.T) {
 			[]string{"StartupTime", "WarmupTime", "WarmupSlowdown"},
 		},
 		{"NaN slowdown", func(o *Options) { o.WarmupSlowdown = math.NaN() }, []string{"WarmupSlowdown"}},
+		{"LoRA", func(o *Options) {
+			o.LoRA = LoRA{MaxLoras: 4, MaxCPULoras: 8, LoadTime: time.Second, ActivateTime: time.Millisecond}
+		}, nil},
+		{"LoRA: default CPU cache, free loads", func(o *Options) { o.LoRA = LoRA{MaxLoras: 1} }, nil},
+		{"LoRA: negative", func(o *Options) {
+			o.LoRA = LoRA{MaxLoras: -1, MaxCPULoras: -1, LoadTime: -1, ActivateTime: -1}
+		}, []string{"LoRA.MaxLoras", "LoRA.MaxCPULoras", "LoRA.LoadTime", "LoRA.ActivateTime"}},
+		{"LoRA: CPU cache smaller than the slots", func(o *Options) { o.LoRA = LoRA{MaxLoras: 4, MaxCPULoras: 3} }, []string{"LoRA.MaxCPULoras"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,6 +31,8 @@ type Options struct {
 	// WarmupSlowdown is the step time factor on entering Warming, decaying
 	// linearly to 1 over WarmupTime; 0 means 1 (no slowdown), else >= 1.
 	WarmupSlowdown float64
+	// LoRA configures LoRA adapters; the zero value disables them.
+	LoRA LoRA
 	// OnToken, if not nil, is called during Advance (and the calls that
 	// advance time: Submit, SetState, Cancel) for every token produced, in
 	// step order, with the request's ID and Tag, the token's index from 0
@@ -53,6 +55,7 @@ func (o *Options) validate() error {
 	if s := o.WarmupSlowdown; s != 0 && (s < 1 || math.IsInf(s, 0)) || math.IsNaN(s) {
 		errs = append(errs, fmt.Errorf("%w: WarmupSlowdown %v: want 0 or a finite factor >= 1", ErrInvalidOptions, s))
 	}
+	errs = append(errs, o.LoRA.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -78,6 +81,7 @@ type Replica struct {
 	running []*seq // admission order; vLLM preempts from the end
 	waiting seqQueue
 	kv      kvPool
+	lora    loraState
 	spare   []*seq // recycled sequences
 
 	pending   []Result      // results of Submit, SetState and Cancel, for the next Advance
@@ -101,6 +105,7 @@ func New(o Options) (*Replica, error) {
 	p := o.Profile.withDefaults()
 	r := &Replica{opts: o, p: p, state: Ready, running: make([]*seq, 0, p.MaxSeqs)}
 	r.kv.init(p.KVBlocks(), o.PrefixCache)
+	r.lora.init(o.LoRA)
 	return r, nil
 }
 
@@ -123,10 +128,15 @@ func (r *Replica) Submit(now time.Duration, req Request) {
 		req.Prefix = req.Prefix[:n]
 	}
 	s := r.newSeq(req, now)
-	if !r.state.accepting() || r.blocksFor(req.Prompt+req.Output) > r.kv.total {
+	if !r.state.accepting() || r.blocksFor(req.Prompt+req.Output) > r.kv.total ||
+		req.Adapter != "" && !r.lora.enabled() {
 		r.addPending(s.result(now, true))
 		r.recycle(s)
 		return
+	}
+	if req.Adapter != "" {
+		s.adapter = r.lora.id(req.Adapter)
+		r.lora.count(s.adapter, 0, 1)
 	}
 	r.waiting.pushBack(s)
 	r.pendingTokens += s.pending()
@@ -208,6 +218,7 @@ func (r *Replica) Cancel(now time.Duration, id uint64) bool {
 		}
 		r.releaseKV(s)
 		r.pendingTokens -= s.pending()
+		r.lora.count(s.adapter, -1, 0)
 		r.running = slices.Delete(r.running, i, i+1)
 		if i < r.nSched {
 			r.nSched--
@@ -218,6 +229,7 @@ func (r *Replica) Cancel(now time.Duration, id uint64) bool {
 	for i := range r.waiting.len() {
 		if s := r.waiting.at(i); s.req.ID == id {
 			r.pendingTokens -= s.pending()
+			r.lora.count(s.adapter, 0, -1)
 			r.waiting.remove(i)
 			r.recycle(s)
 			return true

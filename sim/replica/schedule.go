@@ -19,13 +19,21 @@ import "time"
 //     is given its prefix-cache hits (at most num_tokens-1 tokens, so that
 //     at least one is computed) and a first chunk; it is admitted only if
 //     the blocks for that chunk can be allocated, else admission stops
-//     (head-of-line, as vLLM's FCFS).
+//     (head-of-line, as vLLM's FCFS). A request whose LoRA adapter would
+//     make the batch hold more than MaxLoras adapters is skipped instead
+//     and keeps its place (skipped_waiting_requests; see [LoRA]).
+//  3. The adapters of the batch not in a GPU slot are loaded, which adds
+//     to the step's time (see [LoRA]).
 //
 // The scheduled sequences end up as running[:nSched].
 func (r *Replica) startStep() bool {
 	budget, bs := r.p.MaxBatchedTokens, r.p.BlockSize
 	tokens, context, n := 0, 0, 0
 	preempted := false
+	lora := r.lora.enabled()
+	if lora {
+		r.lora.beginStep()
+	}
 	for n < len(r.running) && budget > 0 {
 		s := r.running[n]
 		k := min(s.numTokens()-s.computed, budget)
@@ -49,6 +57,9 @@ func (r *Replica) startStep() bool {
 		}
 		r.kv.alloc(need)
 		s.blocks += need
+		if lora {
+			r.lora.join(s.adapter)
+		}
 		if s.generated > 0 && s.computed+1 == s.numTokens() {
 			context += s.numTokens() // a decoding sequence attends to all of it
 		}
@@ -57,8 +68,13 @@ func (r *Replica) startStep() bool {
 		tokens += k
 		n++
 	}
-	for !preempted && r.state.serving() && r.waiting.len() > 0 && budget > 0 && len(r.running) < r.p.MaxSeqs {
-		s := r.waiting.at(0)
+	for i := 0; !preempted && r.state.serving() && i < r.waiting.len() && budget > 0 && len(r.running) < r.p.MaxSeqs; {
+		s := r.waiting.at(i)
+		if lora && !r.lora.admits(s.adapter) {
+			r.lora.skipped = append(r.lora.skipped, s)
+			i++
+			continue
+		}
 		hits, idle := r.kv.lookup(s.req.Prefix, (s.numTokens()-1)/bs)
 		computed := hits * bs
 		k := min(s.numTokens()-computed, budget)
@@ -66,7 +82,11 @@ func (r *Replica) startStep() bool {
 		if need+idle > r.kv.free() {
 			break
 		}
-		r.waiting.popFront()
+		r.waiting.remove(i)
+		if lora {
+			r.lora.join(s.adapter)
+			r.lora.count(s.adapter, 1, -1)
+		}
 		for _, h := range s.req.Prefix[:hits] {
 			s.shared = append(s.shared, r.kv.acquire(h))
 		}
@@ -89,6 +109,21 @@ func (r *Replica) startStep() bool {
 	d := r.p.StepTime(tokens, context)
 	if f := r.slowdown(r.now); f > 1 {
 		d = time.Duration(float64(d) * f)
+	}
+	if lora && len(r.lora.batch) > 0 {
+		if cost := r.lora.load(); cost > 0 {
+			d += cost
+			for _, s := range r.running[:n] {
+				s.adapterCost += r.lora.ad[s.adapter].stepCost
+			}
+		}
+	}
+	if lora && len(r.lora.skipped) > 0 {
+		for _, s := range r.lora.skipped {
+			s.adapterWait += d
+		}
+		clear(r.lora.skipped)
+		r.lora.skipped = r.lora.skipped[:0]
 	}
 	r.nSched, r.batchTokens, r.batchN = n, tokens, n
 	r.stepping, r.stepEnd = true, r.now+d
@@ -122,6 +157,7 @@ func (r *Replica) finishStep(out []Result) []Result {
 				s.generated++
 				if s.generated == s.req.Output {
 					out = append(out, s.result(end, false))
+					r.lora.count(s.adapter, -1, 0)
 					r.releaseKV(s)
 					r.recycle(s)
 					continue
@@ -153,6 +189,7 @@ func (r *Replica) preempt(s *seq) {
 	s.computed, s.sched = 0, 0
 	s.preempts++
 	r.preemptions++
+	r.lora.count(s.adapter, -1, 1)
 	r.waiting.pushFront(s)
 }
 
@@ -184,6 +221,7 @@ func (r *Replica) failAll(now time.Duration) []Result {
 	clear(r.running)
 	r.running = r.running[:0]
 	r.kv.reset()
+	r.lora.reset()
 	r.pendingTokens = 0
 	r.stepping, r.nSched, r.batchTokens, r.batchN = false, 0, 0, 0
 	r.now = max(r.now, now)

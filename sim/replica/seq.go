@@ -16,7 +16,10 @@ type seq struct {
 	shared    []int32       // referenced prefix-cache blocks (kvPool.cached): Prefix[0:len(shared)]
 	cached    int           // prompt tokens hit in the prefix cache at the last admission
 	preempts  int
-	sched     int // tokens scheduled in the step in progress, 0 if none
+	sched     int   // tokens scheduled in the step in progress, 0 if none
+	adapter   int32 // loraState id of req.Adapter; 0: the base model
+	// adapterCost and adapterWait are Result.AdapterCost and AdapterWait.
+	adapterCost, adapterWait time.Duration
 }
 
 // numTokens is the length of the sequence: prompt plus generated tokens.
@@ -30,10 +33,11 @@ func (s *seq) pending() int { return s.req.Prompt + s.req.Output - 1 - s.compute
 // result describes s as ending at done.
 func (s *seq) result(done time.Duration, failed bool) Result {
 	return Result{
-		ID: s.req.ID, Tag: s.req.Tag,
+		ID: s.req.ID, Tag: s.req.Tag, Adapter: s.req.Adapter,
 		Arrival: s.arrival, FirstToken: s.first, Done: done,
 		Prompt: s.req.Prompt, Output: s.generated, CachedPrompt: s.cached,
-		Preemptions: s.preempts, Failed: failed,
+		Preemptions: s.preempts, AdapterCost: s.adapterCost, AdapterWait: s.adapterWait,
+		Failed: failed,
 	}
 }
 
@@ -75,12 +79,23 @@ func (q *seqQueue) popFront() *seq {
 	return s
 }
 
-// remove deletes the i-th sequence from the front, keeping the order.
+// remove deletes the i-th sequence from the front, keeping the order; it
+// moves the fewer of the sequences before and after it.
 func (q *seqQueue) remove(i int) {
-	for ; i+1 < q.n; i++ {
-		q.buf[(q.head+i)&(len(q.buf)-1)] = q.at(i + 1)
+	mask := len(q.buf) - 1
+	if i < q.n/2 {
+		for ; i > 0; i-- {
+			q.buf[(q.head+i)&mask] = q.at(i - 1)
+		}
+		q.buf[q.head] = nil
+		q.head = (q.head + 1) & mask
+		q.n--
+		return
 	}
-	q.buf[(q.head+q.n-1)&(len(q.buf)-1)] = nil
+	for ; i+1 < q.n; i++ {
+		q.buf[(q.head+i)&mask] = q.at(i + 1)
+	}
+	q.buf[(q.head+q.n-1)&mask] = nil
 	q.n--
 }
 

@@ -23,6 +23,10 @@ type Request struct {
 	// ignored. The replica does not modify or keep the slice past the
 	// request's life.
 	Prefix []uint64
+	// Adapter is the LoRA adapter the request uses; "" is the base model.
+	// See [LoRA]: with LoRA disabled, a request with an adapter is
+	// refused.
+	Adapter string
 	// Tag is passed through to the [Result] and the token hook.
 	Tag any
 }
@@ -35,6 +39,8 @@ type Request struct {
 type Result struct {
 	ID  uint64
 	Tag any
+	// Adapter is the request's [Request.Adapter].
+	Adapter string
 	// Arrival is when the request was submitted.
 	Arrival time.Duration
 	// FirstToken is when its first token was produced; 0 if none was (a
@@ -53,9 +59,18 @@ type Result struct {
 	// Preemptions counts how often the request was preempted (its KV cache
 	// freed, to be recomputed later).
 	Preemptions int
+	// AdapterCost is what loading and activating the request's adapter
+	// added to the steps that scheduled it ([LoRA.LoadTime],
+	// [LoRA.ActivateTime]); 0 when its adapter was always resident.
+	AdapterCost time.Duration
+	// AdapterWait is the time the request waited because its adapter
+	// would have been one too many in the batch ([LoRA.MaxLoras]): the
+	// total duration of the steps that skipped it for that reason.
+	AdapterWait time.Duration
 	// Failed is set when the request did not complete: the replica failed
-	// with it inside, or refused it (submitted while draining or failed, or
-	// too long for the whole KV cache — vLLM rejects those up front).
+	// with it inside, or refused it (submitted while draining or failed,
+	// too long for the whole KV cache — vLLM rejects those up front — or
+	// for an adapter with LoRA disabled).
 	Failed bool
 }
 
@@ -110,7 +125,8 @@ const (
 	// requests are still admitted and finish.
 	Draining
 	// Failed: every request inside failed at once, new ones are refused,
-	// and the KV cache (prefix cache included) is lost. Setting Starting,
+	// and the KV cache (prefix cache included) and the loaded LoRA
+	// adapters (GPU slots and CPU cache) are lost. Setting Starting,
 	// Warming or Ready afterwards models a restart.
 	Failed
 )
