@@ -3,8 +3,11 @@ package replica
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,6 +239,41 @@ func TestBackendLoRA(t *testing.T) {
 		if got := drain(t, ch); len(got) != 2 {
 			t.Errorf("request %d: %d tokens, want 2", i, len(got))
 		}
+	}
+}
+
+// TestBackendLoRAMetrics: behind sim/engine's server, the backend's
+// adapters are exported as vLLM's vllm:lora_requests_info, stamped with
+// the server's clock.
+func TestBackendLoRAMetrics(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1e9, 0), gate: make(chan struct{})}
+	b, err := NewBackend(Options{Profile: mustProfile(t, ProfileLlama3x8BH100), LoRA: LoRA{MaxLoras: 1}}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	srv, err := engine.New(engine.Options{
+		Name: "r", Cluster: "c", Models: []string{"m"}, Adapters: []string{"a", "b"},
+		Backend: b, Now: func() time.Time { return time.Unix(1700000000, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"a", "b", "a"} {
+		if _, err := b.Generate(t.Context(), engine.GenRequest{Model: a, Adapter: a, PromptTokens: 10, MaxTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first request started a step at once; the others wait for the
+	// next one, where b will not fit (MaxLoras 1).
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	want := `vllm:lora_requests_info{cluster="c",max_lora="1",running_lora_adapters="a",waiting_lora_adapters="a,b"} 1.7e+09`
+	if !strings.Contains(rec.Body.String(), want+"\n") {
+		t.Errorf("/metrics does not have %s:\n%s", want, rec.Body)
+	}
+	if _, err := engine.New(engine.Options{Name: "r", Cluster: "c", Models: []string{"m"}, Adapters: []string{"a"}, Backend: newBackend(t, mustProfile(t, ProfileLlama3x8BH100), clock)}); !errors.Is(err, engine.ErrInvalidOptions) {
+		t.Errorf("engine.New with adapters on a backend without LoRA: %v, want ErrInvalidOptions", err)
 	}
 }
 
