@@ -30,8 +30,14 @@ type Backend interface {
 // GenRequest is one generation request as seen by a [Backend]. A
 // completions request with several prompts becomes one GenRequest per prompt.
 type GenRequest struct {
-	// Model is the served model name the request asked for.
+	// Model is the served model name the request asked for: one of
+	// [Options.Models], or of [Options.Adapters].
 	Model string
+	// Adapter is the LoRA adapter the request uses, "" for the base
+	// model: the request's model when it is one of [Options.Adapters].
+	// A backend that does not model LoRA serves it as a base-model
+	// request.
+	Adapter string
 	// PromptTokens is the (estimated) prompt length in tokens, >= 0.
 	PromptTokens int
 	// MaxTokens is the number of tokens to generate, >= 1.
@@ -56,6 +62,34 @@ type Load struct {
 	// KVCacheUsage is the fraction of the KV cache in use
 	// (vllm:kv_cache_usage_perc), in [0, 1].
 	KVCacheUsage float64
+}
+
+// LoRAReporter is implemented by a [Backend] that models LoRA adapters;
+// the server reads it at every /metrics scrape to export
+// vllm:lora_requests_info.
+type LoRAReporter interface {
+	// LoRALoad reports the adapters' requests now.
+	LoRALoad() LoRALoad
+}
+
+// LoRALoad is what a backend reports of its LoRA adapters, as vLLM's
+// scheduler statistics do (SchedulerStats.running_lora_adapters and
+// waiting_lora_adapters, vllm/v1/metrics/stats.py).
+type LoRALoad struct {
+	// MaxLoras is vLLM's --max-loras, the max_lora label; 0 means LoRA is
+	// disabled.
+	MaxLoras int
+	// Adapters are the adapters with requests, running or waiting, in the
+	// order the label lists them (vLLM: the order the adapters got their
+	// requests).
+	Adapters []AdapterLoad
+}
+
+// AdapterLoad is one adapter's requests.
+type AdapterLoad struct {
+	Name string
+	// Running and Waiting count its admitted and its queued requests.
+	Running, Waiting int
 }
 
 // ErrInvalidGenRequest is wrapped by the error a [Backend] returns for a

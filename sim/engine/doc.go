@@ -18,6 +18,14 @@
 //     token histograms, no KV gauge, no model label) or trtllm-serve's, so
 //     that a demo cluster of each kind is read as that engine would be.
 //
+// LoRA adapters ([Options.Adapters]) are served like models: a request
+// whose "model" is an adapter reaches the Backend as a LoRA request on the
+// primary model ([GenRequest.Adapter]), is counted in the primary model's
+// series, and /v1/models lists the adapters with that model as parent. A
+// vllm-kind replica whose Backend reports its adapters ([LoRAReporter],
+// as sim/replica's Backend does) also exports vLLM's
+// vllm:lora_requests_info (see [Options.Adapters]).
+//
 // Bad input is answered with an OpenAI-style JSON error
 // {"error":{"message","type","param","code"}} that names the offending field.
 //

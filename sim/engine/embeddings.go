@@ -24,7 +24,8 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, e)
 		return
 	}
-	if !s.checkModel(w, job.model) {
+	_, label, ok := s.checkModel(w, job.model)
+	if !ok {
 		return
 	}
 	resp := embeddingList{Object: "list", Data: make([]embeddingData, len(job.inputs)), Model: job.model}
@@ -38,8 +39,8 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		resp.Usage.PromptTokens += estimateTokens(utf8.RuneCountInString(in))
 	}
 	resp.Usage.TotalTokens = resp.Usage.PromptTokens
-	s.metrics.promptTokens.WithLabelValues(job.model).Add(float64(resp.Usage.PromptTokens))
-	s.metrics.success.WithLabelValues(job.model, finishStop).Add(float64(len(job.inputs)))
+	s.metrics.promptTokens.WithLabelValues(label).Add(float64(resp.Usage.PromptTokens))
+	s.metrics.success.WithLabelValues(label, finishStop).Add(float64(len(job.inputs)))
 	if err := writeJSON(w, http.StatusOK, resp); err != nil {
 		s.opts.Logger.DebugContext(r.Context(), "engine: write embeddings", "err", err)
 	}

@@ -31,14 +31,21 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 }
 
 // checkModel answers 404 and returns false if model is not served here.
-func (s *Server) checkModel(w http.ResponseWriter, model string) bool {
+// Else it returns the LoRA adapter the request uses ("" for one of the
+// Models) and the model name that labels its metrics: the model asked for,
+// or for an adapter the primary model (vLLM labels every series with its
+// served model name, whatever the adapter).
+func (s *Server) checkModel(w http.ResponseWriter, model string) (adapter, label string, ok bool) {
 	if slices.Contains(s.opts.Models, model) {
-		return true
+		return "", model, true
+	}
+	if slices.Contains(s.opts.Adapters, model) {
+		return model, s.opts.Models[0], true
 	}
 	e := badRequest(codeModelNotFound, "model", "The model `%s` does not exist.", model)
 	e.Status = http.StatusNotFound
 	s.writeError(w, e)
-	return false
+	return "", "", false
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
@@ -61,15 +68,16 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, decode f
 		s.writeError(w, e)
 		return
 	}
-	if !s.checkModel(w, job.model) {
+	adapter, label, ok := s.checkModel(w, job.model)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel() // stops the generations when the handler returns early
-	tr := newGenTracker(s.metrics, s.opts.Now, job)
+	tr := newGenTracker(s.metrics, s.opts.Now, job, label)
 	chans := make([]<-chan Token, 0, len(job.prompts))
 	for _, p := range job.prompts {
-		ch, err := s.opts.Backend.Generate(ctx, GenRequest{Model: job.model, PromptTokens: p, MaxTokens: job.maxTokens})
+		ch, err := s.opts.Backend.Generate(ctx, GenRequest{Model: job.model, Adapter: adapter, PromptTokens: p, MaxTokens: job.maxTokens})
 		if err != nil {
 			clientGone := ctx.Err() != nil
 			cancel()
@@ -165,11 +173,13 @@ func mergeTokens(ctx context.Context, chans []<-chan Token) <-chan choiceToken {
 	return out
 }
 
+// handleModels lists the models, then the LoRA adapters with their base
+// model as parent (as vLLM's /v1/models).
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	list := modelList{Object: "list", Data: make([]modelCard, len(s.opts.Models))}
+	list := modelList{Object: "list", Data: make([]modelCard, 0, len(s.opts.Models)+len(s.opts.Adapters))}
 	created := s.opts.Now().Unix()
-	for i, m := range s.opts.Models {
-		list.Data[i] = modelCard{ID: m, Object: "model", Created: created, OwnedBy: "ilb-sim"}
+	for _, m := range slices.Concat(s.opts.Models, s.opts.Adapters) {
+		list.Data = append(list.Data, s.modelCard(m, created))
 	}
 	if err := writeJSON(w, http.StatusOK, list); err != nil {
 		s.opts.Logger.DebugContext(r.Context(), "engine: write models", "err", err)
@@ -181,16 +191,26 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 // slashes (org/name).
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !slices.Contains(s.opts.Models, id) {
+	if !slices.Contains(s.opts.Models, id) && !slices.Contains(s.opts.Adapters, id) {
 		e := badRequest(codeModelNotFound, "model", "the model %q does not exist", id)
 		e.Status = http.StatusNotFound
 		s.writeError(w, e)
 		return
 	}
-	card := modelCard{ID: id, Object: "model", Created: s.opts.Now().Unix(), OwnedBy: "ilb-sim"}
+	card := s.modelCard(id, s.opts.Now().Unix())
 	if err := writeJSON(w, http.StatusOK, card); err != nil {
 		s.opts.Logger.DebugContext(r.Context(), "engine: write model", "err", err)
 	}
+}
+
+// modelCard is the card of model id, a model or a LoRA adapter (whose
+// parent is the primary model).
+func (s *Server) modelCard(id string, created int64) modelCard {
+	c := modelCard{ID: id, Object: "model", Created: created, OwnedBy: "ilb-sim"}
+	if !slices.Contains(s.opts.Models, id) {
+		c.Parent = s.opts.Models[0]
+	}
+	return c
 }
 
 // serverError is a 500 apiError.

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +21,12 @@ const (
 	metricGenTokens    = "vllm:generation_tokens_total"
 	metricSuccess      = "vllm:request_success_total"
 	metricTTFT         = "vllm:time_to_first_token_seconds"
+	metricLoRAInfo     = "vllm:lora_requests_info"
 )
+
+// loraHistory is how many label combinations of vllm:lora_requests_info
+// a replica keeps exporting (see loraCollector).
+const loraHistory = 64
 
 // Finish reasons, as labels of vllm:request_success_total.
 const (
@@ -39,6 +47,7 @@ type dialect struct {
 	tokenHistograms      bool
 	ttft, success        string
 	modelLabel           string
+	loraInfo             string // vLLM's LoRA info gauge
 }
 
 // Dialects are the engine kinds a simulated replica can speak: the names
@@ -47,6 +56,7 @@ var dialects = map[string]dialect{
 	"vllm": {
 		running: metricRunning, waiting: metricWaiting, kv: metricKVUsage,
 		prompt: metricPromptTokens, gen: metricGenTokens, ttft: metricTTFT, success: metricSuccess, modelLabel: "model_name",
+		loraInfo: metricLoRAInfo,
 	},
 	"sglang": {
 		running: "sglang:num_running_reqs", waiting: "sglang:num_queue_reqs", kv: "sglang:token_usage",
@@ -98,8 +108,12 @@ func (m *metrics) labels(model string) []string {
 // are read from load at scrape time and labelled with the primary (first)
 // model name, as vLLM labels everything with its first served model name;
 // the counters are labelled with the model each request asked for and
-// start at 0 for every model in models.
-func newMetrics(reg prometheus.Registerer, d dialect, cluster string, models []string, load func() Load) (*metrics, error) {
+// start at 0 for every model in models. With lora (nil: none) and a
+// dialect that has one, the LoRA info gauge is read from lora at scrape
+// time and stamped with now.
+func newMetrics(reg prometheus.Registerer, d dialect, cluster string, models []string, load func() Load,
+	lora func() LoRALoad, now func() time.Time,
+) (*metrics, error) {
 	reg = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": cluster}, reg)
 	var ml []string
 	if d.modelLabel != "" {
@@ -132,6 +146,13 @@ func newMetrics(reg prometheus.Registerer, d dialect, cluster string, models []s
 		lc.kv = prometheus.NewDesc(d.kv, "KV-cache usage. 1 means 100 percent usage.", ml, nil)
 	}
 	cs = append(cs, lc)
+	if lora != nil && d.loraInfo != "" {
+		cs = append(cs, &loraCollector{
+			lora: lora, now: now,
+			desc: prometheus.NewDesc(d.loraInfo, "Running stats on lora requests.",
+				[]string{"max_lora", "waiting_lora_adapters", "running_lora_adapters"}, nil),
+		})
+	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
@@ -176,6 +197,70 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// loraCollector exports vllm:lora_requests_info as vLLM does
+// (PrometheusStatLogger in vllm/v1/metrics/loggers.py): a gauge labelled
+// max_lora, running_lora_adapters and waiting_lora_adapters (the names of
+// the adapters with running, resp. waiting, requests, comma-joined in the
+// backend's order), whose value is the Unix time in seconds when that
+// combination was last seen. vLLM sets the current combination to the
+// current time (set_to_current_time) whenever it records scheduler
+// statistics, and a labelled gauge keeps every combination it ever had,
+// each with its last time: a reader takes the series with the largest
+// value.
+//
+// Divergences: the current combination is read and stamped at each
+// scrape, not at every engine step (a combination that lived only between
+// two scrapes never appears, and an idle replica's combination keeps
+// getting newer times, where vLLM's stops when it stops stepping); and
+// only the loraHistory most recently seen combinations are kept, where
+// vLLM keeps all of them for the life of the process.
+type loraCollector struct {
+	lora func() LoRALoad
+	now  func() time.Time
+	desc *prometheus.Desc
+
+	mu   sync.Mutex
+	seen []loraCombo // oldest first; at most loraHistory
+}
+
+// loraCombo is one label combination and when it was last seen.
+type loraCombo struct {
+	maxLora, running, waiting string
+	at                        float64 // Unix seconds
+}
+
+func (c *loraCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *loraCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.lora()
+	var running, waiting []string
+	for _, a := range l.Adapters {
+		if a.Running > 0 {
+			running = append(running, a.Name)
+		}
+		if a.Waiting > 0 {
+			waiting = append(waiting, a.Name)
+		}
+	}
+	cur := loraCombo{
+		maxLora: strconv.Itoa(l.MaxLoras),
+		running: strings.Join(running, ","), waiting: strings.Join(waiting, ","),
+		at: float64(c.now().UnixNano()) / 1e9,
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = slices.DeleteFunc(c.seen, func(x loraCombo) bool {
+		return x.maxLora == cur.maxLora && x.running == cur.running && x.waiting == cur.waiting
+	})
+	if len(c.seen) == loraHistory {
+		c.seen = slices.Delete(c.seen, 0, 1)
+	}
+	c.seen = append(c.seen, cur)
+	for _, x := range c.seen {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, x.at, x.maxLora, x.waiting, x.running)
+	}
+}
+
 // genTracker accounts the choices of one generation request in the
 // metrics: each choice counts as one vLLM request. It is used by the
 // request's handler goroutine only.
@@ -191,9 +276,10 @@ type genTracker struct {
 	finished bool
 }
 
-func newGenTracker(m *metrics, now func() time.Time, job genJob) *genTracker {
+// newGenTracker accounts job in m, labelled with model.
+func newGenTracker(m *metrics, now func() time.Time, job genJob, model string) *genTracker {
 	return &genTracker{
-		m: m, now: now, model: job.model, start: now(),
+		m: m, now: now, model: model, start: now(),
 		prompts: job.prompts, counts: make([]int, len(job.prompts)), want: job.maxTokens,
 	}
 }

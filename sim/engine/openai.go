@@ -131,6 +131,9 @@ type modelCard struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Parent is a LoRA adapter's base model (vLLM's "parent"); absent for
+	// a model.
+	Parent string `json:"parent,omitempty"`
 }
 
 // Error codes of apiError.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -43,6 +45,18 @@ type Options struct {
 	// request's "model"; at least one, non-empty, no duplicates. The first
 	// is the primary name that labels the load gauges.
 	Models []string
+	// Adapters are the LoRA adapters the replica serves (vLLM's
+	// --lora-modules), matched exactly against a request's "model" like
+	// Models: a request for one is a LoRA request for that adapter
+	// ([GenRequest.Adapter]) on the primary model. Each must be non-empty,
+	// printable, without surrounding spaces or commas (vLLM's
+	// vllm:lora_requests_info joins them with commas), not a duplicate and
+	// not one of Models. With adapters, a vllm-kind replica exports
+	// vllm:lora_requests_info if its Backend is a [LoRAReporter]; a
+	// Backend that reports LoRA disabled (MaxLoras 0) is refused. Other
+	// backends ([FixedBackend]) serve adapter requests as base-model
+	// requests and export no LoRA series.
+	Adapters []string
 	// Backend decides when tokens come out; nil means
 	// NewFixedBackend(DefaultFixedTiming()).
 	Backend Backend
@@ -75,7 +89,7 @@ func New(opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	opts.Models = slices.Clone(opts.Models)
+	opts.Models, opts.Adapters = slices.Clone(opts.Models), slices.Clone(opts.Adapters)
 	if opts.Backend == nil {
 		opts.Backend = NewFixedBackend(DefaultFixedTiming())
 	}
@@ -88,11 +102,19 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	var lora func() LoRALoad
+	if rep, ok := opts.Backend.(LoRAReporter); ok && len(opts.Adapters) > 0 {
+		if rep.LoRALoad().MaxLoras == 0 {
+			return nil, fmt.Errorf("%w: Adapters: %d served, but the backend has LoRA disabled (MaxLoras 0)",
+				ErrInvalidOptions, len(opts.Adapters))
+		}
+		lora = rep.LoRALoad
+	}
 	s := &Server{opts: opts, reg: prometheus.NewRegistry()}
 	if opts.Kind == "" {
 		opts.Kind = "vllm"
 	}
-	m, err := newMetrics(s.reg, dialects[opts.Kind], opts.Cluster, opts.Models, opts.Backend.Load)
+	m, err := newMetrics(s.reg, dialects[opts.Kind], opts.Cluster, opts.Models, opts.Backend.Load, lora, opts.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +146,16 @@ func (o *Options) validate() error {
 			bad("Models[%d]: duplicate model %q", i, m)
 		}
 	}
+	for i, a := range o.Adapters {
+		switch {
+		case a == "" || strings.TrimSpace(a) != a || strings.ContainsRune(a, ',') || !printable(a):
+			bad("Adapters[%d]: %q must be non-empty and printable, without surrounding spaces or commas", i, a)
+		case slices.Index(o.Adapters, a) < i:
+			bad("Adapters[%d]: duplicate adapter %q", i, a)
+		case slices.Contains(o.Models, a):
+			bad("Adapters[%d]: %q is one of Models", i, a)
+		}
+	}
 	if _, ok := dialects[o.Kind]; o.Kind != "" && !ok {
 		bad("Kind: %q is not an engine kind: want one of %v", o.Kind, Kinds())
 	}
@@ -140,6 +172,17 @@ func printableASCII(s string) bool {
 		}
 	}
 	return strings.TrimSpace(s) == s
+}
+
+// printable reports whether s is valid UTF-8 of printable characters
+// (spaces included).
+func printable(s string) bool {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
 }
 
 // Handler returns the server's HTTP handler.

@@ -254,6 +254,17 @@ func TestNewValidates(t *testing.T) {
 		{"padded cluster", func(o *Options) { o.Cluster = " c" }, []string{`Cluster: " c"`}},
 		{"empty and duplicate models", func(o *Options) { o.Models = []string{"m", "", "m"} }, []string{`Models[1]: ""`, `Models[2]: duplicate model "m"`}},
 		{"negative shutdown", func(o *Options) { o.ShutdownTimeout = -1 }, []string{"ShutdownTimeout"}},
+		{"adapters", func(o *Options) { o.Adapters = []string{"lora-a", "org/lora b", "ß-lora"} }, nil},
+		{"adapters on a backend with LoRA", func(o *Options) { o.Adapters, o.Backend = []string{"a"}, newLoRABackend(1) }, nil},
+		{"bad adapters", func(o *Options) {
+			o.Adapters = []string{"", " a", "a,b", "a\x00", "x", "x", testModel}
+		}, []string{
+			`Adapters[0]: ""`, `Adapters[1]: " a"`, `Adapters[2]: "a,b"`, `Adapters[3]: "a\x00"`,
+			`Adapters[5]: duplicate adapter "x"`, `Adapters[6]: "sim-model" is one of Models`,
+		}},
+		{"adapters on a backend with LoRA disabled", func(o *Options) {
+			o.Adapters, o.Backend = []string{"a"}, newLoRABackend(0)
+		}, []string{"Adapters: 1 served, but the backend has LoRA disabled"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,6 +13,11 @@ import (
 // ErrClosed is returned by [Backend.Generate] after [Backend.Close].
 var ErrClosed = errors.New("replica: backend closed")
 
+// ErrLoRADisabled is wrapped by the error [Backend.Generate] returns for a
+// request with an adapter when LoRA is disabled (vLLM refuses it: "LoRA is
+// not enabled").
+var ErrLoRADisabled = errors.New("replica: LoRA disabled")
+
 // Clock is the time source of a [Backend]. It must be safe for concurrent
 // use.
 type Clock interface {
@@ -61,15 +66,19 @@ type Backend struct {
 	cancel context.CancelFunc
 	loops  sync.WaitGroup
 
-	mu      sync.Mutex
-	model   *Replica
-	nextID  uint64
-	looping bool // the stepping goroutine runs
-	closed  bool
-	results []Result // reused by collect
+	mu       sync.Mutex
+	model    *Replica
+	nextID   uint64
+	looping  bool // the stepping goroutine runs
+	closed   bool
+	results  []Result      // reused by collect
+	adapters []AdapterLoad // reused by LoRALoad
 }
 
-var _ engine.Backend = (*Backend)(nil)
+var (
+	_ engine.Backend      = (*Backend)(nil)
+	_ engine.LoRAReporter = (*Backend)(nil)
+)
 
 // stream is the progress of one request, shared by the stepping goroutine
 // (which counts tokens) and the request's forwarding goroutine.
@@ -134,6 +143,9 @@ func (b *Backend) Generate(ctx context.Context, req engine.GenRequest) (<-chan e
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("replica: generate: %w", err)
 	}
+	if req.Adapter != "" && b.model.LoRA().MaxLoras == 0 { // static: no lock needed
+		return nil, fmt.Errorf("%w: adapter %q: LoRA is disabled (LoRA.MaxLoras 0)", ErrLoRADisabled, req.Adapter)
+	}
 	st := &stream{wake: make(chan struct{}, 1)}
 	b.mu.Lock()
 	if b.closed {
@@ -143,7 +155,7 @@ func (b *Backend) Generate(ctx context.Context, req engine.GenRequest) (<-chan e
 	id := b.nextID
 	b.nextID++
 	now := b.elapsed()
-	b.model.Submit(now, Request{ID: id, Prompt: max(1, req.PromptTokens), Output: req.MaxTokens, Tag: st})
+	b.model.Submit(now, Request{ID: id, Prompt: max(1, req.PromptTokens), Output: req.MaxTokens, Adapter: req.Adapter, Tag: st})
 	b.collect(now)
 	if !b.looping {
 		b.looping = true
@@ -175,6 +187,26 @@ func (b *Backend) ReplicaLoad() Load {
 		b.collect(b.elapsed())
 	}
 	return b.model.Load()
+}
+
+// LoRALoad implements [engine.LoRAReporter]: the model's adapters, as
+// [Replica.Adapters] reports them, as of now.
+func (b *Backend) LoRALoad() engine.LoRALoad {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.collect(b.elapsed())
+	}
+	m := b.model.Adapters(b.adapters)
+	b.adapters = m.Adapters
+	l := engine.LoRALoad{MaxLoras: m.MaxLoras}
+	if n := len(m.Adapters); n > 0 {
+		l.Adapters = make([]engine.AdapterLoad, n)
+		for i, a := range m.Adapters {
+			l.Adapters[i] = engine.AdapterLoad{Name: a.Name, Running: a.Running, Waiting: a.Waiting}
+		}
+	}
+	return l
 }
 
 // Close stops the stepping goroutine and fails every request in flight:

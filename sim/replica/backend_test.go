@@ -3,7 +3,11 @@ package replica
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +133,7 @@ func TestBackendErrors(t *testing.T) {
 	}{
 		{"no tokens", t.Context(), engine.GenRequest{Model: "m", PromptTokens: 1, MaxTokens: 0}, engine.ErrInvalidGenRequest},
 		{"context done", done, engine.GenRequest{Model: "m", PromptTokens: 1, MaxTokens: 1}, context.Canceled},
+		{"adapter without LoRA", t.Context(), engine.GenRequest{Model: "a", Adapter: "a", PromptTokens: 1, MaxTokens: 1}, ErrLoRADisabled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,6 +189,91 @@ func TestBackendLoad(t *testing.T) {
 	}
 	if l := b.Load(); l != (engine.Load{}) {
 		t.Errorf("Load after all %+v, want zero", l)
+	}
+}
+
+// TestBackendLoRA: the backend passes adapters to the model and reports
+// them as the engine's LoRALoad, step by step on a clock that only moves
+// when the test says so.
+func TestBackendLoRA(t *testing.T) {
+	p := mustProfile(t, ProfileLlama3x8BH100)
+	o := Options{Profile: p, LoRA: LoRA{MaxLoras: 1, LoadTime: 50 * time.Millisecond}}
+	clock := &fakeClock{gate: make(chan struct{})}
+	b, err := NewBackend(o, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	var chans []<-chan engine.Token
+	for _, req := range []engine.GenRequest{
+		{Model: "a", Adapter: "a", PromptTokens: 100, MaxTokens: 2},
+		{Model: "b", Adapter: "b", PromptTokens: 100, MaxTokens: 2},
+		{Model: "m", PromptTokens: 100, MaxTokens: 2},
+	} {
+		ch, err := b.Generate(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	// Steps: a's prefill and the base request's, loading a (b waits for
+	// the one slot); their decodes (both end); b's prefill, loading b;
+	// its decode.
+	load := o.LoRA.LoadTime
+	steps := []struct {
+		name    string
+		advance time.Duration
+		want    engine.LoRALoad
+	}{
+		{"a and the base request run, b waits", 0, engine.LoRALoad{MaxLoras: 1, Adapters: []engine.AdapterLoad{{Name: "a", Running: 1}, {Name: "b", Waiting: 1}}}},
+		{"a ended, b runs", p.StepTime(200, 0) + load + p.StepTime(2, 202), engine.LoRALoad{MaxLoras: 1, Adapters: []engine.AdapterLoad{{Name: "b", Running: 1}}}},
+		{"all done", p.StepTime(100, 0) + load + p.StepTime(1, 101), engine.LoRALoad{MaxLoras: 1}},
+	}
+	for _, s := range steps {
+		clock.add(s.advance)
+		if got := b.LoRALoad(); !reflect.DeepEqual(got, s.want) {
+			t.Errorf("%s: LoRALoad %+v, want %+v", s.name, got, s.want)
+		}
+	}
+	for i, ch := range chans {
+		if got := drain(t, ch); len(got) != 2 {
+			t.Errorf("request %d: %d tokens, want 2", i, len(got))
+		}
+	}
+}
+
+// TestBackendLoRAMetrics: behind sim/engine's server, the backend's
+// adapters are exported as vLLM's vllm:lora_requests_info, stamped with
+// the server's clock.
+func TestBackendLoRAMetrics(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1e9, 0), gate: make(chan struct{})}
+	b, err := NewBackend(Options{Profile: mustProfile(t, ProfileLlama3x8BH100), LoRA: LoRA{MaxLoras: 1}}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	srv, err := engine.New(engine.Options{
+		Name: "r", Cluster: "c", Models: []string{"m"}, Adapters: []string{"a", "b"},
+		Backend: b, Now: func() time.Time { return time.Unix(1700000000, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"a", "b", "a"} {
+		if _, err := b.Generate(t.Context(), engine.GenRequest{Model: a, Adapter: a, PromptTokens: 10, MaxTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first request started a step at once; the others wait for the
+	// next one, where b will not fit (MaxLoras 1).
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	want := `vllm:lora_requests_info{cluster="c",max_lora="1",running_lora_adapters="a",waiting_lora_adapters="a,b"} 1.7e+09`
+	if !strings.Contains(rec.Body.String(), want+"\n") {
+		t.Errorf("/metrics does not have %s:\n%s", want, rec.Body)
+	}
+	if _, err := engine.New(engine.Options{Name: "r", Cluster: "c", Models: []string{"m"}, Adapters: []string{"a"}, Backend: newBackend(t, mustProfile(t, ProfileLlama3x8BH100), clock)}); !errors.Is(err, engine.ErrInvalidOptions) {
+		t.Errorf("engine.New with adapters on a backend without LoRA: %v, want ErrInvalidOptions", err)
 	}
 }
 
