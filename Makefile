@@ -4,7 +4,7 @@ GO      ?= go
 BIN     := bin/ilb
 PKGS    := ./...
 
-.PHONY: all build test lint vet fmt demo bench bench-routing bench-tenants bench-xds bench-extproc bench-replicas soak-connections golden fuzz clean kube istio
+.PHONY: all build test lint vet fmt demo bench bench-routing bench-tenants bench-xds bench-extproc bench-replicas bench-lora soak-connections golden fuzz clean kube istio
 
 all: build
 
@@ -143,6 +143,13 @@ bench-extproc:
 bench-replicas:
 	$(GO) run ./cmd/ilb bench-replicas --report docs/benchmarks.md
 	$(GO) test -run '^$$' -bench Decision -benchtime 20000x ./picker/
+
+## bench-lora: LoRA adapters (64 per model, Zipf popularity, vLLM's
+## max_loras 4 per engine): the same replica policies, the GIE-style scorer
+## with its LoRA affinity scorer; rewrites the "lora" section of
+## docs/benchmarks.md (virtual time; a few minutes on 2 cores)
+bench-lora:
+	$(GO) run ./cmd/ilb bench-replicas --scenario lora --section lora --report docs/benchmarks.md
 
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

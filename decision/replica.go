@@ -107,7 +107,7 @@ func encodeReplica(d *ReplicaDecision, in *interner) (r *replicaEntry, ok bool) 
 }
 
 // adapterTiers are the values of picker.Term.Adapter, by compactTerm.adapter.
-var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterSlot, picker.AdapterFull}
+var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull}
 
 func compact(t picker.Term, in *interner) (compactTerm, bool) {
 	tier := slices.Index(adapterTiers[:], t.Adapter)

@@ -10,32 +10,43 @@ type Adapters struct {
 	// Running and Waiting are the adapters of its running and waiting
 	// requests, sorted.
 	Running, Waiting []string
-	// Max is its max_lora: the most adapters one batch may use; 0 when
-	// unknown.
+	// Max is its max_lora: the most adapters one batch may use, and its
+	// GPU adapter slots; 0 when unknown.
 	Max int
 }
 
 // Where a request for an adapter may go, best first (Term.Adapter,
 // Decision.Adapter).
 const (
-	// AdapterLoaded: the replica has the adapter — its engine reported
-	// requests of it running or waiting at its last scrape, or ILB sent it
-	// some since, or has some in flight there — and is not saturated.
+	// AdapterLoaded: the replica has the adapter in a GPU slot, as far as
+	// ILB can tell — its engine reported requests of it running or
+	// waiting at its last scrape, or it is among the last max_lora
+	// adapters ILB sent there (the engine's slots are an LRU cache) — and
+	// is not saturated.
 	AdapterLoaded = "loaded"
+	// AdapterCached: ILB sent the adapter there before, further back (the
+	// engine likely holds it in its CPU cache, --max-cpu-loras: a copy
+	// into a slot, not a load from disk), and the replica is not
+	// saturated and has a free slot.
+	AdapterCached = "cached"
 	// AdapterSlot: the replica may take the adapter now: it has it but is
-	// saturated, or it has fewer adapters in use than its max_lora (or an
-	// unknown max_lora).
+	// saturated, or it has fewer adapters in use than its max_lora (or
+	// an unknown max_lora).
 	AdapterSlot = "free_slot"
 	// AdapterFull: every adapter slot of the replica is in use by other
 	// adapters: the request would wait there until one frees.
 	AdapterFull = "full"
 )
 
-// adapterTier is how well a replica suits a request for adapter (0 best:
-// AdapterLoaded, AdapterSlot, AdapterFull). Under mu.
+var adapterTiers = [...]string{AdapterLoaded, AdapterCached, AdapterSlot, AdapterFull}
+
+// adapterTier is how well a replica suits a request for adapter, an
+// index in adapterTiers (0 best). Under mu.
 func (st *replicaState) adapterTier(cand Replica, adapter string) int {
-	has := st.adapters[adapter] > 0 || slices.Contains(st.sentAdapters, adapter)
 	rep := cand.Adapters
+	slots := max(rep.Max, 1) // vLLM's default max_loras is 1
+	recent := slices.Index(st.recentAdapters, adapter)
+	has := st.adapters[adapter] > 0 || recent >= 0 && recent < slots
 	if rep.Known {
 		_, run := slices.BinarySearch(rep.Running, adapter)
 		_, wait := slices.BinarySearch(rep.Waiting, adapter)
@@ -45,29 +56,32 @@ func (st *replicaState) adapterTier(cand Replica, adapter string) int {
 	case has && !cand.Saturated:
 		return 0
 	case has:
-		return 1
-	case !rep.Known || rep.Max <= 0:
-		return 1 // no report: nothing says its slots are taken
+		return 2
 	}
-	// Adapters in use: those the engine runs, and those of ILB's requests
-	// sent since its scrape (which it could not count yet).
-	inUse := len(rep.Running)
-	for _, a := range st.sentAdapters {
-		if _, ok := slices.BinarySearch(rep.Running, a); !ok {
-			inUse++
+	free := !rep.Known || rep.Max <= 0 // no report: nothing says its slots are taken
+	if !free {
+		// Adapters in use: those the engine runs, and those of ILB's
+		// requests sent since its scrape (which it could not count yet).
+		inUse := len(rep.Running)
+		for _, a := range st.sentAdapters {
+			if _, ok := slices.BinarySearch(rep.Running, a); !ok {
+				inUse++
+			}
 		}
+		free = inUse < rep.Max
 	}
-	if inUse < rep.Max {
+	switch {
+	case !free:
+		return 3
+	case recent >= 0 && !cand.Saturated:
 		return 1
 	}
 	return 2
 }
 
-var adapterTiers = [...]string{AdapterLoaded, AdapterSlot, AdapterFull}
-
 // noteAdapter records that a request for adapter was sent to the replica:
-// in flight until its Ticket is done, and sent since the last scrape.
-// Under mu.
+// in flight until its Ticket is done, sent since the last scrape, and the
+// most recent in its LRU. Under mu.
 func (st *replicaState) noteAdapter(adapter string) {
 	if st.adapters == nil {
 		st.adapters = map[string]int{}
@@ -76,10 +90,19 @@ func (st *replicaState) noteAdapter(adapter string) {
 	if !slices.Contains(st.sentAdapters, adapter) && len(st.sentAdapters) < maxSentAdapters {
 		st.sentAdapters = append(st.sentAdapters, adapter)
 	}
+	i := slices.Index(st.recentAdapters, adapter)
+	if i < 0 {
+		if len(st.recentAdapters) < maxSentAdapters {
+			st.recentAdapters = append(st.recentAdapters, "")
+		}
+		i = len(st.recentAdapters) - 1
+	}
+	copy(st.recentAdapters[1:i+1], st.recentAdapters[:i])
+	st.recentAdapters[0] = adapter
 }
 
-// maxSentAdapters bounds the adapters remembered as sent to one replica
-// since its last scrape.
+// maxSentAdapters bounds the adapters remembered per replica (sent since
+// its last scrape, and recently).
 const maxSentAdapters = 64
 
 // doneAdapter ends a request for adapter on the replica. Under mu.

@@ -89,37 +89,44 @@ func TestAdapterTiers(t *testing.T) {
 	}
 }
 
-// TestAdapterSentCountsUntilScraped: an adapter ILB sent a replica counts
-// as loaded there (and takes a slot) until a newer scrape, which reports
-// it if it still runs; its requests in flight count until done.
-func TestAdapterSentCountsUntilScraped(t *testing.T) {
+// TestAdapterMemory: an adapter ILB sent a replica counts as loaded there
+// while it is among the last max_lora adapters ILB sent it (the engine's
+// GPU slots are an LRU), takes a slot until a newer scrape, and once
+// pushed out of the slots the replica stays the best place with a free
+// slot for it (the engine's CPU cache: a copy, not a load from disk).
+func TestAdapterMemory(t *testing.T) {
 	c := NewCluster(Options{CacheTokens: 1 << 16})
 	t0 := time.Unix(1000, 0)
-	cands := func(at time.Time, a, b Adapters) []Replica {
-		return []Replica{{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: a}, {Address: "b", Ramp: 1, ScrapedAt: at, Adapters: b}}
-	}
 	empty := Adapters{Known: true, Max: 1}
-	d1, t1 := c.Pick(cands(t0, empty, empty), Request{PromptTokens: 100, Adapter: "sql", Draw: 0})
-	first := d1.Chosen.Address
+	both := func(at time.Time) []Replica {
+		return []Replica{{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: empty}, {Address: "b", Ramp: 1, ScrapedAt: at, Adapters: empty}}
+	}
+	pick := func(cands []Replica, adapter string) Decision {
+		t.Helper()
+		d, tk := c.Pick(cands, Request{PromptTokens: 100, Adapter: adapter})
+		tk.Done()
+		return d
+	}
+	first := pick(both(t0), "sql").Chosen.Address
 	other := map[string]string{"a": "b", "b": "a"}[first]
-	// The same adapter follows it, though the other replica is idle.
-	d2, t2 := c.Pick(cands(t0, empty, empty), Request{PromptTokens: 100, Adapter: "sql", Draw: 1})
-	if d2.Chosen.Address != first || d2.Adapter != AdapterLoaded {
-		t.Fatalf("second sql request went to %s (%s), want %s (loaded)", d2.Chosen.Address, d2.Adapter, first)
+	if d := pick(both(t0), "sql"); d.Chosen.Address != first || d.Adapter != AdapterLoaded {
+		t.Fatalf("second sql request went to %s (%s), want %s (loaded)", d.Chosen.Address, d.Adapter, first)
 	}
-	// Another adapter: the first replica's one slot is taken by sql.
-	d3, t3 := c.Pick(cands(t0, empty, empty), Request{PromptTokens: 1, Adapter: "chat"})
-	if d3.Chosen.Address != other {
-		t.Fatalf("chat went to %s, want %s: %s's only slot holds sql", d3.Chosen.Address, other, first)
+	// Another adapter before the next scrape: first's one slot holds sql.
+	if d := pick(both(t0), "chat"); d.Chosen.Address != other {
+		t.Fatalf("chat went to %s, want %s: %s's only slot holds sql", d.Chosen.Address, other, first)
 	}
-	t1.Done()
-	t2.Done()
-	t3.Done()
-	// A newer scrape that does not list sql: forgotten, both are equal.
-	t1s := t0.Add(time.Second)
-	d4, t4 := c.Pick(cands(t1s, empty, empty), Request{PromptTokens: 100, Adapter: "sql"})
-	defer t4.Done()
-	if d4.Adapter != AdapterSlot || len(d4.Hosts) != 2 {
-		t.Errorf("after a scrape without sql: tier %q among %v, want free_slot among both", d4.Adapter, d4.Hosts)
+	// A newer scrape shows nothing running: sql is still the last
+	// adapter ILB sent first, in its slot.
+	t1 := t0.Add(time.Second)
+	if d := pick(both(t1), "sql"); d.Chosen.Address != first || d.Adapter != AdapterLoaded {
+		t.Errorf("after the scrape: sql went to %s (%s), want %s (loaded: its slot's last adapter)", d.Chosen.Address, d.Adapter, first)
+	}
+	// Code takes first's slot; sql is then cached there, not loaded.
+	only := []Replica{both(t1)[map[string]int{"a": 0, "b": 1}[first]]}
+	pick(only, "code")
+	t2 := t1.Add(time.Second)
+	if d := pick(both(t2), "sql"); d.Chosen.Address != first || d.Adapter != AdapterCached {
+		t.Errorf("after code took the slot: sql went to %s (%s), want %s (cached)", d.Chosen.Address, d.Adapter, first)
 	}
 }

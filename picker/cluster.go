@@ -35,6 +35,9 @@ type replicaState struct {
 	// scraped (see adapterTier).
 	adapters     map[string]int
 	sentAdapters []string
+	// recentAdapters are the adapters ILB sent the replica, most recent
+	// first (at most maxSentAdapters).
+	recentAdapters []string
 }
 
 // Options configure a cluster's picker.
@@ -101,7 +104,7 @@ type Decision struct {
 	// Reason is ReasonPrefix, ReasonSession, ReasonLoad or ReasonOnly.
 	Reason string
 	// Adapter is the adapter tier the candidates were taken from
-	// (AdapterLoaded, AdapterSlot, AdapterFull); "" for a request of the
+	// (AdapterLoaded, AdapterCached, AdapterSlot, AdapterFull); "" for a request of the
 	// base model.
 	Adapter string
 }

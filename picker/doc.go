@@ -24,6 +24,17 @@
 // request's draw. A request ILB decided without reading its prompt is
 // credited through its session key instead (Request.Session).
 //
+// A request for a LoRA adapter (Request.Adapter) first narrows the
+// candidates to the best adapter tier: replicas that have the adapter in
+// a GPU slot as far as ILB can tell (their engine reports requests of it
+// running or waiting, or it is among the last max_lora adapters ILB sent
+// there: vLLM's slots are an LRU) and are not saturated; else replicas
+// ILB sent it to before that have a free slot (the engine's CPU cache
+// likely holds it: a copy into a slot, not a load from disk); else those
+// with a free slot or the adapter but saturated; else all (every slot
+// taken by other adapters: it waits for one). The cost rule decides
+// within the tier. See [Adapters].
+//
 // The decision reaches Envoy as an ordered host list (override-host
 // load balancing): a retry takes the next host, and Envoy's own
 // least-request policy is the fallback when no listed host is in the

@@ -22,11 +22,12 @@ import (
 // section) one table per workload.
 func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench-replicas", flag.ContinueOnError)
-	scen := fs.String("scenario", "all", "replica workloads, comma-separated, or all: "+strings.Join(experiment.ReplicaScenarioNames(), ", "))
+	scen := fs.String("scenario", "all", "replica workloads, comma-separated, or all: "+strings.Join(experiment.ReplicaScenarioNames(), ", ")+" (and, not in all: "+strings.Join(experiment.LoRAScenarioNames(), ", ")+")")
 	loadList := fs.String("loads", "0.5,0.7,0.9,1.1,1.3", "loads: fractions of the fleet's saturation throughput measured without prefix caching")
 	seedList := fs.String("seeds", "1,2,3", "seeds: each load runs once per seed, figures are means")
 	duration := fs.Duration("duration", 10*time.Minute, "simulated time per run")
-	report := fs.String("report", "", "write the tables into this Markdown file's \"replicas\" section (e.g. docs/benchmarks.md) instead of stdout")
+	report := fs.String("report", "", "write the tables into this Markdown file's section (--section; e.g. docs/benchmarks.md) instead of stdout")
+	section := fs.String("section", "replicas", "the report's section to rewrite")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -51,7 +52,11 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Replica picking (%s simulated per run, seeds %s)\n\n", *duration, *seedList)
+	title := "Replica picking"
+	if *section != "replicas" {
+		title = "Replica picking: " + *section
+	}
+	fmt.Fprintf(&b, "## %s (%s simulated per run, seeds %s)\n\n", title, *duration, *seedList)
 	b.WriteString("One region, two clusters of 6 H100 replicas (Llama-3-8B, vLLM-like, prefix caching on); ILB routes the clusters in every run, only the replica choice differs. " +
 		"ILB's picker (package picker) sees what ext_proc sees: a request's end at its first token (Envoy closes the ext_proc stream once the response headers are through), the engines' queues, saturation and running requests through the 1 s scrape. " +
 		"The GIE-style scorer reads the engines' queues and KV usage live (its 50 ms scrape). " +
@@ -76,18 +81,24 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(&b, "### %s\n\n%s.\n\n", s.Name, s.Summary)
 		writeHostTable(&b, loads, rows)
 	}
-	fmt.Fprintf(&b, "Reproduce: `make bench-replicas` (%s here). The request-path cost of a decision: `go test ./picker -run '^$' -bench Decision`.\n", time.Since(start).Round(time.Second))
+	target := "bench-replicas"
+	if *section != "replicas" {
+		target = "bench-" + *section
+	}
+	fmt.Fprintf(&b, "Reproduce: `make %s` (%s here). The request-path cost of a decision: `go test ./picker -run '^$' -bench Decision`.\n", target, time.Since(start).Round(time.Second))
 	if *report == "" {
 		_, err := io.WriteString(stdout, b.String())
 		return err
 	}
-	return writeSection(*report, "replicas", b.String())
+	return writeSection(*report, *section, b.String())
 }
 
 // hostMean is one policy's figures at one load, summed over seeds.
 type hostMean struct {
 	n                                                      int
 	goodput, share, strict, p50, p99, tpot, hit, imbalance float64
+	adapterReqs, adapterMisses                             int
+	adapterCost, adapterWait                               float64
 }
 
 // writeHostTable writes one row per load and policy: the means over
@@ -115,8 +126,22 @@ func writeHostTable(b *strings.Builder, loads []float64, rows []experiment.HostR
 		m.p99 += f.TTFTp99
 		m.hit += r.Result.Replicas.PrefixHit
 		m.imbalance += r.Result.Replicas.Imbalance
+		m.adapterReqs += r.Result.Replicas.AdapterRequests
+		m.adapterMisses += r.Result.Replicas.AdapterMisses
+		m.adapterCost += r.Result.Replicas.AdapterCost
+		m.adapterWait += r.Result.Replicas.AdapterWait
 	}
-	b.WriteString("| load | policy | goodput/s | within SLO | interactive | TTFT p50 | TTFT p99 | TPOT p99 | prefix hit | imbalance | goodput ÷ LR | interactive ÷ LR | p50 ÷ LR |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	lora := false
+	for _, m := range sum {
+		lora = lora || m.adapterReqs > 0
+	}
+	head := "| load | policy | goodput/s | within SLO | interactive | TTFT p50 | TTFT p99 | TPOT p99 | prefix hit | imbalance | goodput ÷ LR | interactive ÷ LR | p50 ÷ LR |"
+	rule := "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	if lora {
+		head += " adapter load | slot wait | past a replica with it |"
+		rule += "---|---|---|"
+	}
+	b.WriteString(head + "\n" + rule + "\n")
 	for _, l := range loads {
 		lr := sum[key{l, experiment.HostLeastRequest}]
 		for _, hp := range experiment.HostPolicies() {
@@ -133,8 +158,12 @@ func writeHostTable(b *strings.Builder, loads []float64, rows []experiment.HostR
 			if lr.strict > 0 {
 				strictRatio = fmt.Sprintf("%.2f", (m.strict/n)/(lr.strict/float64(lr.n)))
 			}
-			fmt.Fprintf(b, "| %.1f | %s | %.2f | %.1f%% | %.1f%% | %.3f s | %.3f s | %.1f ms | %.1f%% | %.2f | %.2f | %s | %.2f |\n", l, name,
+			fmt.Fprintf(b, "| %.1f | %s | %.2f | %.1f%% | %.1f%% | %.3f s | %.3f s | %.1f ms | %.1f%% | %.2f | %.2f | %s | %.2f |", l, name,
 				m.goodput/n, 100*m.share/n, 100*m.strict/n, m.p50/n, m.p99/n, 1000*m.tpot/n, 100*m.hit/n, m.imbalance/n, m.goodput/lr.goodput, strictRatio, (m.p50/n)/(lr.p50/float64(lr.n)))
+			if lora {
+				fmt.Fprintf(b, " %.1f ms | %.1f ms | %.2f%% |", 1000*m.adapterCost/n, 1000*m.adapterWait/n, 100*float64(m.adapterMisses)/float64(max(m.adapterReqs, 1)))
+			}
+			b.WriteString("\n")
 		}
 	}
 	b.WriteString("\n")

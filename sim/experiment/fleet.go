@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/ilbproject/ilb/config"
+	"github.com/ilbproject/ilb/sim/replica"
+	"github.com/ilbproject/ilb/sim/workload"
 )
 
 // Fleet is the world of an experiment: regions and the network between
@@ -19,7 +21,10 @@ type Fleet struct {
 	Links   []config.Link
 	Sources []Source
 	// Models are the served model names; every cluster serves a subset.
-	Models   []string
+	Models []string
+	// Adapters is the LoRA adapters of every model (workload.AdapterName),
+	// declared in the configuration; 0: none.
+	Adapters int
 	Clusters []Cluster
 }
 
@@ -38,6 +43,8 @@ type Cluster struct {
 	Replicas     int
 	// Profile names a sim/replica profile, e.g. "llama-3-8b/h100".
 	Profile string
+	// LoRA is its engines' LoRA settings (zero: LoRA disabled).
+	LoRA replica.LoRA
 }
 
 // Validate reports every problem of f at once.
@@ -129,6 +136,12 @@ func (f Fleet) Config(s ControllerSettings) (*config.Config, error) {
 	b.WriteString("models:\n")
 	for _, m := range f.Models {
 		fmt.Fprintf(&b, "  - name: %s\n", m)
+		if f.Adapters > 0 {
+			b.WriteString("    adapters:\n")
+			for i := range f.Adapters {
+				fmt.Fprintf(&b, "      - name: %s\n", workload.AdapterName(m, i))
+			}
+		}
 	}
 	var profiles []string
 	for _, c := range f.Clusters {

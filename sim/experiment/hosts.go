@@ -183,7 +183,13 @@ func (r *runner) prefixScorer(cluster int, q *workload.Request) int {
 		if len(blocks) > 0 {
 			prefix = float64(rep.gie.match(blocks)) / float64(len(blocks))
 		}
+		// GIE's profile with its LoRA affinity scorer (weight 1): 1 when
+		// the adapter runs there, 0.8 when a slot is free, 0.6 when it
+		// only waits there, else 0 (loraaffinity.Score).
 		s := 2*queue + 2*(1-l.KVUsage) + 3*prefix
+		if q.Adapter != "" {
+			s += r.loraAffinity(rep, q.Adapter)
+		}
 		switch {
 		case s > bestScore:
 			best, bestScore, ties = ri, s, 1
@@ -211,7 +217,7 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 	if len(cands) == 0 { // no host listed: Envoy's fallback least request
 		return hostPick{replica: r.pickHost(cluster, -1), alt: -1}
 	}
-	p := live.Prompt{Tokens: q.Prompt, Read: true, Blocks: r.pickerBlocks(q.Prefix)}
+	p := live.Prompt{Tokens: q.Prompt, Read: true, Blocks: r.pickerBlocks(q.Prefix), Adapter: q.Adapter}
 	if q.Session != "" {
 		p.Session = extproc.SessionDraw(q.Session)
 	}
@@ -276,10 +282,26 @@ type ReplicaFigures struct {
 	// PickerBytes is the memory ILB's replica picker estimates its
 	// prefix index takes at the end of the run (host policy ilb).
 	PickerBytes int64 `json:"picker_bytes,omitempty"`
+	// AdapterRequests is the requests naming a LoRA adapter; AdapterMisses
+	// those sent to a replica without requests of it running while
+	// another replica of the cluster ran some and was not saturated (read
+	// live at the decision).
+	AdapterRequests int `json:"adapter_requests,omitempty"`
+	AdapterMisses   int `json:"adapter_misses,omitempty"`
+	// AdapterCost and AdapterWait are, per completed request of an
+	// adapter, the mean time its engine spent loading adapters in the
+	// steps that scheduled it and the mean time it waited for an adapter
+	// slot (vLLM's max_loras), in seconds.
+	AdapterCost float64 `json:"adapter_cost,omitempty"`
+	AdapterWait float64 `json:"adapter_wait,omitempty"`
 }
 
 func (r *runner) replicaFigures() ReplicaFigures {
-	var f ReplicaFigures
+	f := ReplicaFigures{AdapterRequests: r.adapterReqs, AdapterMisses: r.adapterMisses}
+	if r.adapterDone > 0 {
+		f.AdapterCost = r.adapterCost.Seconds() / float64(r.adapterDone)
+		f.AdapterWait = r.adapterWait.Seconds() / float64(r.adapterDone)
+	}
 	var prompt, cached int64
 	var weighted, served float64
 	for _, c := range r.clusters {

@@ -26,6 +26,21 @@ func replicaWorld() Fleet {
 	}
 }
 
+// loraWorld is replicaWorld with vLLM's LoRA on every engine and 64
+// adapters declared for the model.
+func loraWorld() Fleet {
+	f := replicaWorld()
+	f.Adapters = 64
+	for i := range f.Clusters {
+		f.Clusters[i].LoRA = replica.LoRA{MaxLoras: 8, MaxCPULoras: 16, LoadTime: 100 * time.Millisecond, ActivateTime: 5 * time.Millisecond}
+	}
+	return f
+}
+
+// LoRAScenarioNames lists the LoRA replica-picking workloads (make
+// bench-lora), apart from ReplicaScenarioNames.
+func LoRAScenarioNames() []string { return []string{"lora"} }
+
 // ReplicaScenarioNames lists the replica-picking workloads in report
 // order.
 func ReplicaScenarioNames() []string { return []string{"multi-turn", "agent", "rag", "no-reuse"} }
@@ -63,11 +78,17 @@ func LookupReplicaScenario(name string, d time.Duration) (Scenario, error) {
 		src.SharedPrefixTokens = 1024
 		src.Documents, src.DocumentTokens, src.DocumentsPerRequest, src.DocumentZipf = 500, 1500, 3, 1.1
 		src.SessionShare, src.SessionTurns, src.SessionThink = 0.2, 2, 20*time.Second
+	case "lora":
+		s.Summary = "LoRA adapters: 90% of requests name one of 64 adapters of the model, by Zipf popularity (s = 1: the first takes a fifth of them), with Azure-conversation sizes after a 512-token system prompt of their adapter; every engine runs vLLM's LoRA with 4 adapter slots (--max-loras 4), 16 adapters cached in CPU memory (--max-cpu-loras 16), 100 ms to load an adapter from disk and 5 ms to copy one into a GPU slot"
+		s.Fleet = loraWorld()
+		src.Lengths = conversation
+		src.SharedPrefixTokens = 512
+		src.Adapters = workload.AdapterSpec{Share: 0.9, Count: 64, Zipf: 1}
 	case "no-reuse":
 		s.Summary = "no reuse: independent requests of Azure-conversation sizes with no shared prefix, where a prefix-aware picker has nothing to gain and must not lose"
 		src.Lengths = conversation
 	default:
-		return Scenario{}, fmt.Errorf("unknown replica scenario %q: want one of %v", name, ReplicaScenarioNames())
+		return Scenario{}, fmt.Errorf("unknown replica scenario %q: want one of %v", name, append(ReplicaScenarioNames(), LoRAScenarioNames()...))
 	}
 	generate(&s, d, d, src)
 	return s, nil

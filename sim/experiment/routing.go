@@ -60,6 +60,12 @@ func (r *runner) arrive(i int) {
 		r.rec.finish(i, cluster, failed, 0, 0)
 		return
 	}
+	if q.Adapter != "" {
+		r.adapterReqs++
+		if r.adapterMiss(hp.replica, q.Adapter) {
+			r.adapterMisses++
+		}
+	}
 	pi := r.send(i, hp.replica, cost, false, r.clock.now+r.rtt[si][r.replicas[hp.replica].cluster]/2)
 	r.inflight[pi].alt, r.inflight[pi].ticket = hp.alt, hp.ticket
 }
@@ -137,7 +143,7 @@ func (r *runner) deliver(pi int) {
 	}
 	q := &r.reqs[p.req]
 	r.inflight[pi].reached = r.clock.now
-	rep.m.Submit(r.clock.now, replica.Request{ID: uint64(pi), Prompt: q.Prompt, Output: q.Output, Prefix: q.Prefix})
+	rep.m.Submit(r.clock.now, replica.Request{ID: uint64(pi), Prompt: q.Prompt, Output: q.Output, Prefix: q.Prefix, Adapter: q.Adapter})
 	r.schedule(p.replica)
 }
 
@@ -256,6 +262,11 @@ func (r *runner) complete(results []replica.Result) {
 		rep.promptTokens += int64(res.Prompt)
 		rep.cachedTokens += int64(res.CachedPrompt)
 		q := &r.reqs[p.req]
+		if q.Adapter != "" {
+			r.adapterDone++
+			r.adapterCost += res.AdapterCost
+			r.adapterWait += res.AdapterWait
+		}
 		ttft := res.FirstToken + p.rtt/2 - q.At
 		var tpot time.Duration
 		if res.Output > 1 {

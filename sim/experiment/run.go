@@ -194,8 +194,15 @@ type runner struct {
 	lastServing        []int
 	// Host policy scratch and seed.
 	blockBuf []uint64
-	upBuf    []int
-	candBuf  []picker.Replica
+	// adapterBuf is scratch for the replicas' adapter reports;
+	// adapterReqs and adapterMisses count the requests of an adapter and
+	// those sent past a replica that had it (adapterMiss).
+	adapterBuf                 []replica.AdapterLoad
+	adapterReqs, adapterMisses int
+	adapterDone                int           // completed requests of an adapter
+	adapterCost, adapterWait   time.Duration // their replica.Result.AdapterCost and AdapterWait, summed
+	upBuf                      []int
+	candBuf                    []picker.Replica
 }
 
 // Run runs one policy on one scenario.
@@ -270,7 +277,7 @@ func newRunner(o Options) (*runner, error) {
 			// as slow at first, full speed after warmupTime.
 			ri := len(r.replicas)
 			m, err := replica.New(replica.Options{
-				Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i), WarmupTime: warmupTime, WarmupSlowdown: 2,
+				Profile: p, Name: fmt.Sprintf("%s/%d", c.Name, i), WarmupTime: warmupTime, WarmupSlowdown: 2, LoRA: c.LoRA,
 				// vLLM's automatic prefix caching, on by default in v1:
 				// sessions' and traces' shared prefixes (hash_ids) are not
 				// prefilled again on a replica that holds them.

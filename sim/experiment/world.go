@@ -183,6 +183,7 @@ func (r *runner) scrape(rep *simReplica, at time.Time, secs float64) signals.Rep
 		TTFTMeanSeconds: rep.ttftMean, TTFTMeanKnown: rep.ttftKnown,
 	}
 	sr.Saturated = r.cfg.Signals.Saturated(sr.Metrics.Waiting, sr.Metrics.Running, true, l.KVUsage)
+	sr.Metrics.LoRA = r.loraReport(rep)
 	return sr
 }
 
