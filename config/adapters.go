@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // MaxAdapters bounds the LoRA adapters declared for one base model: every
@@ -59,6 +60,9 @@ func (c *Config) validateAdapters(p *problems, i int, m Model, all map[string]st
 	for j, a := range m.Adapters {
 		path := fmt.Sprintf("models[%d].adapters[%d]", i, j)
 		checkModelName(p, path+".name", a.Name, all)
+		if strings.Contains(a.Name, ",") {
+			p.addf(path+".name", "adapter name %q has a comma: engines list adapters comma-separated (vllm:lora_requests_info)", a.Name)
+		}
 		seen := map[string]bool{}
 		for k, cl := range a.Clusters {
 			cpath := fmt.Sprintf("%s.clusters[%d]", path, k)

@@ -30,6 +30,8 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	itl := fs.Duration("inter-token-latency", engine.DefaultInterTokenLatency, "with --profile fixed: time between two tokens of one request")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	kind := fs.String("kind", "vllm", "engine kind whose metric names to export: "+strings.Join(engine.Kinds(), ", "))
+	adapterList := fs.String("adapters", "", "LoRA adapters served on the first model, comma-separated (vLLM --lora-modules)")
+	maxLoras := fs.Int("max-loras", fleet.DefaultLoRA.MaxLoras, "with --adapters and a replica profile: adapters one batch may use (vLLM --max-loras)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -45,6 +47,15 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(served) == 0 {
 		problems = append(problems, fmt.Errorf("--models %q: want at least one model name", *models))
+	}
+	var adapters []string
+	for a := range strings.SplitSeq(*adapterList, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			adapters = append(adapters, a)
+		}
+	}
+	if *maxLoras < 1 {
+		problems = append(problems, fmt.Errorf("--max-loras %d: want at least 1", *maxLoras))
 	}
 	if *slots < 1 {
 		problems = append(problems, fmt.Errorf("--max-running %d: want at least 1", *slots))
@@ -68,7 +79,12 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var backend engine.Backend
 	if known {
-		b, err := replica.NewBackend(replica.Options{Profile: p, Name: *name}, replica.RealClock())
+		var lora replica.LoRA
+		if len(adapters) > 0 {
+			lora = fleet.DefaultLoRA
+			lora.MaxLoras, lora.MaxCPULoras = *maxLoras, max(*maxLoras, lora.MaxCPULoras)
+		}
+		b, err := replica.NewBackend(replica.Options{Profile: p, Name: *name, LoRA: lora}, replica.RealClock())
 		if err != nil {
 			return fmt.Errorf("engine: %w", err)
 		}
@@ -81,7 +97,7 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	srv, err := engine.New(engine.Options{
 		Kind: *kind,
-		Name: *name, Cluster: *cluster, Models: served,
+		Name: *name, Cluster: *cluster, Models: served, Adapters: adapters,
 		Backend: backend, Logger: log,
 	})
 	if err != nil {

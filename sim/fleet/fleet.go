@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -35,7 +36,11 @@ type Options struct {
 	// Profile names the replica.Profile of every replica when Timing is
 	// nil (see replica.Profiles); "" means DefaultProfile.
 	Profile string
-	Logger  *slog.Logger // nil: discard
+	// LoRA is the LoRA settings of the replica models of clusters serving
+	// adapters (models[].adapters); zero MaxLoras: DefaultLoRA. Replicas
+	// with a Timing serve adapters as their base model and report none.
+	LoRA   replica.LoRA
+	Logger *slog.Logger // nil: discard
 }
 
 // Fleet is a set of running replicas.
@@ -93,7 +98,15 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 			}
 			lns = append(lns, ln)
 			name := fmt.Sprintf("%s/%d", cl.Name, i)
-			backend, closer, err := newBackend(name)
+			adapters := servedAdapters(c, *cl)
+			var lora replica.LoRA
+			if len(adapters) > 0 {
+				lora = o.LoRA
+				if lora.MaxLoras == 0 {
+					lora = DefaultLoRA
+				}
+			}
+			backend, closer, err := newBackend(name, lora)
 			if err != nil {
 				closeAll()
 				return nil, fmt.Errorf("fleet: cluster %s: %w", cl.Name, err)
@@ -103,8 +116,9 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 				Name:    name,
 				Cluster: cl.Name,
 				Kind:    string(cl.Engine),
-				Models:  servedNames(c, cl.Models),
-				Backend: backend,
+				Models:   servedNames(c, cl.Models),
+				Adapters: adapters,
+				Backend:  backend,
 				Logger:  o.Logger.With("replica", name),
 			})
 			if err != nil {
@@ -155,10 +169,10 @@ func (f *Fleet) Wait() error { return f.group.Wait() }
 // backends returns the constructor of the replicas' backends: FixedBackends
 // of o.Timing, or real-time replica models of o.Profile. The closer stops
 // a backend once its server is done.
-func backends(o Options) (func(name string) (engine.Backend, func() error, error), error) {
+func backends(o Options) (func(name string, lora replica.LoRA) (engine.Backend, func() error, error), error) {
 	if o.Timing != nil {
 		timing := *o.Timing
-		return func(string) (engine.Backend, func() error, error) {
+		return func(string, replica.LoRA) (engine.Backend, func() error, error) {
 			return engine.NewFixedBackend(timing), func() error { return nil }, nil
 		}, nil
 	}
@@ -170,14 +184,34 @@ func backends(o Options) (func(name string) (engine.Backend, func() error, error
 	if !ok {
 		return nil, fmt.Errorf("fleet: Profile %q: no such replica profile", name)
 	}
-	return func(replicaName string) (engine.Backend, func() error, error) {
-		b, err := replica.NewBackend(replica.Options{Profile: p, Name: replicaName}, replica.RealClock())
+	return func(replicaName string, lora replica.LoRA) (engine.Backend, func() error, error) {
+		b, err := replica.NewBackend(replica.Options{Profile: p, Name: replicaName, LoRA: lora}, replica.RealClock())
 		if err != nil {
 			return nil, nil, err
 		}
 		return b, b.Close, nil
 	}, nil
 }
+
+// servedAdapters lists the LoRA adapters the configuration says cluster
+// cl serves.
+func servedAdapters(c *config.Config, cl config.EngineCluster) []string {
+	var out []string
+	for _, m := range c.Models {
+		for _, a := range m.Adapters {
+			if (config.ResolvedAdapter{Adapter: a, Model: m.Name}).ServesAdapter(cl) {
+				out = append(out, a.Name)
+			}
+		}
+	}
+	return out
+}
+
+// DefaultLoRA is the LoRA settings of replica models serving adapters
+// when Options.LoRA leaves them unset: vLLM with --max-loras 4
+// --max-cpu-loras 16, 100 ms to load an adapter from disk and 5 ms to
+// copy one into a GPU slot (the routing benchmark's assumptions).
+var DefaultLoRA = replica.LoRA{MaxLoras: 4, MaxCPULoras: 16, LoadTime: 100 * time.Millisecond, ActivateTime: 5 * time.Millisecond}
 
 // servedNames lists canonical names then aliases of models.
 func servedNames(c *config.Config, models []string) []string {
