@@ -113,13 +113,13 @@ func Start(ctx context.Context, c *config.Config, o Options) (*Fleet, error) {
 			}
 			closers = append(closers, closer)
 			srv, err := engine.New(engine.Options{
-				Name:    name,
-				Cluster: cl.Name,
-				Kind:    string(cl.Engine),
+				Name:     name,
+				Cluster:  cl.Name,
+				Kind:     string(cl.Engine),
 				Models:   servedNames(c, cl.Models),
 				Adapters: adapters,
 				Backend:  backend,
-				Logger:  o.Logger.With("replica", name),
+				Logger:   o.Logger.With("replica", name),
 			})
 			if err != nil {
 				closeAll()
