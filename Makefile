@@ -149,7 +149,7 @@ bench-replicas:
 ## with its LoRA affinity scorer; rewrites the "lora" section of
 ## docs/benchmarks.md (virtual time; a few minutes on 2 cores)
 bench-lora:
-	$(GO) run ./cmd/ilb bench-replicas --scenario lora --section lora --report docs/benchmarks.md
+	$(GO) run ./cmd/ilb bench-replicas --scenario lora --section lora --loads 0.3,0.5,0.7,0.9,1.1,1.3 --report docs/benchmarks.md
 
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

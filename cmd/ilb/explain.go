@@ -129,6 +129,9 @@ func printStory(w io.Writer, r decision.Record, traceURL string) {
 			maxTokens = fmt.Sprintf("max_tokens %d", r.MaxTokens)
 		}
 		p("model", "%s%s, %s; stream %v, %s, ~%d prompt tokens", r.Model, asked, how, r.Stream, maxTokens, r.PromptTokens)
+		if r.Adapter != "" {
+			p("adapter", "LoRA adapter %s of %s: the base model's demand and weights, only the clusters that serve the adapter, a replica that has it loaded first", r.Adapter, r.Model)
+		}
 	}
 	if r.TokenCost > 0 {
 		p("demand", "%.0f token-cost units estimated (capped by the model's limits); booked as demand: %s", r.TokenCost, bookedText(r))
@@ -213,6 +216,15 @@ func printReplica(p func(label, format string, args ...any), rd *decision.Replic
 		from = "by the session key (headers only)"
 	}
 	p("", "~%d prompt tokens cached %s; %d in flight, %d prefill tokens queued, %.0f of decode work; cost %.0f tokens of work", c.Cached, from, c.InFlight, c.Awaiting, c.Decode, c.Cost)
+	if c.Adapter != "" {
+		tier := map[string]string{
+			picker.AdapterLoaded: "has the adapter in a GPU slot (its engine runs it, or it is among the last max_lora adapters ILB sent there) and is not saturated",
+			picker.AdapterCached: "ILB sent it the adapter before (its engine likely keeps it in CPU memory: a copy into a slot, not a load from disk), with a free slot: no replica had it loaded with headroom",
+			picker.AdapterSlot:   "a free adapter slot (or the adapter, but saturated): no replica had it loaded with headroom",
+			picker.AdapterFull:   "every replica's adapter slots are taken by other adapters: it waits for one",
+		}[c.Adapter]
+		p("", "adapter tier %s: %s; only replicas of that tier were candidates", c.Adapter, tier)
+	}
 	if ru := rd.RunnerUp; ru != nil {
 		lost := map[string]string{
 			picker.LostMoreWork:  fmt.Sprintf("%.0f more tokens of work", ru.Cost-c.Cost),

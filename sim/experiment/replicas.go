@@ -79,7 +79,7 @@ func LookupReplicaScenario(name string, d time.Duration) (Scenario, error) {
 		src.Documents, src.DocumentTokens, src.DocumentsPerRequest, src.DocumentZipf = 500, 1500, 3, 1.1
 		src.SessionShare, src.SessionTurns, src.SessionThink = 0.2, 2, 20*time.Second
 	case "lora":
-		s.Summary = "LoRA adapters: 90% of requests name one of 64 adapters of the model, by Zipf popularity (s = 1: the first takes a fifth of them), with Azure-conversation sizes after a 512-token system prompt of their adapter; every engine runs vLLM's LoRA with 4 adapter slots (--max-loras 4), 16 adapters cached in CPU memory (--max-cpu-loras 16), 100 ms to load an adapter from disk and 5 ms to copy one into a GPU slot"
+		s.Summary = "LoRA adapters: 90% of requests name one of 64 adapters of the model, by Zipf popularity (s = 1: the first takes a fifth of them), with Azure-conversation sizes after a 512-token system prompt of their adapter; every engine runs vLLM's LoRA with 8 adapter slots (--max-loras 8), 16 adapters cached in CPU memory (--max-cpu-loras 16), 100 ms to load an adapter from disk and 5 ms to copy one into a GPU slot"
 		s.Fleet = loraWorld()
 		src.Lengths = conversation
 		src.SharedPrefixTokens = 512
