@@ -49,7 +49,7 @@ func newModelList(c *config.Config, s config.Source, pool map[string]bool) model
 		}
 		for _, a := range m.Adapters {
 			ra := config.ResolvedAdapter{Adapter: a, Model: m.Name}
-			if pool != nil && !servesAdapterIn(c, ra, poolCluster(c, s)) || pool == nil && !slices.ContainsFunc(c.Eligible(s, m.Name), ra.ServesAdapter) {
+			if pool != nil && !servesAdapterIn(c, ra, poolCluster(s)) || pool == nil && !slices.ContainsFunc(c.Eligible(s, m.Name), ra.ServesAdapter) {
 				continue
 			}
 			om := openai.Model{ID: a.Name, Object: openai.ModelObject, OwnedBy: "ilb", Root: a.Name, Parent: m.Name, MaxModelLen: context}
@@ -63,7 +63,7 @@ func newModelList(c *config.Config, s config.Source, pool map[string]bool) model
 
 // poolCluster is the engine cluster of source s's InferencePool ("" for
 // a routing source).
-func poolCluster(c *config.Config, s config.Source) string {
+func poolCluster(s config.Source) string {
 	if s.Picker == nil {
 		return ""
 	}

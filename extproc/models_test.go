@@ -25,7 +25,7 @@ type modelEntry struct {
 // reach left out — recorded (reason models) and never booked as demand;
 // an unknown id is 404 model_not_found and another method 405.
 func TestModelsAnsweredByILB(t *testing.T) {
-	all := []string{"llama-3.1-8b-instruct", "llama3-8b", "meta-llama/Llama-3.1-8B-Instruct", "qwen2.5-7b-instruct", "qwen-7b"}
+	all := []string{"llama-3.1-8b-instruct", "llama3-8b", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora", "qwen2.5-7b-instruct", "qwen-7b"}
 	for _, tc := range []struct {
 		name, source, method, path string
 		status                     int
@@ -121,10 +121,10 @@ func TestModelsOfASource(t *testing.T) {
 		}
 		return ids
 	}
-	if got, want := list("edge-eu"), []string{"llama-3.1-8b-instruct", "llama3-8b", "meta-llama/Llama-3.1-8B-Instruct"}; !slices.Equal(got, want) {
+	if got, want := list("edge-eu"), []string{"llama-3.1-8b-instruct", "llama3-8b", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"}; !slices.Equal(got, want) {
 		t.Errorf("edge-eu lists %v; want %v", got, want)
 	}
-	if got := list("edge-us"); len(got) != 5 {
+	if got := list("edge-us"); len(got) != 6 {
 		t.Errorf("edge-us lists %v; want every model", got)
 	}
 	resps := h.run(t, "edge-eu", reqHeaders(true, ":method", "GET", ":path", "/v1/models/qwen-7b"))

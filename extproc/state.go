@@ -54,7 +54,8 @@ func (a *adapterRoute) restrict(c *cell, sig, buf []route.Signal) []route.Signal
 		return sig
 	}
 	if sig == nil {
-		sig = append(buf[:0], make([]route.Signal, len(c.targets))...)
+		buf = append(buf[:0], make([]route.Signal, len(c.targets))...)
+		sig = buf
 	}
 	for i, t := range c.targets {
 		if !a.clusters[t.Cluster] {

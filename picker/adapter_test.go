@@ -11,8 +11,8 @@ import (
 // when every replica is so; within a tier, the least cost wins.
 func TestAdapterTiers(t *testing.T) {
 	at := time.Unix(1000, 0)
-	rep := func(max int, running ...string) Adapters {
-		return Adapters{Known: true, Running: running, Max: max}
+	rep := func(slots int, running ...string) Adapters {
+		return Adapters{Known: true, Running: running, Max: slots}
 	}
 	tests := []struct {
 		name      string

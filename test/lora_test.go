@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -78,5 +79,7 @@ func TestLoRAAdapterStaysOnItsReplica(t *testing.T) {
 		t.Errorf("base model: %d %s", resp.StatusCode, body)
 	}
 	cancel()
-	<-long
+	if err := <-long; err != nil && !errors.Is(err, context.Canceled) {
+		t.Logf("the long request ended: %v", err)
+	}
 }

@@ -80,7 +80,7 @@ func salt(prefix []uint64, adapter string) []uint64 {
 		return prefix
 	}
 	h := uint64(0xcbf29ce484222325)
-	for i := 0; i < len(adapter); i++ {
+	for i := range len(adapter) {
 		h = (h ^ uint64(adapter[i])) * 0x100000001b3
 	}
 	out := make([]uint64, len(prefix))
