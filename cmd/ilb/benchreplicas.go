@@ -67,7 +67,7 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 		"imbalance is the busiest replica's requests over its cluster's mean. Ratios are to Envoy's least request.\n\n")
 	if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(experiment.LoRAScenarioNames(), strings.TrimSpace(n)) }) {
 		b.WriteString("With LoRA adapters, the GIE-style scorer adds GIE's lora-affinity-scorer (weight 1 beside queue 2, KV 2 and prefix 3: 1 when the adapter runs on the replica, 0.8 when it has a free adapter slot, 0.6 when the adapter only waits there, else 0), reading the engines' `vllm:lora_requests_info` live; ILB's picker reads it through the 1 s scrape. " +
-			"*Adapter load* is, per completed request of an adapter, the mean time its engine spent loading adapters (from disk, or into a GPU slot) in the steps that scheduled it; *slot wait* the mean time it waited for an adapter slot (vLLM's `max_loras`); *past a replica with it* the share of adapter requests sent to a replica not running the adapter while another replica of the cluster ran it and was not saturated (read live at the decision).\n\n")
+			"*Adapter load* is, per completed request of an adapter, the mean time its engine spent loading adapters (from disk, or into a GPU slot) in the steps that scheduled it; *slot wait* the mean time it waited for an adapter slot (vLLM's `max_loras`); *past a replica with it* the share of adapter requests sent to a replica whose engine did not hold the adapter in a GPU slot while another replica of the cluster did and was not saturated (read live at the decision).\n\n")
 	}
 	start := time.Now()
 	for _, name := range names {

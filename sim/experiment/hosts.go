@@ -283,9 +283,9 @@ type ReplicaFigures struct {
 	// prefix index takes at the end of the run (host policy ilb).
 	PickerBytes int64 `json:"picker_bytes,omitempty"`
 	// AdapterRequests is the requests naming a LoRA adapter; AdapterMisses
-	// those sent to a replica without requests of it running while
-	// another replica of the cluster ran some and was not saturated (read
-	// live at the decision).
+	// those sent to a replica whose engine did not hold the adapter in a
+	// GPU slot while another replica of the cluster did and was not
+	// saturated (read live at the decision).
 	AdapterRequests int `json:"adapter_requests,omitempty"`
 	AdapterMisses   int `json:"adapter_misses,omitempty"`
 	// AdapterCost and AdapterWait are, per completed request of an

@@ -55,16 +55,16 @@ func (r *runner) loraAffinity(rep *simReplica, adapter string) float64 {
 }
 
 // adapterMiss reports whether sending a request of adapter to replica
-// ri goes past one that has it: ri's engine has no request of it while
-// another replica of the cluster that Envoy sends to runs it and has
-// headroom (not saturated by the configuration's rule, read live).
+// ri goes past one that has it: ri's engine does not hold it in a GPU
+// slot while another replica of the cluster that Envoy sends to does and
+// has headroom (not saturated by the configuration's rule, read live).
 func (r *runner) adapterMiss(ri int, adapter string) bool {
-	if adapter == "" || r.hasAdapter(r.replicas[ri], adapter) {
+	if adapter == "" || inSlot(r.replicas[ri], adapter) {
 		return false
 	}
 	for _, oi := range r.up(r.replicas[ri].cluster) {
 		o := r.replicas[oi]
-		if oi == ri || !r.hasAdapter(o, adapter) {
+		if oi == ri || !inSlot(o, adapter) {
 			continue
 		}
 		l := o.m.Load()
@@ -75,15 +75,9 @@ func (r *runner) adapterMiss(ri int, adapter string) bool {
 	return false
 }
 
-// hasAdapter reports whether the replica's engine has requests of
-// adapter running (it holds it in a GPU slot).
-func (r *runner) hasAdapter(rep *simReplica, adapter string) bool {
-	ld := rep.m.Adapters(r.adapterBuf[:0])
-	r.adapterBuf = ld.Adapters[:0]
-	for _, a := range ld.Adapters {
-		if a.Name == adapter && a.Running > 0 {
-			return true
-		}
-	}
-	return false
+// inSlot reports whether the replica's engine holds adapter in a GPU
+// slot (loaded: its requests need no load or copy).
+func inSlot(rep *simReplica, adapter string) bool {
+	gpu, _ := rep.m.AdapterCache()
+	return slices.Contains(gpu, adapter)
 }
