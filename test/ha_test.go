@@ -163,11 +163,9 @@ func TestHAEtcdLossFailsStatic(t *testing.T) {
 // version in the Lease again. No request fails throughout.
 func TestHAKubeAPILossFailsStatic(t *testing.T) {
 	s, api := startHABackend(t, "kubernetes", 2*time.Second)
-	k := s.Replicas[0].App.HA
 	waitUntil(t, "a leader", 30*time.Second, func() bool { return s.Leader() >= 0 })
 	load := startLoad(t, s)
 	waitUntil(t, "load through both sources", 30*time.Second, func() bool { return servedOK(s) >= 50 })
-	installed := k.Status().Installed
 
 	api.Stop()
 	waitUntil(t, "every replica fail-static and none leading", 60*time.Second, func() bool {
@@ -178,11 +176,22 @@ func TestHAKubeAPILossFailsStatic(t *testing.T) {
 		}
 		return true
 	})
+	// What each serves once fail-static is the last version it had (a
+	// leader may have published one between the load starting and the
+	// API server stopping): it must not change while the API server is
+	// down.
+	installed := make([]string, len(s.Replicas))
+	for i, r := range s.Replicas {
+		installed[i] = r.App.HA.Status().Installed
+		if installed[i] == "" {
+			t.Errorf("replica %d serves no version without the API server", i)
+		}
+	}
 	mark := servedOK(s)
 	waitUntil(t, "load with the API server down", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
 	for i, r := range s.Replicas {
-		if got := r.App.HA.Status().Installed; got != installed {
-			t.Errorf("replica %d serves %s without the API server; want the last version %s", i, got, installed)
+		if got := r.App.HA.Status().Installed; got != installed[i] {
+			t.Errorf("replica %d serves %s without the API server; want the version it had when fail-static, %s", i, got, installed[i])
 		}
 	}
 
