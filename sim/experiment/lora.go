@@ -10,6 +10,9 @@ import (
 // (vllm:lora_requests_info, as signals reads it): nil when LoRA is
 // disabled there.
 func (r *runner) loraReport(rep *simReplica) *signals.LoRA {
+	if !rep.lora {
+		return nil
+	}
 	ld := rep.m.Adapters(r.adapterBuf[:0])
 	r.adapterBuf = ld.Adapters[:0]
 	if ld.MaxLoras == 0 {

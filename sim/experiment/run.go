@@ -75,6 +75,7 @@ const (
 
 type simReplica struct {
 	m       *replica.Replica
+	lora    bool // its engine runs LoRA (Cluster.LoRA)
 	cluster int
 	state   lifecycle
 	seen    lifecycle // the state as ILB's signals last saw it
@@ -294,7 +295,7 @@ func newRunner(o Options) (*runner, error) {
 			sc.replicas = append(sc.replicas, len(r.replicas))
 			addr := fmt.Sprintf("%s/%d", c.Name, i)
 			r.addrs[addr] = len(r.replicas)
-			r.replicas = append(r.replicas, &simReplica{m: m, cluster: ci, envoyUp: true, scheduled: -1, addr: addr, gie: gieIndex{capacity: max(1, p.KVTokens()/picker.BlockTokens)}})
+			r.replicas = append(r.replicas, &simReplica{m: m, lora: c.LoRA.MaxLoras > 0, cluster: ci, envoyUp: true, scheduled: -1, addr: addr, gie: gieIndex{capacity: max(1, p.KVTokens()/picker.BlockTokens)}})
 		}
 		r.clusters = append(r.clusters, sc)
 	}
