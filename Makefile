@@ -19,7 +19,7 @@ build:
 ## printed as go test prints them, then the tests skipped and why (a
 ## browser, etcd, kube-apiserver or istiod missing)
 test: vet lint
-	$(GO) run ./internal/testrun -race -count=1 -timeout 15m $(PKGS)
+	$(GO) run ./internal/testrun -race -count=1 -timeout 30m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
