@@ -38,6 +38,7 @@ import (
 	"github.com/ilbproject/ilb/ha"
 	"github.com/ilbproject/ilb/internal/serve"
 	"github.com/ilbproject/ilb/kube"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/weights"
 	"github.com/ilbproject/ilb/xds"
@@ -99,6 +100,9 @@ type App struct {
 	// snapshot must not overwrite a newer one (signalsAt).
 	signalsMu sync.Mutex
 	signalsAt time.Time
+	// live is the fast loop's view last derived (live.FromSignals holds
+	// an overload from one view to the next); under signalsMu.
+	live *live.State
 }
 
 // Start builds every component, computes and publishes the first weights

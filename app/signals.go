@@ -29,7 +29,8 @@ func (a *App) onSignals(ctx context.Context, snap *signals.Snapshot, healthChang
 	a.observeCapacity(snap)
 	// The fast loop first: by the time an Envoy has the EDS that drains
 	// a replica, ext_proc no longer picks it (or steers by it).
-	a.ExtProc.SetLive(live.FromSignals(snap, a.Config.Controller.Capacity))
+	a.live = live.FromSignals(snap, a.Config.Controller.Capacity, a.live)
+	a.ExtProc.SetLive(a.live)
 	if err := a.XDS.SetEndpoints(ctx, endpointsOf(snap, a.Config.Envoy.SlowStart.Std() == 0)); err != nil {
 		a.log.ErrorContext(ctx, "EDS update refused; Envoys keep the previous endpoints", "err", err)
 	}

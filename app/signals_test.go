@@ -58,3 +58,33 @@ func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestOverloadHoldsAcrossSnapshots: the fast loop's view carries an
+// overload from one snapshot to the next (live.FromSignals' hold): a
+// cluster over the TTFT target stays overloaded while its queue lasts,
+// then not.
+func TestOverloadHoldsAcrossSnapshots(t *testing.T) {
+	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true; c.Envoy.EDSMinInterval = 0 })
+	const name = "eu-west-tgi"
+	snap := func(at time.Time, waiting, slow float64) *signals.Snapshot {
+		return signals.NewSnapshot(at, []string{name}, [][]signals.Replica{{{
+			Cluster: name, Address: "127.0.0.1:18131", State: signals.StateReady, Ramp: 1, LastScrape: at,
+			Metrics: signals.Metrics{Waiting: waiting, Running: 8, TTFTKnown: true, FirstTokensPerSecond: 10, SlowFirstTokensPerSecond: slow},
+		}}})
+	}
+	t0 := time.Now()
+	for _, tc := range []struct {
+		name string
+		snap *signals.Snapshot
+		want bool
+	}{
+		{"first tokens late with a queue", snap(t0, 4, 2), true},
+		{"in time, the queue still there", snap(t0.Add(time.Second), 3, 0), true},
+		{"the queue gone", snap(t0.Add(2*time.Second), 0, 0), false},
+	} {
+		a.onSignals(ctx, tc.snap, nil)
+		if got := a.live.Clusters[name].Overloaded; got != tc.want {
+			t.Errorf("%s: overloaded %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

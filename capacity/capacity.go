@@ -27,13 +27,16 @@ type Settings struct {
 	// TimeConstant weighs the evidence; 0: 60 s.
 	TimeConstant time.Duration
 	// SmoothTime is the window over which an interval's throughput, TTFT
-	// and queue are judged; 0: 15 s.
+	// and queue are judged; 0: DefaultSmoothTime.
 	SmoothTime time.Duration
 	// MaxChangePerMinute bounds the estimates' rate of change, > 1; 0: 2.
 	MaxChangePerMinute float64
 	// Range bounds the estimates around the prior, > 1; 0: 10.
 	Range float64
 }
+
+// DefaultSmoothTime is the default Settings.SmoothTime.
+const DefaultSmoothTime = 15 * time.Second
 
 // minFirstTokens is how many first tokens a window needs before its TTFT
 // quantile is evidence: with fewer, one slow request is noise.
@@ -156,7 +159,7 @@ func New(s Settings, clusters []Cluster) (*Estimator, error) {
 		s.TimeConstant = time.Minute
 	}
 	if s.SmoothTime == 0 {
-		s.SmoothTime = 15 * time.Second
+		s.SmoothTime = DefaultSmoothTime
 	}
 	if s.MaxChangePerMinute == 0 {
 		s.MaxChangePerMinute = 2

@@ -41,7 +41,7 @@ func TestLiveWhileBlind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := live.FromSignals(&signals.Snapshot{At: since, Clusters: tt.clusters, Blind: tt.blind}, config.Default().Controller.Capacity)
+			l := live.FromSignals(&signals.Snapshot{At: since, Clusters: tt.clusters, Blind: tt.blind}, config.Default().Controller.Capacity, nil)
 			for name := range tt.clusters {
 				got, want := l.Clusters[name].Excluded, tt.excluded[name]
 				if (want == "") != (got == "") || !strings.Contains(got, want) {

@@ -34,7 +34,7 @@ func TestFromSignalsReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{tt.rep}})
-			got := live.FromSignals(snap, config.Default().Controller.Capacity).Clusters["c"].Replicas
+			got := live.FromSignals(snap, config.Default().Controller.Capacity, nil).Clusters["c"].Replicas
 			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
 				t.Fatalf("replicas %+v; want [%+v]", got, tt.want)
 			}
@@ -56,7 +56,7 @@ func TestFromSignalsCluster(t *testing.T) {
 		{rep("c:1", signals.StateReady, 0, 1, 0.2, 0, false), rep("c:2", signals.StateDraining, 9, 9, 9, 9, true)},
 		{rep("g:1", signals.StateUnhealthy, 0, 0, 0, 0, false)},
 	})
-	l := live.FromSignals(snap, config.Default().Controller.Capacity)
+	l := live.FromSignals(snap, config.Default().Controller.Capacity, nil)
 	busy, calm, gone := l.Clusters["busy"], l.Clusters["calm"], l.Clusters["gone"]
 	// busy: 12 waiting over 4 running; mean TTFT weighted by rate
 	// (0.5×4 + 0.3×2)/6 ≈ 0.433, under the queue's wait 12/6 = 2 s.
@@ -188,9 +188,60 @@ func TestOverloaded(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{tt.reps})
-			c := live.FromSignals(snap, slo).Clusters["c"]
+			c := live.FromSignals(snap, slo, nil).Clusters["c"]
 			if c.Overloaded != tt.want {
 				t.Fatalf("overloaded %v; want %v (%+v)", c.Overloaded, tt.want, snap.Clusters["c"])
+			}
+			if got := c.Signal(0, 0).Overloaded; got != tt.want {
+				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOverloadHolds: a cluster found over the TTFT target stays
+// overloaded while a request or more still waits per replica, for at
+// most OverloadHold after the last interval over the target; the hold
+// ends with the queue.
+func TestOverloadHolds(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
+	slo := config.Default().Controller.Capacity
+	snap := func(at time.Time, waiting, slow float64, sat bool) *signals.Snapshot {
+		rep := func(addr string) signals.Replica {
+			return signals.Replica{Address: addr, State: signals.StateReady, Ramp: 1, Saturated: sat, LastScrape: at, Metrics: signals.Metrics{
+				Waiting: waiting, Running: 64, TTFTKnown: true, FirstTokensPerSecond: 20, SlowFirstTokensPerSecond: slow,
+				TTFTMeanSeconds: 1, TTFTMeanKnown: true,
+			}}
+		}
+		return signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{rep("a:1"), rep("a:2")}})
+	}
+	over := snap(t0, 8, 4, false) // 20% of first tokens late, 8 waiting per replica
+	tests := []struct {
+		name  string
+		prev  []*signals.Snapshot // in order, before now
+		now   *signals.Snapshot
+		want  bool
+		since time.Time // the OverTargetAt wanted
+	}{
+		{"over the target now", nil, over, true, t0},
+		{"the queue outlasts the late first tokens", []*signals.Snapshot{over}, snap(t0.Add(5*time.Second), 3, 0, false), true, t0},
+		{"held through several intervals", []*signals.Snapshot{over, snap(t0.Add(time.Second), 6, 0, false), snap(t0.Add(2*time.Second), 4, 0, false)}, snap(t0.Add(3*time.Second), 2, 0, false), true, t0},
+		{"under a request waiting per replica: overload ends", []*signals.Snapshot{over}, snap(t0.Add(time.Second), 0.5, 0, false), false, time.Time{}},
+		{"a gap in the queue ends the hold", []*signals.Snapshot{over, snap(t0.Add(time.Second), 0, 0, false)}, snap(t0.Add(2*time.Second), 8, 0, false), false, time.Time{}},
+		{"no longer than the hold", []*signals.Snapshot{over}, snap(t0.Add(live.OverloadHold), 8, 0, false), false, time.Time{}},
+		{"a new interval over the target renews it", []*signals.Snapshot{over, snap(t0.Add(10*time.Second), 8, 4, false)}, snap(t0.Add(20*time.Second), 8, 0, false), true, t0.Add(10 * time.Second)},
+		{"saturation alone is not held", []*signals.Snapshot{snap(t0, 200, 0, true)}, snap(t0.Add(time.Second), 8, 0, false), false, time.Time{}},
+		{"no previous view", nil, snap(t0.Add(time.Second), 8, 0, false), false, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var l *live.State
+			for _, s := range tt.prev {
+				l = live.FromSignals(s, slo, l)
+			}
+			c := live.FromSignals(tt.now, slo, l).Clusters["c"]
+			if c.Overloaded != tt.want || !c.OverTargetAt.Equal(tt.since) {
+				t.Fatalf("overloaded %v since %v; want %v since %v", c.Overloaded, c.OverTargetAt, tt.want, tt.since)
 			}
 			if got := c.Signal(0, 0).Overloaded; got != tt.want {
 				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)

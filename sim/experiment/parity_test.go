@@ -88,7 +88,7 @@ func TestDecisionParity(t *testing.T) {
 		snap := randomSnapshot(f, rng, now)
 		r := &runner{clusterNames: names, live: make([]live.Cluster, len(f.Clusters)), clusters: make([]*simCluster, len(f.Clusters)), slo: cfg.Controller.Capacity}
 		r.observe(snap)
-		el := live.FromSignals(snap, cfg.Controller.Capacity)
+		el := live.FromSignals(snap, cfg.Controller.Capacity, nil)
 		srv.SetLive(el)
 		for n := range perVersion {
 			si := rng.IntN(len(f.Sources))

@@ -96,7 +96,7 @@ func TestReplicaPickParity(t *testing.T) {
 				reps[ri].LastScrape, reps[ri].Metrics = now, signals.Metrics{Running: float64(rng.IntN(6))}
 			}
 		}
-		ls := live.FromSignals(signals.NewSnapshot(now, []string{name}, [][]signals.Replica{reps}), config.Default().Controller.Capacity)
+		ls := live.FromSignals(signals.NewSnapshot(now, []string{name}, [][]signals.Replica{reps}), config.Default().Controller.Capacity, nil)
 		ls.Clusters = map[string]live.Cluster{name: ls.Clusters[name]}
 		srv.SetLive(ls)
 		r.live[cluster] = ls.Clusters[name]

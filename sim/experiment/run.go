@@ -158,6 +158,7 @@ type runner struct {
 	// clusters; snapBuf is the round's scratch.
 	snap         *signals.Snapshot
 	live         []live.Cluster
+	liveState    *live.State // the last view (live.FromSignals holds overload from it)
 	clusterNames []string
 	snapBuf      [][]signals.Replica
 	addrs        map[string]int // replica address → index in replicas

@@ -125,7 +125,8 @@ func (r *runner) refreshSignals() {
 // controller tick when a cluster's serving replicas changed.
 func (r *runner) observe(snap *signals.Snapshot) {
 	r.snap = snap
-	ls := live.FromSignals(snap, r.slo)
+	ls := live.FromSignals(snap, r.slo, r.liveState)
+	r.liveState = ls
 	for ci, name := range r.clusterNames {
 		r.live[ci] = ls.Clusters[name]
 		c := snap.Clusters[name]
