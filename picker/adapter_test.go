@@ -92,8 +92,9 @@ func TestAdapterTiers(t *testing.T) {
 // TestAdapterMemory: an adapter ILB sent a replica counts as loaded there
 // while it is among the last max_lora adapters ILB sent it (the engine's
 // GPU slots are an LRU), takes a slot until a newer scrape, and once
-// pushed out of the slots the replica stays the best place with a free
-// slot for it (the engine's CPU cache: a copy, not a load from disk).
+// pushed out of the slots the replica stays the best place for it, its
+// slots free or not (the engine's CPU cache: a copy, not a load from
+// disk).
 func TestAdapterMemory(t *testing.T) {
 	c := NewCluster(Options{CacheTokens: 1 << 16})
 	t0 := time.Unix(1000, 0)
@@ -128,5 +129,20 @@ func TestAdapterMemory(t *testing.T) {
 	t2 := t1.Add(time.Second)
 	if d := pick(both(t2), "sql"); d.Chosen.Address != first || d.Adapter != AdapterCached {
 		t.Errorf("after code took the slot: sql went to %s (%s), want %s (cached)", d.Chosen.Address, d.Adapter, first)
+	}
+	// Its one slot busy with code's requests, the other replica's free:
+	// sql still goes where it is cached, to wait for the slot, rather
+	// than to a load from disk on the other.
+	only = []Replica{both(t2)[map[string]int{"a": 0, "b": 1}[first]]}
+	pick(only, "code")
+	t3 := t2.Add(time.Second)
+	cands := both(t3)
+	for i := range cands {
+		if cands[i].Address == first {
+			cands[i].Adapters = Adapters{Known: true, Max: 1, Running: []string{"code"}}
+		}
+	}
+	if d := pick(cands, "sql"); d.Chosen.Address != first || d.Adapter != AdapterCached {
+		t.Errorf("with its slot busy: sql went to %s (%s), want %s (cached: a wait for the slot, not a load from disk)", d.Chosen.Address, d.Adapter, first)
 	}
 }

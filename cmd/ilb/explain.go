@@ -219,7 +219,7 @@ func printReplica(p func(label, format string, args ...any), rd *decision.Replic
 	if c.Adapter != "" {
 		tier := map[string]string{
 			picker.AdapterLoaded: "has the adapter in a GPU slot (its engine runs it, or it is among the last max_lora adapters ILB sent there) and is not saturated",
-			picker.AdapterCached: "ILB sent it the adapter before (its engine likely keeps it in CPU memory: a copy into a slot, not a load from disk), with a free slot: no replica had it loaded with headroom",
+			picker.AdapterCached: "ILB sent it the adapter before (its engine likely keeps it in CPU memory: a copy into a slot, not a load from disk), its slot free or not: no replica had it loaded with headroom",
 			picker.AdapterSlot:   "a free adapter slot (or the adapter, but saturated): no replica had it loaded with headroom",
 			picker.AdapterFull:   "every replica's adapter slots are taken by other adapters: it waits for one",
 		}[c.Adapter]
