@@ -61,8 +61,8 @@ func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
 
 // TestOverloadHoldsAcrossSnapshots: the fast loop's view carries an
 // overload from one snapshot to the next (live.FromSignals' hold): a
-// cluster over the TTFT target stays overloaded while its queue lasts,
-// then not.
+// cluster over the TTFT target two intervals in a row stays overloaded
+// while its queue lasts, then not.
 func TestOverloadHoldsAcrossSnapshots(t *testing.T) {
 	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true; c.Envoy.EDSMinInterval = 0 })
 	const name = "eu-west-tgi"
@@ -79,8 +79,9 @@ func TestOverloadHoldsAcrossSnapshots(t *testing.T) {
 		want bool
 	}{
 		{"first tokens late with a queue", snap(t0, 4, 2), true},
-		{"in time, the queue still there", snap(t0.Add(time.Second), 3, 0), true},
-		{"the queue gone", snap(t0.Add(2*time.Second), 0, 0), false},
+		{"late again", snap(t0.Add(time.Second), 4, 2), true},
+		{"in time, the queue still there", snap(t0.Add(2*time.Second), 3, 0), true},
+		{"the queue gone", snap(t0.Add(3*time.Second), 0, 0), false},
 	} {
 		a.onSignals(ctx, tc.snap, nil)
 		if got := a.live.Clusters[name].Overloaded; got != tc.want {

@@ -199,10 +199,10 @@ func TestOverloaded(t *testing.T) {
 	}
 }
 
-// TestOverloadHolds: a cluster found over the TTFT target stays
-// overloaded while a request or more still waits per replica, for at
-// most OverloadHold after the last interval over the target; the hold
-// ends with the queue.
+// TestOverloadHolds: a cluster over the TTFT target two intervals in a
+// row stays overloaded while a request or more still waits per replica,
+// for at most OverloadHold after the last such pair; the hold ends with
+// the queue; one interval over the target (a burst) is not held.
 func TestOverloadHolds(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
 	slo := config.Default().Controller.Capacity
@@ -215,23 +215,27 @@ func TestOverloadHolds(t *testing.T) {
 		}
 		return signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{rep("a:1"), rep("a:2")}})
 	}
-	over := snap(t0, 8, 4, false) // 20% of first tokens late, 8 waiting per replica
+	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	// 20% of first tokens late, 8 waiting per replica, at t0-1s and t0.
+	over0, over := snap(sec(-1), 8, 4, false), snap(t0, 8, 4, false)
 	tests := []struct {
 		name  string
 		prev  []*signals.Snapshot // in order, before now
 		now   *signals.Snapshot
 		want  bool
-		since time.Time // the OverTargetAt wanted
+		since time.Time // the SustainedAt wanted
 	}{
-		{"over the target now", nil, over, true, t0},
-		{"the queue outlasts the late first tokens", []*signals.Snapshot{over}, snap(t0.Add(5*time.Second), 3, 0, false), true, t0},
-		{"held through several intervals", []*signals.Snapshot{over, snap(t0.Add(time.Second), 6, 0, false), snap(t0.Add(2*time.Second), 4, 0, false)}, snap(t0.Add(3*time.Second), 2, 0, false), true, t0},
-		{"under a request waiting per replica: overload ends", []*signals.Snapshot{over}, snap(t0.Add(time.Second), 0.5, 0, false), false, time.Time{}},
-		{"a gap in the queue ends the hold", []*signals.Snapshot{over, snap(t0.Add(time.Second), 0, 0, false)}, snap(t0.Add(2*time.Second), 8, 0, false), false, time.Time{}},
-		{"no longer than the hold", []*signals.Snapshot{over}, snap(t0.Add(live.OverloadHold), 8, 0, false), false, time.Time{}},
-		{"a new interval over the target renews it", []*signals.Snapshot{over, snap(t0.Add(10*time.Second), 8, 4, false)}, snap(t0.Add(20*time.Second), 8, 0, false), true, t0.Add(10 * time.Second)},
-		{"saturation alone is not held", []*signals.Snapshot{snap(t0, 200, 0, true)}, snap(t0.Add(time.Second), 8, 0, false), false, time.Time{}},
-		{"no previous view", nil, snap(t0.Add(time.Second), 8, 0, false), false, time.Time{}},
+		{"over the target now", nil, over, true, time.Time{}},
+		{"one interval over the target is a burst: not held", []*signals.Snapshot{over}, snap(sec(1), 3, 0, false), false, time.Time{}},
+		{"two in a row: held while the queue lasts", []*signals.Snapshot{over0, over}, snap(sec(5), 3, 0, false), true, t0},
+		{"held through several intervals", []*signals.Snapshot{over0, over, snap(sec(1), 6, 0, false), snap(sec(2), 4, 0, false)}, snap(sec(3), 2, 0, false), true, t0},
+		{"under a request waiting per replica: overload ends", []*signals.Snapshot{over0, over}, snap(sec(1), 0.5, 0, false), false, time.Time{}},
+		{"a gap in the queue ends the hold", []*signals.Snapshot{over0, over, snap(sec(1), 0, 0, false)}, snap(sec(2), 8, 0, false), false, time.Time{}},
+		{"no longer than the hold", []*signals.Snapshot{over0, over}, snap(t0.Add(live.OverloadHold), 8, 0, false), false, time.Time{}},
+		{"a new pair renews it", []*signals.Snapshot{over0, over, snap(sec(9), 8, 4, false), snap(sec(10), 8, 4, false)}, snap(sec(20), 8, 0, false), true, sec(10)},
+		{"an isolated interval over the target keeps a hold", []*signals.Snapshot{over0, over, snap(sec(1), 8, 0, false), snap(sec(2), 8, 4, false)}, snap(sec(3), 8, 0, false), true, t0},
+		{"saturation alone is not held", []*signals.Snapshot{snap(sec(-1), 200, 0, true), snap(t0, 200, 0, true)}, snap(sec(1), 8, 0, false), false, time.Time{}},
+		{"no previous view", nil, snap(sec(1), 8, 0, false), false, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,8 +244,8 @@ func TestOverloadHolds(t *testing.T) {
 				l = live.FromSignals(s, slo, l)
 			}
 			c := live.FromSignals(tt.now, slo, l).Clusters["c"]
-			if c.Overloaded != tt.want || !c.OverTargetAt.Equal(tt.since) {
-				t.Fatalf("overloaded %v since %v; want %v since %v", c.Overloaded, c.OverTargetAt, tt.want, tt.since)
+			if c.Overloaded != tt.want || !c.SustainedAt.Equal(tt.since) {
+				t.Fatalf("overloaded %v, sustained since %v; want %v since %v", c.Overloaded, c.SustainedAt, tt.want, tt.since)
 			}
 			if got := c.Signal(0, 0).Overloaded; got != tt.want {
 				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)
