@@ -34,11 +34,17 @@ func startWorld(t *testing.T, timing *engine.FixedTiming, change func(c *config.
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The Envoys give ext_proc 30 s per message, not the default 1 s: that
+	// is a production latency bound, and a test asserts behaviour, not
+	// latency (on a loaded machine one exchange took 1.2 s, and the
+	// fail-closed source answered 503). Tests of the timeout set their own.
+	c.Envoy.MessageTimeout = config.Duration(30 * time.Second)
+	c.ExtProc.StreamIdleTimeout = c.Envoy.MessageTimeout + config.Duration(time.Second)
 	if change != nil {
 		change(c)
-		if err := c.Validate(); err != nil {
-			t.Fatal(err)
-		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
 	}
 	return runStack(t, c, stack.Options{Seed: 11, Timing: timing})
 }
