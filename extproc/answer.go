@@ -59,27 +59,97 @@ func headerMap(m *corev3.HeaderMap) map[string]string {
 // give them, without building the map or converting the values of other
 // headers: a key matches case-insensitively, the value is raw_value (value
 // when empty), and repeated headers are joined with ",". An absent
-// header is "".
+// header is "". The values share one string (one allocation for all of
+// them when their bytes fit pickedBytes): a message's values are read
+// together and kept, when kept, as long as each other.
 func pickHeaders(m *corev3.HeaderMap, keys []string, out []string) {
+	hs := m.GetHeaders()
 	var seen uint16
-	for _, h := range m.GetHeaders() {
-		k := h.GetKey()
-		if !isLowerASCII(k) {
-			k = strings.ToLower(k)
+	var at [16]int // the index in hs of key i's value
+	for j, h := range hs {
+		i := keyIndex(h.GetKey(), keys)
+		if i < 0 {
+			continue
 		}
-		for i, want := range keys {
-			if k != want {
-				continue
-			}
-			v := string(h.GetRawValue())
-			if v == "" {
-				v = h.GetValue()
-			}
-			if seen&(1<<i) != 0 {
-				v = out[i] + "," + v
-			}
-			out[i], seen = v, seen|1<<i
-			break
+		if seen&(1<<i) != 0 { // repeated: joined
+			pickJoined(hs, keys, out)
+			return
+		}
+		seen, at[i] = seen|1<<i, j
+	}
+	var buf [pickedBytes]byte
+	all := buf[:0]
+	for i := range keys {
+		if seen&(1<<i) != 0 {
+			all = appendValue(all, hs[at[i]])
+		}
+	}
+	values := string(all)
+	for i := range keys {
+		out[i] = ""
+		if seen&(1<<i) != 0 {
+			n := valueLen(hs[at[i]])
+			out[i], values = values[:n], values[n:]
+		}
+	}
+}
+
+// pickedBytes is how many bytes of the values pickHeaders reads it
+// gathers on the stack before their one string: request ids, paths and
+// the response's names fit.
+const pickedBytes = 256
+
+// keyIndex is the index of h's key in keys, -1 when absent.
+func keyIndex(k string, keys []string) int {
+	if !isLowerASCII(k) {
+		k = strings.ToLower(k)
+	}
+	for i, want := range keys {
+		if k == want {
+			return i
+		}
+	}
+	return -1
+}
+
+// appendValue appends h's value as headerMap reads it: raw_value, or
+// value when raw_value is empty.
+func appendValue(b []byte, h *corev3.HeaderValue) []byte {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return append(b, raw...)
+	}
+	return append(b, h.GetValue()...)
+}
+
+// valueLen is the length of what appendValue appends.
+func valueLen(h *corev3.HeaderValue) int {
+	if n := len(h.GetRawValue()); n > 0 {
+		return n
+	}
+	return len(h.GetValue())
+}
+
+// pickJoined is pickHeaders for a map that repeats a key: each value
+// converted apart, repeated ones joined with ",".
+func pickJoined(hs []*corev3.HeaderValue, keys []string, out []string) {
+	var seen uint16
+	for _, h := range hs {
+		i := keyIndex(h.GetKey(), keys)
+		if i < 0 {
+			continue
+		}
+		v := string(h.GetRawValue())
+		if v == "" {
+			v = h.GetValue()
+		}
+		if seen&(1<<i) != 0 {
+			v = out[i] + "," + v
+		}
+		out[i], seen = v, seen|1<<i
+	}
+	for i := range keys {
+		if seen&(1<<i) == 0 {
+			out[i] = ""
 		}
 	}
 }

@@ -37,6 +37,9 @@ func TestPickHeadersMatchesHeaderMap(t *testing.T) {
 			hv("x-ilb-session", "a", ""), hv("X-ILB-Session", "", ""), hv("x-ilb-session", "", "c"), hv(":path", "/p", ""),
 		}},
 		{"other headers ignored", []*corev3.HeaderValue{hv("authorization", "Bearer x", ""), hv("x-ilb-debug", "1", "")}},
+		{"values past pickedBytes", []*corev3.HeaderValue{
+			hv(":path", "/v1/"+strings.Repeat("p", pickedBytes), ""), hv("x-request-id", "r3", ""), hv(":method", "", "POST"),
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &corev3.HeaderMap{Headers: tc.headers}
