@@ -60,12 +60,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	ctx := stream.Context()
-	x := &exchange{source: sourceOf(stream, s.opts.DefaultSource)}
+	source := sourceOf(stream, s.opts.DefaultSource)
 	if s.opts.Authorizer != nil {
-		if err := s.opts.Authorizer.Authorize(ctx, x.source); err != nil {
+		if err := s.opts.Authorizer.Authorize(ctx, source); err != nil {
 			return err //nolint:wrapcheck // the authorizer's gRPC status is the answer
 		}
 	}
+	x := s.newExchange(source)
 	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
 	if sc, ok := ctx.Value(streamCtxKey{}).(*streamCtx); ok {
 		// GRPCOptions' tap gave the stream a context ILB may cancel: it is
@@ -75,8 +76,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		t.idle, t.ctx, t.stream, t.expired = idle, sc, stream, s.metrics.idleRefused
 		s.idleScan.add(t)
 		err := s.serve(ctx, stream, x, t)
-		s.idleScan.remove(t)
-		if st, expired := t.end(); expired {
+		s.idleScan.remove(t) // the scan is done with t
+		st, expired := t.end()
+		s.freeExchange(x)
+		if expired {
 			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 		}
 		return err
@@ -85,10 +88,15 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	// stream is served on its own goroutine while this one watches that
 	// Envoy does not owe a message for too long: a Recv that blocks cannot
 	// be interrupted, but returning from this handler ends the stream,
-	// which makes it fail.
+	// which makes it fail. The serving goroutine, which may outlive this
+	// one, frees x.
 	w := &watch{idle: idle}
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, stream, x, w) }()
+	go func() {
+		err := s.serve(ctx, stream, x, w)
+		s.freeExchange(x)
+		done <- err
+	}()
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {

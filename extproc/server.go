@@ -114,6 +114,8 @@ type Server struct {
 	// budgets are the tenants' token budgets (nil: none configured),
 	// across sources and models.
 	budgets *budget.Ledger
+	// exchanges recycles the state of ended streams (newExchange).
+	exchanges sync.Pool
 }
 
 var (
