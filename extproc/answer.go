@@ -3,7 +3,6 @@ package extproc
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -219,41 +218,6 @@ var (
 	// (follow.go).
 	stripReportFollow = &extprocv3.ProcessingResponse{Response: stripReport.Response, ModeOverride: followMode}
 )
-
-// routeMutation is the header mutation of a decision: the model, the draw
-// and the cluster, and the override-host list when ILB picked a replica,
-// values as raw_value. model and cluster are the cell's options, shared
-// by every decision (never changed: protobuf may marshal one message on
-// several goroutines at once); the rest is allocated at once.
-func routeMutation(model *corev3.HeaderValueOption, draw uint64, cluster *corev3.HeaderValueOption, endpoint string) *extprocv3.HeaderMutation {
-	m := new(routeMut)
-	m.set(0, header.RouteDraw, strconv.AppendUint(m.draw[:0], draw, 10))
-	m.ptrs = [4]*corev3.HeaderValueOption{model, &m.opts[0], cluster}
-	n := 3
-	if endpoint != "" {
-		m.set(1, header.DestinationEndpoint, []byte(endpoint))
-		m.ptrs[3], n = &m.opts[1], 4
-	}
-	m.mut.SetHeaders = m.ptrs[:n]
-	return &m.mut
-}
-
-// routeMut is a decision's header mutation with the options it does not
-// share (the draw, the override-host list), their values and the draw's
-// digits, in one allocation.
-type routeMut struct {
-	mut  extprocv3.HeaderMutation
-	opts [2]corev3.HeaderValueOption
-	vals [2]corev3.HeaderValue
-	ptrs [4]*corev3.HeaderValueOption
-	draw [20]byte // a uint64 in decimal
-}
-
-// set makes option i set key to value.
-func (m *routeMut) set(i int, key string, value []byte) {
-	m.vals[i].Key, m.vals[i].RawValue = key, value
-	m.opts[i].Header, m.opts[i].AppendAction = &m.vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-}
 
 // sharedHeader is an option setting key to value (raw_value) that
 // decisions share: it must never be changed.

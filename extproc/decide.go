@@ -212,8 +212,9 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	if session != "" {
 		sessionHash = draw
 	}
-	x.endpoint = s.pickReplica(x, body, model, ls, sessionHash)
-	return routeMutation(c.modelHeader, draw, c.clusterHeader[d.Chosen], x.endpoint), nil
+	x.answer = new(verdict)
+	s.pickReplica(x, body, model, ls, sessionHash)
+	return x.answer.mutation(c.modelHeader, draw, c.clusterHeader[d.Chosen]), nil
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt

@@ -117,8 +117,9 @@ type exchange struct {
 	// picking): its prefill until the response headers, its load until
 	// the stream ends.
 	ticket picker.Ticket
-	// endpoint is the override-host list of the decision ("" none).
-	endpoint string
+	// answer is the memory of the decision's answer (verdict.go); nil
+	// until ILB decides.
+	answer *verdict
 	// budget holds the request's tokens against its tenant's budgets
 	// until the stream ends (nil: no budget).
 	budget *budget.Hold
@@ -271,7 +272,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		}
 		s.spanDecided(ctx, x, mut)
 		s.decided(x, began)
-		resp := withEndpoint(headersResponse(mut, x.rematch()), x.endpoint)
+		resp := x.answer.headersResponse(mut, x.rematch())
 		if !m.GetEndOfStream() {
 			resp.ModeOverride = skipBody()
 		}
@@ -398,7 +399,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	if err != nil {
 		return s.reject(x, err, began)
 	}
-	return withEndpoint(bodyResponse(mut, x.rematch()), x.endpoint)
+	return x.answer.bodyResponse(mut, x.rematch())
 }
 
 // decideBody decides on the whole request body data; an error is the
