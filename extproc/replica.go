@@ -114,14 +114,15 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 		p.Tokens = int(t)
 	}
 	req := live.PickerRequest(lim.Model, s.opts.Config.ExtProc, p, s.opts.Rand)
-	rd := &decision.ReplicaDecision{}
+	pr := new(pickRecord)
+	rd := &pr.decision
 	x.rec.Replica = rd
-	d, t := pk.Pick(cands, req)
+	d, t := pk.PickInto(cands, req, pr.hosts[:0])
 	x.ticket = t
 	rd.Chosen, rd.Hosts, rd.Reason, rd.PromptBlocks, rd.Terms = d.Chosen.Address, d.Hosts, d.Reason, len(req.Blocks), d.Chosen
 	if d.RunnerUp.Address != "" {
-		ru := d.RunnerUp
-		rd.RunnerUp, rd.Lost = &ru, d.Lost()
+		pr.runnerUp = d.RunnerUp
+		rd.RunnerUp, rd.Lost = &pr.runnerUp, d.Lost()
 	}
 	pk.picks[d.Reason].Inc()
 	pk.prompt.Add(float64(req.PromptTokens))
@@ -129,6 +130,16 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 	if len(d.Hosts) > 0 {
 		x.answer.setHosts(d.Hosts)
 	}
+}
+
+// pickRecord is a replica decision with the memory of its runner-up and
+// host list: one allocation for the three. The decision is shared with
+// the log once recorded: never changed after (records copy it on write;
+// the copies still point into this one).
+type pickRecord struct {
+	decision decision.ReplicaDecision
+	runnerUp picker.Term
+	hosts    [picker.MaxHosts]string
 }
 
 // replicaServed notes, from the response, which replica served.
