@@ -201,8 +201,10 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 	case prev != nil && prev.rep != nil && d == r.repEncoded:
 		e.rep = prev.rep // unchanged since the last version
 	default:
-		if e.rep, _ = encodeReplica(d, in); e.rep == nil {
-			e.replica = d
+		if e.rep = servedUpdate(prev, r.repEncoded, d, in); e.rep == nil {
+			if e.rep, _ = encodeReplica(d, in); e.rep == nil {
+				e.replica = d
+			}
 		}
 		r.repEncoded = d
 	}

@@ -106,6 +106,31 @@ func encodeReplica(d *ReplicaDecision, in *interner) (r *replicaEntry, ok bool) 
 	return r, true
 }
 
+// servedUpdate is d as the log keeps it when d is was, the decision prev
+// encoded, but for Served — a copy the response wrote on (which replica
+// served): prev's compact decision with d's Served, without encoding the
+// rest again. nil when that does not apply (encode d whole).
+func servedUpdate(prev *entry, was, d *ReplicaDecision, in *interner) *replicaEntry {
+	if prev == nil || prev.rep == nil || was == nil || !servedOnly(was, d) {
+		return nil
+	}
+	served := in.code(d.Served)
+	if served == codeInline {
+		return nil
+	}
+	rep := *prev.rep
+	rep.served = served
+	return &rep
+}
+
+// servedOnly reports whether b is a but for Served. Hosts and RunnerUp
+// compare by value.
+func servedOnly(a, b *ReplicaDecision) bool {
+	return a.Chosen == b.Chosen && a.Reason == b.Reason && a.PromptBlocks == b.PromptBlocks && a.Terms == b.Terms &&
+		a.Lost == b.Lost && a.Skipped == b.Skipped && slices.Equal(a.Hosts, b.Hosts) &&
+		(a.RunnerUp == b.RunnerUp || a.RunnerUp != nil && b.RunnerUp != nil && *a.RunnerUp == *b.RunnerUp)
+}
+
 // adapterTiers are the values of picker.Term.Adapter, by compactTerm.adapter.
 var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull}
 
