@@ -609,7 +609,7 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 			r.Complete = true
 		})
 		if x.rec.Mismatch {
-			s.metrics.mismatches.WithLabelValues(x.source).Inc()
+			s.mismatchCounter(x).Inc()
 		}
 		s.spanServed(x)
 	}
