@@ -129,7 +129,7 @@ func idleMessage(st stage, idle time.Duration) string {
 // ImmediateResponse is sent, a message breaks the protocol or the idle
 // bound ends the stream.
 func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, b idleBound) error {
-	growStack()
+	growStack(0)
 	defer s.endSpan(x)
 	defer s.dropBody(x)
 	defer s.settleBudget(x) // after settle: what the response showed
