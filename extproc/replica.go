@@ -115,6 +115,7 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 	}
 	req := live.PickerRequest(lim.Model, s.opts.Config.ExtProc, p, s.opts.Rand)
 	pr := new(pickRecord)
+	x.pick = pr
 	rd := &pr.decision
 	x.rec.Replica = rd
 	d, t := pk.PickInto(cands, req, pr.hosts[:0])
@@ -132,14 +133,28 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 	}
 }
 
-// pickRecord is a replica decision with the memory of its runner-up and
-// host list: one allocation for the three. The decision is shared with
-// the log once recorded: never changed after (records copy it on write;
-// the copies still point into this one).
+// pickRecord is a replica decision with the memory of its runner-up, its
+// host list and the copy the response writes on (which replica served):
+// one allocation for the four. The decision is shared with the log once
+// recorded: never changed after (records copy it on write; the copies
+// still point into this one).
 type pickRecord struct {
 	decision decision.ReplicaDecision
 	runnerUp picker.Term
 	hosts    [picker.MaxHosts]string
+	served   decision.ReplicaDecision
+}
+
+// copyOf returns a copy of d to write on: in p's memory when d is p's
+// decision (the first copy of a record's), else a new one (p nil, or d
+// a copy already: the record shares it with the log by now).
+func (p *pickRecord) copyOf(d *decision.ReplicaDecision) *decision.ReplicaDecision {
+	if p == nil || d != &p.decision {
+		c := *d
+		return &c
+	}
+	p.served = *d
+	return &p.served
 }
 
 // replicaServed notes, from the response, which replica served.

@@ -115,8 +115,9 @@ type exchange struct {
 	heldBytes int64
 	// ticket books the request on the replica ILB chose (replica
 	// picking): its prefill until the response headers, its load until
-	// the stream ends.
+	// the stream ends; pick is the memory of its decision (nil: none).
 	ticket picker.Ticket
+	pick   *pickRecord
 	// answer is the memory of the decision's answer (verdict.go); nil
 	// until ILB decides.
 	answer *verdict
@@ -601,8 +602,7 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 			}
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
 			if r.Replica != nil && r.Replica.Chosen != "" {
-				rd := *r.Replica // records are copied on write
-				r.Replica = &rd
+				r.Replica = x.pick.copyOf(r.Replica) // records are copied on write
 				s.replicaServed(r)
 			}
 			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
