@@ -63,10 +63,11 @@ func headerMap(m *corev3.HeaderMap) map[string]string {
 // together and kept, when kept, as long as each other.
 func pickHeaders(m *corev3.HeaderMap, keys []string, out []string) {
 	hs := m.GetHeaders()
+	lens := keyLengths(keys)
 	var seen uint16
 	var at [16]int // the index in hs of key i's value
 	for j, h := range hs {
-		i := keyIndex(h.GetKey(), keys)
+		i := keyIndex(h.GetKey(), keys, lens)
 		if i < 0 {
 			continue
 		}
@@ -98,10 +99,25 @@ func pickHeaders(m *corev3.HeaderMap, keys []string, out []string) {
 // the response's names fit.
 const pickedBytes = 256
 
-// keyIndex is the index of h's key in keys, -1 when absent.
-func keyIndex(k string, keys []string) int {
-	if !isLowerASCII(k) {
+// keyLengths is the set of the lengths of keys, as a bit mask (bit 63:
+// 63 bytes or more).
+func keyLengths(keys []string) uint64 {
+	var lens uint64
+	for _, k := range keys {
+		lens |= 1 << min(len(k), 63)
+	}
+	return lens
+}
+
+// keyIndex is the index of h's key in keys, -1 when absent; lens is
+// keyLengths(keys), which rules most other keys out by their length
+// alone (lower case ASCII keys: strings.ToLower keeps their length).
+func keyIndex(k string, keys []string, lens uint64) int {
+	switch {
+	case !isLowerASCII(k):
 		k = strings.ToLower(k)
+	case lens&(1<<min(len(k), 63)) == 0:
+		return -1
 	}
 	for i, want := range keys {
 		if k == want {
@@ -131,9 +147,10 @@ func valueLen(h *corev3.HeaderValue) int {
 // pickJoined is pickHeaders for a map that repeats a key: each value
 // converted apart, repeated ones joined with ",".
 func pickJoined(hs []*corev3.HeaderValue, keys []string, out []string) {
+	lens := keyLengths(keys)
 	var seen uint16
 	for _, h := range hs {
-		i := keyIndex(h.GetKey(), keys)
+		i := keyIndex(h.GetKey(), keys, lens)
 		if i < 0 {
 			continue
 		}
