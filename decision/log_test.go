@@ -277,3 +277,35 @@ func TestUpdateReplica(t *testing.T) {
 		})
 	}
 }
+
+// TestEncodeHintedSame: a record is encoded the same whatever entry hints
+// its codes — none, one of equal values, one of other values, one with
+// a replica decision or without.
+func TestEncodeHintedSame(t *testing.T) {
+	rd := func(chosen string) *ReplicaDecision {
+		return &ReplicaDecision{
+			Chosen: chosen, Hosts: []string{chosen, "10.0.0.9:8000"}, Reason: "load", Terms: picker.Term{Address: chosen},
+			RunnerUp: &picker.Term{Address: "10.0.0.9:8000"}, Lost: "tie",
+		}
+	}
+	l := NewLog(8, 0)
+	for _, r := range []*Record{
+		{RequestID: "a", Source: "edge-us", Method: "POST", Model: "m1", Chosen: "c1", Reason: "weighted", Replica: rd("10.0.0.1:8000")},
+		{RequestID: "b", Source: "edge-eu", Method: "GET", Model: "m2", Chosen: "c2", Reason: "session", PriorityFrom: "header"},
+		{RequestID: "c", Source: "edge-us", Method: "POST", Model: "m1", Chosen: "c2", Reason: "steered", Replica: rd("10.0.0.2:8000")},
+	} {
+		l.Add(r)
+	}
+	for _, r := range []*Record{
+		{RequestID: "d", Source: "edge-us", Method: "POST", Model: "m1", Chosen: "c1", Reason: "weighted", Replica: rd("10.0.0.2:8000")},
+		{RequestID: "e", Source: "edge-new", Method: "PUT", Model: "m3", Chosen: "c3", Reason: "redrawn", Replica: rd("10.0.0.3:8000")},
+		{RequestID: "f", Source: "edge-eu", Method: "GET", Model: "m2", Chosen: "c2", Reason: "session"},
+	} {
+		want := encodeHinted(r, &l.in, nil, nil)
+		for seq := uint64(1); seq <= 3; seq++ {
+			if got := encodeHinted(r, &l.in, nil, l.load(seq)); !reflect.DeepEqual(got, want) {
+				t.Errorf("record %s hinted by record %d: %+v\nwant %+v", r.RequestID, seq, got, want)
+			}
+		}
+	}
+}
