@@ -74,6 +74,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// ends a blocked Recv) when Envoy owes a message for too long.
 		t := &x.idle
 		t.idle, t.ctx, t.stream, t.expired = idle, sc, stream, s.metrics.idleRefused
+		x.wire = true // the tap and the codec come together (GRPCOptions)
 		s.idleScan.add(t)
 		err := s.serve(ctx, stream, x, t)
 		s.idleScan.remove(t) // the scan is done with t
@@ -158,7 +159,7 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			continue
 		}
 		for _, r := range append([]*extprocv3.ProcessingResponse{resp}, x.more...) {
-			if err := stream.Send(r); err != nil {
+			if err := send(stream, x, r); err != nil {
 				return fmt.Errorf("extproc: send: %w", err)
 			}
 		}
@@ -176,6 +177,18 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			return nil
 		}
 	}
+}
+
+// send sends r on x's stream: as ILB encoded it when x's server sends
+// such bytes as they are (x.wire) and ILB has them (wired), else
+// marshalled by gRPC.
+func send(stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, r *extprocv3.ProcessingResponse) error {
+	if x.wire {
+		if e := wired(x, r); e != nil {
+			return stream.SendMsg(e) //nolint:wrapcheck // serve wraps it
+		}
+	}
+	return stream.Send(r) //nolint:wrapcheck // serve wraps it
 }
 
 // String names what ILB waits for, for messages.

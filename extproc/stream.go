@@ -121,6 +121,9 @@ type exchange struct {
 	// answer is the memory of the decision's answer (verdict.go); nil
 	// until ILB decides.
 	answer *verdict
+	// wire: the stream's server sends answers ILB encoded as they are
+	// (GRPCOptions' codec, wire.go).
+	wire bool
 	// budget holds the request's tokens against its tenant's budgets
 	// until the stream ends (nil: no budget).
 	budget *budget.Hold

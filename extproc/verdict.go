@@ -38,6 +38,8 @@ type verdict struct {
 	// meta is the dynamic metadata of the override-host list (nil: ILB
 	// picked no replica), endpoint the list itself, inside meta.
 	meta, endpoint []byte
+	// enc is resp with its wire bytes once encoded (wire.go).
+	enc encoded
 }
 
 // setHosts makes hosts (at least one) the override-host list of the
