@@ -164,6 +164,23 @@ func (in *interner) code(s string) uint16 {
 // value is the string of code c (codeFirst or more).
 func (in *interner) value(c uint16) string { return *in.vals[c-codeFirst].Load() }
 
+// codeHinted is code(s), trying hints first: codes (of this interner, or
+// codeInline and codeEmpty, which are skipped) of values s is likely to
+// be — what the same field of the last record kept holds. A hint is
+// compared, where code hashes s and looks it up: most of a record's
+// values repeat the last one's.
+func (in *interner) codeHinted(s string, hints ...uint16) uint16 {
+	if s == "" {
+		return codeEmpty
+	}
+	for _, h := range hints {
+		if h >= codeFirst && in.value(h) == s {
+			return h
+		}
+	}
+	return in.code(s)
+}
+
 // entryOverhead is an entry's fixed memory: the struct, its ring slot
 // and an allocator's rounding; candidateOverhead one candidate's, counted
 // whole for every record although versions and readers share them (the
@@ -178,7 +195,13 @@ const (
 // encode is r as the log keeps it, interning in in; prev is the entry of
 // r's previous version (nil: none), whose codes serve again for the
 // strings that did not change.
-func encode(r *Record, in *interner, prev *entry) *entry {
+func encode(r *Record, in *interner, prev *entry) *entry { return encodeHinted(r, in, prev, nil) }
+
+// encodeHinted is encode with hint, another entry of the log (nil:
+// none), usually the newest: its codes are tried before any lookup for
+// the values they stand for (interner.codeHinted). The entry is the same
+// with any hint.
+func encodeHinted(r *Record, in *interner, prev, hint *entry) *entry {
 	e := &entry{
 		seq: r.Seq, draw: r.Draw, slot: clamp32u(r.Slot), totalWeight: clamp32u(r.TotalWeight),
 		decisionMicros: clamp32(r.DecisionMicros), totalMicros: clamp32(int64(math.Round(r.TotalMillis * 1000))),
@@ -201,8 +224,14 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 	case prev != nil && prev.rep != nil && d == r.repEncoded:
 		e.rep = prev.rep // unchanged since the last version
 	default:
-		if e.rep, _ = encodeReplica(d, in); e.rep == nil {
-			e.replica = d
+		var like *replicaEntry // the codes to try first
+		if hint != nil {
+			like = hint.rep
+		}
+		if e.rep = servedUpdate(prev, r.repEncoded, d, in); e.rep == nil {
+			if e.rep, _ = encodeReplica(d, in, like); e.rep == nil {
+				e.replica = d
+			}
 		}
 		r.repEncoded = d
 	}
@@ -225,11 +254,14 @@ func encode(r *Record, in *interner, prev *entry) *entry {
 		case *p == "":
 			e.codes[i] = codeEmpty
 		case interned[i]:
-			if prev != nil && prev.codes[i] >= codeFirst && in.value(prev.codes[i]) == *p {
-				e.codes[i] = prev.codes[i]
-			} else {
-				e.codes[i] = in.code(*p)
+			var was, like uint16 // codeInline: no hint
+			if prev != nil {
+				was = prev.codes[i]
 			}
+			if hint != nil {
+				like = hint.codes[i]
+			}
+			e.codes[i] = in.codeHinted(*p, was, like)
 		}
 		if e.codes[i] == codeInline {
 			n += uvarintLen(len(*p)) + len(*p)

@@ -74,7 +74,7 @@ func (l *Log) load(seq uint64) *entry {
 // Replica and Generated are shared with the log and readers from now on
 // and must not be changed (replace them).
 func (l *Log) Add(r *Record) {
-	e := encode(r, &l.in, nil)
+	e := encodeHinted(r, &l.in, nil, l.load(l.added.Load())) // the newest record's codes: most values repeat
 	l.wmu.Lock()
 	seq := l.added.Load() + 1
 	r.Seq, e.seq = seq, seq

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ilbproject/ilb/picker"
 )
 
 func TestLogRing(t *testing.T) {
@@ -218,5 +220,92 @@ func TestUpdateStrings(t *testing.T) {
 				t.Errorf("read back %+v\nwant %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestUpdateReplica: a replica decision reads back exactly as the
+// record's latest version has it, when an update replaces it with a copy
+// that notes the serving replica only (kept compactly from the last
+// version), with a copy that changes more, with one the log cannot keep
+// compactly, or leaves it as it was.
+func TestUpdateReplica(t *testing.T) {
+	decided := func() *ReplicaDecision {
+		ru := picker.Term{Address: "10.0.0.2:8000", Cached: 64, InFlight: 3, Decode: 1.5, Cost: 900}
+		return &ReplicaDecision{
+			Chosen: "10.0.0.1:8000", Hosts: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, Reason: "prefix", PromptBlocks: 4,
+			Terms:    picker.Term{Address: "10.0.0.1:8000", Cached: 256, InFlight: 1, Awaiting: 12, Decode: 0.5, Cost: 300, Saturated: true},
+			RunnerUp: &ru, Lost: "more_work",
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		first  func() *ReplicaDecision
+		update func(d ReplicaDecision) *ReplicaDecision // d: a copy of the stored one
+	}{
+		{"served noted on a copy", decided, func(d ReplicaDecision) *ReplicaDecision { d.Served = "chosen"; return &d }},
+		{"served and more changed", decided, func(d ReplicaDecision) *ReplicaDecision { d.Served, d.Reason = "other", "load"; return &d }},
+		{"a runner-up of other terms", decided, func(d ReplicaDecision) *ReplicaDecision {
+			ru := *d.RunnerUp
+			ru.Cost++
+			d.Served, d.RunnerUp = "chosen", &ru
+			return &d
+		}},
+		{"a host list too long to keep compactly", func() *ReplicaDecision {
+			d := decided()
+			d.Hosts = append(d.Hosts, "10.0.0.4:8000")
+			return d
+		}, func(d ReplicaDecision) *ReplicaDecision { d.Served = "chosen"; return &d }},
+		{"left as it was", decided, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLog(8, 0)
+			r := &Record{RequestID: "req-1", Chosen: "c1", Replica: tc.first()}
+			l.Add(r)
+			r = l.Update(r, func(r *Record) {
+				r.Status, r.Complete = 200, true
+				if tc.update != nil {
+					r.Replica = tc.update(*r.Replica)
+				}
+			})
+			got, ok := l.Get("req-1")
+			if !ok {
+				t.Fatal("the record is not found")
+			}
+			if !reflect.DeepEqual(got.Replica, r.Replica) {
+				t.Errorf("read back %+v\nwant %+v", got.Replica, r.Replica)
+			}
+		})
+	}
+}
+
+// TestEncodeHintedSame: a record is encoded the same whatever entry hints
+// its codes — none, one of equal values, one of other values, one with
+// a replica decision or without.
+func TestEncodeHintedSame(t *testing.T) {
+	rd := func(chosen string) *ReplicaDecision {
+		return &ReplicaDecision{
+			Chosen: chosen, Hosts: []string{chosen, "10.0.0.9:8000"}, Reason: "load", Terms: picker.Term{Address: chosen},
+			RunnerUp: &picker.Term{Address: "10.0.0.9:8000"}, Lost: "tie",
+		}
+	}
+	l := NewLog(8, 0)
+	for _, r := range []*Record{
+		{RequestID: "a", Source: "edge-us", Method: "POST", Model: "m1", Chosen: "c1", Reason: "weighted", Replica: rd("10.0.0.1:8000")},
+		{RequestID: "b", Source: "edge-eu", Method: "GET", Model: "m2", Chosen: "c2", Reason: "session", PriorityFrom: "header"},
+		{RequestID: "c", Source: "edge-us", Method: "POST", Model: "m1", Chosen: "c2", Reason: "steered", Replica: rd("10.0.0.2:8000")},
+	} {
+		l.Add(r)
+	}
+	for _, r := range []*Record{
+		{RequestID: "d", Source: "edge-us", Method: "POST", Model: "m1", Chosen: "c1", Reason: "weighted", Replica: rd("10.0.0.2:8000")},
+		{RequestID: "e", Source: "edge-new", Method: "PUT", Model: "m3", Chosen: "c3", Reason: "redrawn", Replica: rd("10.0.0.3:8000")},
+		{RequestID: "f", Source: "edge-eu", Method: "GET", Model: "m2", Chosen: "c2", Reason: "session"},
+	} {
+		want := encodeHinted(r, &l.in, nil, nil)
+		for seq := uint64(1); seq <= 3; seq++ {
+			if got := encodeHinted(r, &l.in, nil, l.load(seq)); !reflect.DeepEqual(got, want) {
+				t.Errorf("record %s hinted by record %d: %+v\nwant %+v", r.RequestID, seq, got, want)
+			}
+		}
 	}
 }

@@ -77,28 +77,36 @@ type compactTerm struct {
 
 // encodeReplica is d as the log keeps it, interning in in; ok is false
 // when it cannot be (a string the table has no room for, a longer host
-// list): the log then keeps d itself.
-func encodeReplica(d *ReplicaDecision, in *interner) (r *replicaEntry, ok bool) {
+// list): the log then keeps d itself. like is another compact decision
+// of the log (nil: none), whose codes are tried first (codeHinted): the
+// same replicas and reasons come back request after request.
+func encodeReplica(d *ReplicaDecision, in *interner, like *replicaEntry) (r *replicaEntry, ok bool) {
 	if len(d.Hosts) > maxHosts {
 		return nil, false
 	}
+	var h replicaEntry // like's codes, or none
+	if like != nil {
+		h = *like
+	}
+	addrs := [...]uint16{h.chosen, h.hosts[0], h.hosts[1], h.hosts[2], h.terms.addr, h.runnerUp.addr}
 	r = &replicaEntry{promptBlocks: int32(min(max(d.PromptBlocks, 0), 1<<31-1)), nHosts: uint8(len(d.Hosts))}
-	codes := []*uint16{&r.chosen, &r.reason, &r.lost, &r.skipped, &r.served}
-	for i, s := range []string{d.Chosen, d.Reason, d.Lost, d.Skipped, d.Served} {
-		if *codes[i] = in.code(s); *codes[i] == codeInline {
+	codes := [...]*uint16{&r.chosen, &r.reason, &r.lost, &r.skipped, &r.served}
+	hints := [...]uint16{h.chosen, h.reason, h.lost, h.skipped, h.served}
+	for i, s := range [...]string{d.Chosen, d.Reason, d.Lost, d.Skipped, d.Served} {
+		if *codes[i] = in.codeHinted(s, hints[i]); *codes[i] == codeInline {
 			return nil, false
 		}
 	}
-	for i, h := range d.Hosts {
-		if r.hosts[i] = in.code(h); r.hosts[i] == codeInline {
+	for i, host := range d.Hosts {
+		if r.hosts[i] = in.codeHinted(host, addrs[:]...); r.hosts[i] == codeInline {
 			return nil, false
 		}
 	}
-	if r.terms, ok = compact(d.Terms, in); !ok {
+	if r.terms, ok = compact(d.Terms, in, addrs[:]); !ok {
 		return nil, false
 	}
 	if d.RunnerUp != nil {
-		if r.runnerUp, ok = compact(*d.RunnerUp, in); !ok {
+		if r.runnerUp, ok = compact(*d.RunnerUp, in, addrs[:]); !ok {
 			return nil, false
 		}
 		r.hasRunnerUp = true
@@ -106,17 +114,44 @@ func encodeReplica(d *ReplicaDecision, in *interner) (r *replicaEntry, ok bool) 
 	return r, true
 }
 
+// servedUpdate is d as the log keeps it when d is was, the decision prev
+// encoded, but for Served — a copy the response wrote on (which replica
+// served): prev's compact decision with d's Served, without encoding the
+// rest again. nil when that does not apply (encode d whole).
+func servedUpdate(prev *entry, was, d *ReplicaDecision, in *interner) *replicaEntry {
+	if prev == nil || prev.rep == nil || was == nil || !servedOnly(was, d) {
+		return nil
+	}
+	served := in.codeHinted(d.Served, prev.rep.served)
+	if served == codeInline {
+		return nil
+	}
+	rep := *prev.rep
+	rep.served = served
+	return &rep
+}
+
+// servedOnly reports whether b is a but for Served. Hosts and RunnerUp
+// compare by value.
+func servedOnly(a, b *ReplicaDecision) bool {
+	return a.Chosen == b.Chosen && a.Reason == b.Reason && a.PromptBlocks == b.PromptBlocks && a.Terms == b.Terms &&
+		a.Lost == b.Lost && a.Skipped == b.Skipped && slices.Equal(a.Hosts, b.Hosts) &&
+		(a.RunnerUp == b.RunnerUp || a.RunnerUp != nil && b.RunnerUp != nil && *a.RunnerUp == *b.RunnerUp)
+}
+
 // adapterTiers are the values of picker.Term.Adapter, by compactTerm.adapter.
 var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull}
 
-func compact(t picker.Term, in *interner) (compactTerm, bool) {
+// compact is t as the log keeps it; addrs are codes to try first for its
+// address (codeHinted).
+func compact(t picker.Term, in *interner, addrs []uint16) (compactTerm, bool) {
 	tier := slices.Index(adapterTiers[:], t.Adapter)
 	if tier < 0 {
 		return compactTerm{}, false
 	}
 	c := compactTerm{
 		adapter: uint8(tier),
-		addr:    in.code(t.Address), session: t.Session, saturated: t.Saturated,
+		addr:    in.codeHinted(t.Address, addrs...), session: t.Session, saturated: t.Saturated,
 		inFlight: int32(min(max(t.InFlight, 0), 1<<31-1)), cached: int64(t.Cached), awaiting: t.Awaiting, decode: t.Decode, cost: t.Cost,
 	}
 	return c, c.addr != codeInline

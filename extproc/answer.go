@@ -3,7 +3,6 @@ package extproc
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -59,27 +58,114 @@ func headerMap(m *corev3.HeaderMap) map[string]string {
 // give them, without building the map or converting the values of other
 // headers: a key matches case-insensitively, the value is raw_value (value
 // when empty), and repeated headers are joined with ",". An absent
-// header is "".
+// header is "". The values share one string (one allocation for all of
+// them when their bytes fit pickedBytes): a message's values are read
+// together and kept, when kept, as long as each other.
 func pickHeaders(m *corev3.HeaderMap, keys []string, out []string) {
+	hs := m.GetHeaders()
+	lens := keyLengths(keys)
 	var seen uint16
-	for _, h := range m.GetHeaders() {
-		k := h.GetKey()
-		if !isLowerASCII(k) {
-			k = strings.ToLower(k)
+	var at [16]int // the index in hs of key i's value
+	for j, h := range hs {
+		i := keyIndex(h.GetKey(), keys, lens)
+		if i < 0 {
+			continue
 		}
-		for i, want := range keys {
-			if k != want {
-				continue
-			}
-			v := string(h.GetRawValue())
-			if v == "" {
-				v = h.GetValue()
-			}
-			if seen&(1<<i) != 0 {
-				v = out[i] + "," + v
-			}
-			out[i], seen = v, seen|1<<i
-			break
+		if seen&(1<<i) != 0 { // repeated: joined
+			pickJoined(hs, keys, out)
+			return
+		}
+		seen, at[i] = seen|1<<i, j
+	}
+	var buf [pickedBytes]byte
+	all := buf[:0]
+	for i := range keys {
+		if seen&(1<<i) != 0 {
+			all = appendValue(all, hs[at[i]])
+		}
+	}
+	values := string(all)
+	for i := range keys {
+		out[i] = ""
+		if seen&(1<<i) != 0 {
+			n := valueLen(hs[at[i]])
+			out[i], values = values[:n], values[n:]
+		}
+	}
+}
+
+// pickedBytes is how many bytes of the values pickHeaders reads it
+// gathers on the stack before their one string: request ids, paths and
+// the response's names fit.
+const pickedBytes = 256
+
+// keyLengths is the set of the lengths of keys, as a bit mask (bit 63:
+// 63 bytes or more).
+func keyLengths(keys []string) uint64 {
+	var lens uint64
+	for _, k := range keys {
+		lens |= 1 << min(len(k), 63)
+	}
+	return lens
+}
+
+// keyIndex is the index of h's key in keys, -1 when absent; lens is
+// keyLengths(keys), which rules most other keys out by their length
+// alone (lower case ASCII keys: strings.ToLower keeps their length).
+func keyIndex(k string, keys []string, lens uint64) int {
+	switch {
+	case !isLowerASCII(k):
+		k = strings.ToLower(k)
+	case lens&(1<<min(len(k), 63)) == 0:
+		return -1
+	}
+	for i, want := range keys {
+		if k == want {
+			return i
+		}
+	}
+	return -1
+}
+
+// appendValue appends h's value as headerMap reads it: raw_value, or
+// value when raw_value is empty.
+func appendValue(b []byte, h *corev3.HeaderValue) []byte {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return append(b, raw...)
+	}
+	return append(b, h.GetValue()...)
+}
+
+// valueLen is the length of what appendValue appends.
+func valueLen(h *corev3.HeaderValue) int {
+	if n := len(h.GetRawValue()); n > 0 {
+		return n
+	}
+	return len(h.GetValue())
+}
+
+// pickJoined is pickHeaders for a map that repeats a key: each value
+// converted apart, repeated ones joined with ",".
+func pickJoined(hs []*corev3.HeaderValue, keys []string, out []string) {
+	lens := keyLengths(keys)
+	var seen uint16
+	for _, h := range hs {
+		i := keyIndex(h.GetKey(), keys, lens)
+		if i < 0 {
+			continue
+		}
+		v := string(h.GetRawValue())
+		if v == "" {
+			v = h.GetValue()
+		}
+		if seen&(1<<i) != 0 {
+			v = out[i] + "," + v
+		}
+		out[i], seen = v, seen|1<<i
+	}
+	for i := range keys {
+		if seen&(1<<i) == 0 {
+			out[i] = ""
 		}
 	}
 }
@@ -149,41 +235,6 @@ var (
 	// (follow.go).
 	stripReportFollow = &extprocv3.ProcessingResponse{Response: stripReport.Response, ModeOverride: followMode}
 )
-
-// routeMutation is the header mutation of a decision: the model, the draw
-// and the cluster, and the override-host list when ILB picked a replica,
-// values as raw_value. model and cluster are the cell's options, shared
-// by every decision (never changed: protobuf may marshal one message on
-// several goroutines at once); the rest is allocated at once.
-func routeMutation(model *corev3.HeaderValueOption, draw uint64, cluster *corev3.HeaderValueOption, endpoint string) *extprocv3.HeaderMutation {
-	m := new(routeMut)
-	m.set(0, header.RouteDraw, strconv.AppendUint(m.draw[:0], draw, 10))
-	m.ptrs = [4]*corev3.HeaderValueOption{model, &m.opts[0], cluster}
-	n := 3
-	if endpoint != "" {
-		m.set(1, header.DestinationEndpoint, []byte(endpoint))
-		m.ptrs[3], n = &m.opts[1], 4
-	}
-	m.mut.SetHeaders = m.ptrs[:n]
-	return &m.mut
-}
-
-// routeMut is a decision's header mutation with the options it does not
-// share (the draw, the override-host list), their values and the draw's
-// digits, in one allocation.
-type routeMut struct {
-	mut  extprocv3.HeaderMutation
-	opts [2]corev3.HeaderValueOption
-	vals [2]corev3.HeaderValue
-	ptrs [4]*corev3.HeaderValueOption
-	draw [20]byte // a uint64 in decimal
-}
-
-// set makes option i set key to value.
-func (m *routeMut) set(i int, key string, value []byte) {
-	m.vals[i].Key, m.vals[i].RawValue = key, value
-	m.opts[i].Header, m.opts[i].AppendAction = &m.vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-}
 
 // sharedHeader is an option setting key to value (raw_value) that
 // decisions share: it must never be changed.

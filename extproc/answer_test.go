@@ -37,6 +37,9 @@ func TestPickHeadersMatchesHeaderMap(t *testing.T) {
 			hv("x-ilb-session", "a", ""), hv("X-ILB-Session", "", ""), hv("x-ilb-session", "", "c"), hv(":path", "/p", ""),
 		}},
 		{"other headers ignored", []*corev3.HeaderValue{hv("authorization", "Bearer x", ""), hv("x-ilb-debug", "1", "")}},
+		{"values past pickedBytes", []*corev3.HeaderValue{
+			hv(":path", "/v1/"+strings.Repeat("p", pickedBytes), ""), hv("x-request-id", "r3", ""), hv(":method", "", "POST"),
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &corev3.HeaderMap{Headers: tc.headers}
@@ -71,10 +74,11 @@ func TestSteeredReasonsMatchFmt(t *testing.T) {
 	}
 }
 
-// TestEndpointMetadataWire: the dynamic metadata withEndpoint writes as
-// wire bytes is, byte for byte, what protobuf writes for the Struct
-// envoy.lb / x-gateway-destination-endpoint, and an answer carrying it
-// decodes to its header mutation plus that metadata.
+// TestEndpointMetadataWire: the dynamic metadata a decision's answer
+// carries as wire bytes is, byte for byte, what protobuf writes for the
+// Struct envoy.lb / x-gateway-destination-endpoint, and the answers
+// carrying it (request headers', body's) decode to their header mutation
+// plus that metadata.
 func TestEndpointMetadataWire(t *testing.T) {
 	for _, tc := range []struct{ name, endpoint string }{
 		{"one host", "10.0.0.1:8000"},
@@ -92,23 +96,84 @@ func TestEndpointMetadataWire(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := endpointMetadata(tc.endpoint); !bytes.Equal(got, want) {
-				t.Errorf("endpointMetadata = %x\nwant %x", []byte(got), want)
+			set := func(key, value string) *corev3.HeaderValueOption {
+				return &corev3.HeaderValueOption{
+					Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+					AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+				}
 			}
-			mut := routeMutation(sharedHeader(header.RouteModel, "m"), 7, sharedHeader(header.RouteCluster, "c"), tc.endpoint)
-			wire, err := proto.Marshal(withEndpoint(bodyResponse(mut, true), tc.endpoint))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got extprocv3.ProcessingResponse
-			if err := proto.Unmarshal(wire, &got); err != nil {
-				t.Fatal(err)
-			}
-			expected := bodyResponse(routeMutation(sharedHeader(header.RouteModel, "m"), 7, sharedHeader(header.RouteCluster, "c"), tc.endpoint), true)
-			expected.DynamicMetadata = meta
-			if !proto.Equal(&got, expected) {
-				t.Errorf("the answer decodes to %v\nwant %v", &got, expected)
+			mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				set(header.RouteModel, "m"), set(header.RouteDraw, "7"), set(header.RouteCluster, "c"), set(header.DestinationEndpoint, tc.endpoint),
+			}}
+			common := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}
+			for _, side := range []struct {
+				name   string
+				answer func(*verdict, *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse
+				want   *extprocv3.ProcessingResponse
+			}{
+				{
+					"headers", func(v *verdict, m *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+						return v.headersResponse(m, true)
+					},
+					&extprocv3.ProcessingResponse{
+						Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: common}},
+						DynamicMetadata: meta,
+					},
+				},
+				{
+					"body", func(v *verdict, m *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+						return v.bodyResponse(m, true)
+					},
+					&extprocv3.ProcessingResponse{
+						Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: common}},
+						DynamicMetadata: meta,
+					},
+				},
+			} {
+				var v verdict
+				v.setHosts(strings.Split(tc.endpoint, ","))
+				if !bytes.Equal(v.meta, want) {
+					t.Errorf("the metadata = %x\nwant %x", v.meta, want)
+				}
+				if string(v.endpoint) != tc.endpoint {
+					t.Errorf("the endpoint = %q; want %q", v.endpoint, tc.endpoint)
+				}
+				m := v.mutation(sharedHeader(header.RouteModel, "m"), 7, sharedHeader(header.RouteCluster, "c"))
+				wire, err := proto.Marshal(side.answer(&v, m))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got extprocv3.ProcessingResponse
+				if err := proto.Unmarshal(wire, &got); err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(&got, side.want) {
+					t.Errorf("the %s answer decodes to %v\nwant %v", side.name, &got, side.want)
+				}
 			}
 		})
+	}
+}
+
+// TestVerdictWithoutHosts: without an override-host list a decision's
+// answer carries the route headers alone and no metadata; without a
+// mutation it is the shared answer that changes nothing.
+func TestVerdictWithoutHosts(t *testing.T) {
+	var v verdict
+	resp := v.bodyResponse(v.mutation(sharedHeader(header.RouteModel, "m"), 42, sharedHeader(header.RouteCluster, "c")), false)
+	wire, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got extprocv3.ProcessingResponse
+	if err := proto.Unmarshal(wire, &got); err != nil {
+		t.Fatal(err)
+	}
+	hs := got.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders()
+	if len(hs) != 3 || string(hs[1].GetHeader().GetRawValue()) != "42" || got.GetDynamicMetadata() != nil || got.GetRequestBody().GetResponse().GetClearRouteCache() {
+		t.Errorf("the answer decodes to %v; want the model, draw 42 and cluster headers, no metadata, no re-match", &got)
+	}
+	if v.headersResponse(nil, true) != continueHeaders || v.bodyResponse(nil, true) != continueBody {
+		t.Error("without a mutation the answers are not the shared ones")
 	}
 }

@@ -105,7 +105,8 @@ func profiled(kind string, f func() error) error {
 // registry, demand metered, live engine state with every cluster's
 // replicas, no tracing), or the CONTINUE-only floor on a bare gRPC server. It prints the address,
 // then answers each "cpu" line on stdin with its CPU time so far in
-// nanoseconds, and stops when stdin closes.
+// nanoseconds (each "heap" line with the bytes and objects it allocated
+// on the heap so far, BenchmarkServerAllocs), and stops when stdin closes.
 func serveChild(kind string) error {
 	c, err := config.Load("../examples/demo/ilb.yaml")
 	if err != nil {
@@ -207,14 +208,19 @@ func serveChild(kind string) error {
 	fmt.Println(ln.Addr())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if strings.TrimSpace(in.Text()) != "cpu" {
+		switch strings.TrimSpace(in.Text()) {
+		case "cpu":
+			cpu, err := rusage()
+			if err != nil {
+				return err
+			}
+			fmt.Println(cpu.Nanoseconds())
+		case "heap":
+			bytes, objects := heapAllocs()
+			fmt.Println(bytes, objects)
+		default:
 			return fmt.Errorf("unknown command %q", in.Text())
 		}
-		cpu, err := rusage()
-		if err != nil {
-			return err
-		}
-		fmt.Println(cpu.Nanoseconds())
 	}
 	cancel()
 	return <-done

@@ -190,7 +190,8 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	if d.Steered { // always graded: by predicted TTFT, or by queue pressure
 		from := c.targets[d.SteeredFrom].Cluster
-		var why []byte
+		var buf [steeredBytes]byte // the explanation is built here, then made a string once
+		why := buf[:0]
 		if rec.Redrawn != "" { // redrawn or balanced first: keep why
 			why = append(append(why, rec.Redrawn...), "; then "...)
 		}
@@ -212,8 +213,9 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	if session != "" {
 		sessionHash = draw
 	}
-	x.endpoint = s.pickReplica(x, body, model, ls, sessionHash)
-	return routeMutation(c.modelHeader, draw, c.clusterHeader[d.Chosen], x.endpoint), nil
+	x.answer = new(verdict)
+	s.pickReplica(x, body, model, ls, sessionHash)
+	return x.answer.mutation(c.modelHeader, draw, c.clusterHeader[d.Chosen]), nil
 }
 
 // tokenCost estimates a request's token-cost units, its demand: prompt
@@ -371,6 +373,10 @@ func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
 	}
 	return why
 }
+
+// steeredBytes holds a steering explanation of clusters with names of
+// ordinary length (a longer one grows onto the heap).
+const steeredBytes = 256
 
 // steeredByTTFT appends why a request left from for a faster cluster, as
 // fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is

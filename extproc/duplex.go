@@ -107,7 +107,7 @@ func (s *Server) releaseDuplex(ctx context.Context, x *exchange, eos bool, began
 		body = body[duplexChunk:]
 	}
 	x.more = append(x.more, streamedBody(true, body, eos))
-	return withEndpoint(headersResponse(mut, mut != nil && x.rematch()), x.endpoint)
+	return x.answer.headersResponse(mut, x.rematch())
 }
 
 // streamedBody is a full-duplex body answer carrying body (request or

@@ -67,7 +67,7 @@ func (s *idleScan) add(b *scanned) {
 	}
 }
 
-// remove unregisters b.
+// remove unregisters b: once it returns, the scan no longer touches b.
 func (s *idleScan) remove(b *scanned) {
 	s.mu.Lock()
 	delete(s.streams, b)
@@ -93,10 +93,15 @@ func (s *idleScan) run(tick time.Duration) {
 				due = append(due, b)
 			}
 		}
-		s.mu.Unlock()
+		// Fired under mu: once remove returned, no fire runs or will run
+		// for that stream, whose state (its exchange's) may serve another
+		// stream next. A fire waits for nothing a stream holds while it
+		// removes its bound.
 		for _, b := range due {
 			b.fire()
 		}
+		clear(due)
+		s.mu.Unlock()
 	}
 }
 

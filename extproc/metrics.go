@@ -176,6 +176,20 @@ func (m *metrics) shedding(source string, key demand.Key, prio weights.Priority,
 	}
 }
 
+// mismatchCounter is the ilb_extproc_served_mismatch_total counter of
+// x's source: from the source's cache, without hashing its label again.
+func (s *Server) mismatchCounter(x *exchange) prometheus.Counter {
+	if x.src == nil {
+		return s.metrics.mismatches.WithLabelValues(x.source)
+	}
+	if c := x.src.mismatched.Load(); c != nil {
+		return *c
+	}
+	c := s.metrics.mismatches.WithLabelValues(x.source)
+	x.src.mismatched.Store(&c)
+	return c
+}
+
 // routedReasons are the reasons of routed requests, in the order of a
 // cell's counter cache.
 var routedReasons = decision.RoutedReasons

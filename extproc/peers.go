@@ -53,6 +53,17 @@ func peerAddr(ctx context.Context) string {
 	if !ok || p.Addr == nil {
 		return ""
 	}
+	if a, ok := p.Addr.(*net.TCPAddr); ok && a != nil {
+		// The host part of a.String() without building host:port first.
+		host := ""
+		if len(a.IP) > 0 {
+			host = a.IP.String()
+		}
+		if a.Zone != "" {
+			host += "%" + a.Zone
+		}
+		return host
+	}
 	host, _, err := net.SplitHostPort(p.Addr.String())
 	if err != nil {
 		return p.Addr.String()

@@ -60,12 +60,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	ctx := stream.Context()
-	x := &exchange{source: sourceOf(stream, s.opts.DefaultSource)}
+	source := sourceOf(stream, s.opts.DefaultSource)
 	if s.opts.Authorizer != nil {
-		if err := s.opts.Authorizer.Authorize(ctx, x.source); err != nil {
+		if err := s.opts.Authorizer.Authorize(ctx, source); err != nil {
 			return err //nolint:wrapcheck // the authorizer's gRPC status is the answer
 		}
 	}
+	x := s.newExchange(source)
 	idle := s.opts.Config.ExtProc.StreamIdleTimeout.Std()
 	if sc, ok := ctx.Value(streamCtxKey{}).(*streamCtx); ok {
 		// GRPCOptions' tap gave the stream a context ILB may cancel: it is
@@ -73,10 +74,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// ends a blocked Recv) when Envoy owes a message for too long.
 		t := &x.idle
 		t.idle, t.ctx, t.stream, t.expired = idle, sc, stream, s.metrics.idleRefused
+		x.wire = true // the tap and the codec come together (GRPCOptions)
 		s.idleScan.add(t)
 		err := s.serve(ctx, stream, x, t)
-		s.idleScan.remove(t)
-		if st, expired := t.end(); expired {
+		s.idleScan.remove(t) // the scan is done with t
+		st, expired := t.end()
+		s.freeExchange(x)
+		if expired {
 			return status.Error(codes.DeadlineExceeded, idleMessage(st, idle))
 		}
 		return err
@@ -85,10 +89,15 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	// stream is served on its own goroutine while this one watches that
 	// Envoy does not owe a message for too long: a Recv that blocks cannot
 	// be interrupted, but returning from this handler ends the stream,
-	// which makes it fail.
+	// which makes it fail. The serving goroutine, which may outlive this
+	// one, frees x.
 	w := &watch{idle: idle}
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, stream, x, w) }()
+	go func() {
+		err := s.serve(ctx, stream, x, w)
+		s.freeExchange(x)
+		done <- err
+	}()
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
@@ -121,7 +130,7 @@ func idleMessage(st stage, idle time.Duration) string {
 // ImmediateResponse is sent, a message breaks the protocol or the idle
 // bound ends the stream.
 func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, b idleBound) error {
-	growStack()
+	growStack(0)
 	defer s.endSpan(x)
 	defer s.dropBody(x)
 	defer s.settleBudget(x) // after settle: what the response showed
@@ -150,7 +159,7 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			continue
 		}
 		for _, r := range append([]*extprocv3.ProcessingResponse{resp}, x.more...) {
-			if err := stream.Send(r); err != nil {
+			if err := send(stream, x, r); err != nil {
 				return fmt.Errorf("extproc: send: %w", err)
 			}
 		}
@@ -168,6 +177,18 @@ func (s *Server) serve(ctx context.Context, stream extprocv3.ExternalProcessor_P
 			return nil
 		}
 	}
+}
+
+// send sends r on x's stream: as ILB encoded it when x's server sends
+// such bytes as they are (x.wire) and ILB has them (wired), else
+// marshalled by gRPC.
+func send(stream extprocv3.ExternalProcessor_ProcessServer, x *exchange, r *extprocv3.ProcessingResponse) error {
+	if x.wire {
+		if e := wired(x, r); e != nil {
+			return stream.SendMsg(e) //nolint:wrapcheck // serve wraps it
+		}
+	}
+	return stream.Send(r) //nolint:wrapcheck // serve wraps it
 }
 
 // String names what ILB waits for, for messages.

@@ -1,15 +1,10 @@
 package extproc
 
 import (
-	"strings"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/reflect/protoreflect"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/decision"
@@ -68,17 +63,17 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 }
 
 // pickReplica chooses the replica of the chosen cluster when it picks
-// replicas, books the request there (x.ticket) and returns the
-// override-host list ("" when Envoy chooses). body is nil when ILB
+// replicas, books the request there (x.ticket) and gives the answer its
+// override-host list (none when Envoy chooses). body is nil when ILB
 // decided on headers alone: then the prompt's length is estimated from
 // the request's Content-Length (as x.cost's is) and the session key, if
 // any, stands for its prefix. session is the session key's hash (0:
 // none); it also orders ties, so a session's requests agree on them.
-func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *live.State, session uint64) string {
+func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *live.State, session uint64) {
 	cluster := x.rec.Chosen
 	pk := s.pickers[cluster]
 	if pk == nil {
-		return ""
+		return
 	}
 	var cl live.Cluster
 	if ls != nil {
@@ -87,7 +82,7 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 	if len(cl.Replicas) == 0 {
 		x.rec.Replica = skippedNoLive // shared, never changed
 		pk.picks[reasonSkipped].Inc()
-		return ""
+		return
 	}
 	buf := candidateBufs.Get().(*[]picker.Replica)
 	defer candidateBufs.Put(buf)
@@ -96,7 +91,7 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 	if len(cands) == 0 {
 		x.rec.Replica = skippedNoneServing
 		pk.picks[reasonSkipped].Inc()
-		return ""
+		return
 	}
 	lim := x.st.limits[model]
 	p := live.Prompt{Session: session, Adapter: x.rec.Adapter}
@@ -119,19 +114,47 @@ func (s *Server) pickReplica(x *exchange, body *openai.Body, model string, ls *l
 		p.Tokens = int(t)
 	}
 	req := live.PickerRequest(lim.Model, s.opts.Config.ExtProc, p, s.opts.Rand)
-	rd := &decision.ReplicaDecision{}
+	pr := new(pickRecord)
+	x.pick = pr
+	rd := &pr.decision
 	x.rec.Replica = rd
-	d, t := pk.Pick(cands, req)
+	d, t := pk.PickInto(cands, req, pr.hosts[:0])
 	x.ticket = t
 	rd.Chosen, rd.Hosts, rd.Reason, rd.PromptBlocks, rd.Terms = d.Chosen.Address, d.Hosts, d.Reason, len(req.Blocks), d.Chosen
 	if d.RunnerUp.Address != "" {
-		ru := d.RunnerUp
-		rd.RunnerUp, rd.Lost = &ru, d.Lost()
+		pr.runnerUp = d.RunnerUp
+		rd.RunnerUp, rd.Lost = &pr.runnerUp, d.Lost()
 	}
 	pk.picks[d.Reason].Inc()
 	pk.prompt.Add(float64(req.PromptTokens))
 	pk.cached.Add(float64(d.Chosen.Cached))
-	return strings.Join(d.Hosts, ",")
+	if len(d.Hosts) > 0 {
+		x.answer.setHosts(d.Hosts)
+	}
+}
+
+// pickRecord is a replica decision with the memory of its runner-up, its
+// host list and the copy the response writes on (which replica served):
+// one allocation for the four. The decision is shared with the log once
+// recorded: never changed after (records copy it on write; the copies
+// still point into this one).
+type pickRecord struct {
+	decision decision.ReplicaDecision
+	runnerUp picker.Term
+	hosts    [picker.MaxHosts]string
+	served   decision.ReplicaDecision
+}
+
+// copyOf returns a copy of d to write on: in p's memory when d is p's
+// decision (the first copy of a record's), else a new one (p nil, or d
+// a copy already: the record shares it with the log by now).
+func (p *pickRecord) copyOf(d *decision.ReplicaDecision) *decision.ReplicaDecision {
+	if p == nil || d != &p.decision {
+		c := *d
+		return &c
+	}
+	p.served = *d
+	return &p.served
 }
 
 // replicaServed notes, from the response, which replica served.
@@ -157,53 +180,6 @@ func (s *Server) replicaServed(r *decision.Record) {
 // absent.
 func servedHost(md *corev3.Metadata) string {
 	return md.GetFilterMetadata()[header.LBNamespace].GetFields()[header.DestinationEndpointServed].GetStringValue()
-}
-
-// withEndpoint adds the override-host list to a decision's answer as
-// dynamic metadata, envoy.lb / x-gateway-destination-endpoint (the
-// header carries the same list): Envoy's override_host policy reads
-// either. The metadata is written as its wire bytes (endpointMetadata)
-// among resp's unknown fields, which protobuf sends as they are: on the
-// wire it is resp's dynamic_metadata field, what any reader decodes; in
-// this process resp.DynamicMetadata stays nil. Built as a
-// structpb.Struct, its two maps cost about 4 % of ext_proc's CPU per
-// request (protobuf sizes and encodes maps entry by entry, through
-// reflection).
-func withEndpoint(resp *extprocv3.ProcessingResponse, endpoint string) *extprocv3.ProcessingResponse {
-	if endpoint == "" {
-		return resp
-	}
-	resp.ProtoReflect().SetUnknown(endpointMetadata(endpoint))
-	return resp
-}
-
-// Field numbers of what endpointMetadata writes.
-const (
-	fieldDynamicMetadata = 8 // envoy.service.ext_proc.v3.ProcessingResponse.dynamic_metadata
-	fieldStructFields    = 1 // google.protobuf.Struct.fields (map<string, Value>)
-	fieldMapKey          = 1 // a map entry's key
-	fieldMapValue        = 2 // a map entry's value
-	fieldStringValue     = 3 // google.protobuf.Value.string_value
-	fieldStructValue     = 5 // google.protobuf.Value.struct_value
-)
-
-// endpointMetadata is the wire encoding of ProcessingResponse's
-// dynamic_metadata {envoy.lb: {x-gateway-destination-endpoint: endpoint}},
-// as proto.Marshal writes it (TestEndpointMetadataWire).
-func endpointMetadata(endpoint string) protoreflect.RawFields {
-	// Inner to outer: each message is length-prefixed in its parent.
-	value := protowire.AppendString(protowire.AppendTag(nil, fieldStringValue, protowire.BytesType), endpoint)
-	inner := mapEntry(header.DestinationEndpoint, value)
-	outer := mapEntry(header.LBNamespace, protowire.AppendBytes(protowire.AppendTag(nil, fieldStructValue, protowire.BytesType), inner))
-	return protowire.AppendBytes(protowire.AppendTag(make([]byte, 0, len(outer)+4), fieldDynamicMetadata, protowire.BytesType), outer)
-}
-
-// mapEntry is a Struct holding the one field key: value (value the
-// encoded google.protobuf.Value).
-func mapEntry(key string, value []byte) []byte {
-	entry := protowire.AppendString(protowire.AppendTag(nil, fieldMapKey, protowire.BytesType), key)
-	entry = protowire.AppendBytes(protowire.AppendTag(entry, fieldMapValue, protowire.BytesType), value)
-	return protowire.AppendBytes(protowire.AppendTag(nil, fieldStructFields, protowire.BytesType), entry)
 }
 
 // pickerCollector exports the pickers' index sizes.

@@ -114,6 +114,8 @@ type Server struct {
 	// budgets are the tenants' token budgets (nil: none configured),
 	// across sources and models.
 	budgets *budget.Ledger
+	// exchanges recycles the state of ended streams (newExchange).
+	exchanges sync.Pool
 }
 
 var (
@@ -217,13 +219,15 @@ func (s *Server) Decisions() *decision.Log { return s.log }
 // enough for a whole buffered request body (gRPC's default is 4 MiB),
 // keepalive pings so that the streams of an Envoy that vanished without
 // closing its connection end within a minute instead of holding memory,
-// and a tap that lets ILB end an idle stream from a timer (it takes the
-// server's only InTapHandle). A server built without them still works;
-// each stream then costs a goroutine more.
+// a tap that lets ILB end an idle stream from a timer (it takes the
+// server's only InTapHandle), and gRPC's proto codec wrapped so that the
+// answers ILB encoded itself go out as they are (wire.go; it forces the
+// server's codec). A server built without them still works; each stream
+// then costs a goroutine more, and every answer is marshalled.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	c := s.opts.Config
 	limit := max(c.ExtProc.MaxBodyBytes, int(c.Envoy.RequestBufferBytes)) + 1<<20
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: 30 * time.Second, Timeout: 20 * time.Second,
@@ -237,6 +241,13 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		// bound needs no goroutine per stream then (see Process).
 		grpc.InTapHandle(streamTap),
 	}
+	if codec := newWireCodec(); codec != nil {
+		// gRPC's proto codec, but answers ILB encoded itself go out as
+		// they are (wire.go). Process relies on the tap and the codec
+		// coming together.
+		opts = append(opts, grpc.ForceServerCodecV2(codec))
+	}
+	return opts
 }
 
 // Register adds the ext_proc service to g, and the standard gRPC health

@@ -84,6 +84,9 @@ type sourceState struct {
 	poolModels map[string]bool
 	// models is what ILB answers the source's model list and retrievals.
 	models modelList
+	// mismatched caches ilb_extproc_served_mismatch_total of the source,
+	// filled when first counted (mismatchCounter).
+	mismatched atomic.Pointer[prometheus.Counter]
 }
 
 // cell is one (source, model): its targets as the route decision takes

@@ -115,10 +115,15 @@ type exchange struct {
 	heldBytes int64
 	// ticket books the request on the replica ILB chose (replica
 	// picking): its prefill until the response headers, its load until
-	// the stream ends.
+	// the stream ends; pick is the memory of its decision (nil: none).
 	ticket picker.Ticket
-	// endpoint is the override-host list of the decision ("" none).
-	endpoint string
+	pick   *pickRecord
+	// answer is the memory of the decision's answer (verdict.go); nil
+	// until ILB decides.
+	answer *verdict
+	// wire: the stream's server sends answers ILB encoded as they are
+	// (GRPCOptions' codec, wire.go).
+	wire bool
 	// budget holds the request's tokens against its tenant's budgets
 	// until the stream ends (nil: no budget).
 	budget *budget.Hold
@@ -271,7 +276,7 @@ func (s *Server) onRequestHeaders(ctx context.Context, x *exchange, m *extprocv3
 		}
 		s.spanDecided(ctx, x, mut)
 		s.decided(x, began)
-		resp := withEndpoint(headersResponse(mut, x.rematch()), x.endpoint)
+		resp := x.answer.headersResponse(mut, x.rematch())
 		if !m.GetEndOfStream() {
 			resp.ModeOverride = skipBody()
 		}
@@ -398,7 +403,7 @@ func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.Ht
 	if err != nil {
 		return s.reject(x, err, began)
 	}
-	return withEndpoint(bodyResponse(mut, x.rematch()), x.endpoint)
+	return x.answer.bodyResponse(mut, x.rematch())
 }
 
 // decideBody decides on the whole request body data; an error is the
@@ -600,15 +605,14 @@ func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *co
 			}
 			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
 			if r.Replica != nil && r.Replica.Chosen != "" {
-				rd := *r.Replica // records are copied on write
-				r.Replica = &rd
+				r.Replica = x.pick.copyOf(r.Replica) // records are copied on write
 				s.replicaServed(r)
 			}
 			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
 			r.Complete = true
 		})
 		if x.rec.Mismatch {
-			s.metrics.mismatches.WithLabelValues(x.source).Inc()
+			s.mismatchCounter(x).Inc()
 		}
 		s.spanServed(x)
 	}

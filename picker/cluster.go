@@ -142,11 +142,21 @@ func (d *Decision) Lost() string {
 	return LostRotation
 }
 
+// MaxHosts is the most hosts a Decision lists.
+const MaxHosts = 3
+
 // Pick chooses one of candidates (at least one) for req and books the
 // request on it: its blocks are recorded in the chosen replica's cache
 // and its load counted until the Ticket is settled. With no candidate it
 // returns a Decision with no Hosts and a Ticket that does nothing.
 func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
+	return c.PickInto(candidates, req, make([]string, 0, MaxHosts))
+}
+
+// PickInto is Pick with the Decision's Hosts appended to hosts[:0]: a
+// caller that keeps the list in memory of its own (capacity MaxHosts)
+// spares Pick an allocation. hosts belongs to the Decision afterwards.
+func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (Decision, Ticket) {
 	if len(candidates) == 0 {
 		return Decision{}, Ticket{}
 	}
@@ -236,7 +246,8 @@ func (c *Cluster) Pick(candidates []Replica, req Request) (Decision, Ticket) {
 	if req.Adapter != "" {
 		d.Adapter = adapterTiers[tier]
 	}
-	d.Hosts = append(make([]string, 0, 3), terms[chosen].Address)
+	hosts = append(hosts[:0], terms[chosen].Address)
+	d.Hosts = hosts
 	if runnerUp >= 0 {
 		d.RunnerUp = terms[runnerUp]
 		d.Hosts = append(d.Hosts, terms[runnerUp].Address)

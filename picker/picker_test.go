@@ -441,3 +441,23 @@ func TestLostNamesTheTerm(t *testing.T) {
 		})
 	}
 }
+
+// TestPickInto: PickInto decides as Pick does, on twin clusters given the
+// same requests, and lists the hosts in the memory it was given.
+func TestPickInto(t *testing.T) {
+	reps := []Replica{{Address: "10.0.0.1:8000", Ramp: 1}, {Address: "10.0.0.2:8000", Ramp: 1}, {Address: "10.0.0.3:8000", Ramp: 1}, {Address: "10.0.0.4:8000", Ramp: 1}}
+	a, b := NewCluster(Options{CacheTokens: 1 << 20}), NewCluster(Options{CacheTokens: 1 << 20})
+	for i := range 20 {
+		text := prompt(fmt.Sprintf("conversation %d", i%3), (4+i)*BlockBytes)
+		req := Request{Blocks: blocks("m", text), PromptTokens: len(text) / 4, Draw: uint64(i)}
+		want, _ := a.Pick(reps, req)
+		var mem [MaxHosts]string
+		got, _ := b.PickInto(reps, req, mem[:0])
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("request %d: PickInto = %+v; Pick = %+v", i, got, want)
+		}
+		if len(got.Hosts) != MaxHosts || &got.Hosts[0] != &mem[0] {
+			t.Errorf("request %d: hosts %v not in the memory given", i, got.Hosts)
+		}
+	}
+}
