@@ -36,8 +36,19 @@ type Options struct {
 	// Duration bounds the run; Requests, when > 0, bounds it too.
 	Duration time.Duration
 	Requests int
-	// Concurrency is the number of workers per target; default 4.
+	// Concurrency is the number of workers per target; default 4. Each
+	// sends its next request when its last one is answered (closed loop).
 	Concurrency int
+	// Rate, when > 0, makes the load open-loop instead, as independent
+	// clients are: requests arrive at each target as a Poisson process of
+	// Rate per second, whatever the answers' latency (Concurrency is then
+	// unused), and Run returns the requests the end of the run cut too,
+	// with their error. MaxInFlight bounds the requests in flight per target
+	// (default 1024): an arrival past it is not sent, and its Result has
+	// ErrOverflow, so a saturated system under test cannot make the load
+	// generator itself run out of memory.
+	Rate        float64
+	MaxInFlight int
 	// SessionShare is the fraction of requests with an x-ilb-session key
 	// drawn from Sessions keys; StreamShare the fraction with stream: true.
 	SessionShare, StreamShare float64
@@ -59,6 +70,9 @@ type Options struct {
 	Tenant string
 	Seed   uint64
 	Client *http.Client // nil: a client with a 30s timeout
+	// handled, when set, is called after each open-loop arrival is sent
+	// or dropped, with whether it was dropped (tests).
+	handled func(dropped bool)
 }
 
 // Result is one request's outcome.
@@ -78,8 +92,16 @@ type Result struct {
 	Events       int // SSE data events received
 	Start        time.Time
 	Latency      time.Duration
-	Err          error
+	// TTFT is the time to the first token as the client saw it: to the
+	// first SSE data event of a stream, to the whole response otherwise;
+	// 0 when none came.
+	TTFT time.Duration
+	Err  error
 }
+
+// ErrOverflow is the error of an open-loop arrival that was not sent:
+// Options.MaxInFlight requests were in flight at its target.
+var ErrOverflow = errors.New("loadgen: too many requests in flight, arrival dropped")
 
 // Run sends requests until the duration or count is reached or ctx is
 // done, and returns every result in completion order.
@@ -103,6 +125,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
+	}
+	if o.Rate > 0 {
+		return openLoop(ctx, o), nil
 	}
 	var (
 		mu      sync.Mutex
@@ -190,6 +215,9 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			if data, ok := strings.CutPrefix(sc.Text(), "data:"); ok {
+				if r.Events == 0 {
+					r.TTFT = time.Since(start)
+				}
 				r.Events++
 				if fingerprint == "" {
 					fingerprint = systemFingerprint([]byte(data))
@@ -209,6 +237,9 @@ func one(ctx context.Context, o Options, t Target, rng *rand.Rand) Result {
 		r.Cluster, r.Replica = fromFingerprint(fingerprint)
 	}
 	r.Latency = time.Since(start)
+	if r.Events == 0 && r.Err == nil {
+		r.TTFT = r.Latency
+	}
 	return r
 }
 
