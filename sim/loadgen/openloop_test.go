@@ -53,9 +53,9 @@ func TestOpenLoop(t *testing.T) {
 		},
 		{
 			name: "a request the end of the run cuts is returned with its error", maxInFlight: 4, requests: 1,
-			hold:        func(r *http.Request, _ <-chan struct{}) { <-r.Context().Done() },
-			cutRun:      true,
-			cut:         1,
+			hold:   func(r *http.Request, _ <-chan struct{}) { <-r.Context().Done() },
+			cutRun: true,
+			cut:    1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +106,6 @@ func TestOpenLoop(t *testing.T) {
 		})
 	}
 }
-
 
 // cutAfterFirstRead is a client transport that calls cut once a
 // response's body gave its first bytes: the run ends after the client
