@@ -28,7 +28,7 @@ import (
 )
 
 // startWorld runs the demo world with changes to its configuration.
-func startWorld(t *testing.T, timing *engine.FixedTiming, change func(c *config.Config)) *stack.Stack {
+func startWorld(t testing.TB, timing *engine.FixedTiming, change func(c *config.Config)) *stack.Stack {
 	t.Helper()
 	c, err := config.Load("../examples/demo/ilb.yaml")
 	if err != nil {
@@ -50,7 +50,7 @@ func startWorld(t *testing.T, timing *engine.FixedTiming, change func(c *config.
 }
 
 // runStack starts a stack of c until the end of the test.
-func runStack(t *testing.T, c *config.Config, o stack.Options) *stack.Stack {
+func runStack(t testing.TB, c *config.Config, o stack.Options) *stack.Stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := stack.Start(ctx, c, o)
@@ -65,7 +65,7 @@ func runStack(t *testing.T, c *config.Config, o stack.Options) *stack.Stack {
 	return s
 }
 
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
+func waitUntil(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
