@@ -1,0 +1,337 @@
+package extproc
+
+import (
+	"unicode/utf8"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Field numbers of the messages decodeRequest reads.
+const (
+	fieldReqRequestHeaders    = 2  // ProcessingRequest.request_headers
+	fieldReqResponseHeaders   = 3  // ProcessingRequest.response_headers
+	fieldReqRequestBody       = 4  // ProcessingRequest.request_body
+	fieldReqResponseBody      = 5  // ProcessingRequest.response_body
+	fieldReqObservabilityMode = 10 // ProcessingRequest.observability_mode
+	fieldReqProtocolConfig    = 11 // ProcessingRequest.protocol_config
+
+	fieldHeadersMap         = 1 // HttpHeaders.headers
+	fieldHeadersEndOfStream = 3 // HttpHeaders.end_of_stream
+	fieldMapHeaders         = 1 // HeaderMap.headers
+	fieldHeaderValue        = 2 // HeaderValue.value (fieldHeaderKey, fieldHeaderRawValue: wire.go)
+
+	fieldBodyBody                  = 1 // HttpBody.body
+	fieldBodyEndOfStream           = 2 // HttpBody.end_of_stream
+	fieldBodyEndWithoutMessage     = 3 // HttpBody.end_of_stream_without_message
+	fieldBodyGRPCMessageCompressed = 4 // HttpBody.grpc_message_compressed
+
+	fieldConfigRequestBodyMode  = 1 // ProtocolConfiguration.request_body_mode
+	fieldConfigResponseBodyMode = 2 // ProtocolConfiguration.response_body_mode
+	fieldConfigSendBodyEarly    = 3 // ProtocolConfiguration.send_body_without_waiting_for_header_response
+)
+
+// decodeRequest decodes b into m exactly as proto.Unmarshal would (a
+// message proto.Equal to its result), for the messages Envoy's ext_proc
+// filter sends on the request path: request or response headers (a
+// header map of keys, values and raw values, end of stream), a request
+// or response body, the protocol configuration and the observability
+// mode, each field once. It reports false, leaving m untouched, for
+// anything else — another field (trailers, attributes, metadata, flow
+// control, an unknown one), a field twice (protobuf would merge or
+// replace), a wire type protobuf would keep as unknown, a string that is
+// not UTF-8, malformed bytes — which the caller then gives to
+// proto.Unmarshal. Protobuf's reflection-driven decoder allocated every
+// header (its key and its value) on its own: a request's headers are
+// four allocations here, whatever their number, and the decoded strings
+// and byte slices share one buffer (the strings are never written; each
+// byte slice is capped at its own length).
+func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
+	var (
+		seen    uint64
+		request any // the oneof member's wrapper, nil none
+		observe bool
+		config  *extprocv3.ProtocolConfiguration
+	)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num >= 64 || seen&(1<<num) != 0 {
+			return false
+		}
+		seen |= 1 << num
+		b = b[n:]
+		if num == fieldReqObservabilityMode && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b, observe = b[n:], v != 0
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num != fieldReqProtocolConfig && request != nil {
+			return false // a second member of the oneof: protobuf replaces the first
+		}
+		ok := false
+		switch num {
+		case fieldReqRequestHeaders:
+			h := new(requestHeadersMsg)
+			h.oneof.RequestHeaders, request = &h.headers, &h.oneof
+			ok = decodeHeaders(v, &h.headers, &h.hmap)
+		case fieldReqResponseHeaders:
+			h := new(responseHeadersMsg)
+			h.oneof.ResponseHeaders, request = &h.headers, &h.oneof
+			ok = decodeHeaders(v, &h.headers, &h.hmap)
+		case fieldReqRequestBody:
+			h := new(requestBodyMsg)
+			h.oneof.RequestBody, request = &h.body, &h.oneof
+			ok = decodeBody(v, &h.body)
+		case fieldReqResponseBody:
+			h := new(responseBodyMsg)
+			h.oneof.ResponseBody, request = &h.body, &h.oneof
+			ok = decodeBody(v, &h.body)
+		case fieldReqProtocolConfig:
+			config = new(extprocv3.ProtocolConfiguration)
+			ok = decodeConfig(v, config)
+		}
+		if !ok {
+			return false
+		}
+	}
+	m.Reset()
+	m.ObservabilityMode, m.ProtocolConfig = observe, config
+	switch r := request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		m.Request = r
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		m.Request = r
+	case *extprocv3.ProcessingRequest_RequestBody:
+		m.Request = r
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		m.Request = r
+	}
+	return true
+}
+
+// The oneof wrapper of a decoded request and the messages under it, in
+// one allocation.
+type (
+	requestHeadersMsg struct {
+		oneof   extprocv3.ProcessingRequest_RequestHeaders
+		headers extprocv3.HttpHeaders
+		hmap    corev3.HeaderMap
+	}
+	responseHeadersMsg struct {
+		oneof   extprocv3.ProcessingRequest_ResponseHeaders
+		headers extprocv3.HttpHeaders
+		hmap    corev3.HeaderMap
+	}
+	requestBodyMsg struct {
+		oneof extprocv3.ProcessingRequest_RequestBody
+		body  extprocv3.HttpBody
+	}
+	responseBodyMsg struct {
+		oneof extprocv3.ProcessingRequest_ResponseBody
+		body  extprocv3.HttpBody
+	}
+)
+
+// decodeHeaders decodes b into h (hm: the header map's memory), as
+// decodeRequest says.
+func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, hm *corev3.HeaderMap) bool {
+	var seen uint8
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == fieldHeadersMap && typ == protowire.BytesType && seen&1 == 0:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !decodeHeaderMap(v, hm) {
+				return false
+			}
+			b, seen, h.Headers = b[n:], seen|1, hm
+		case num == fieldHeadersEndOfStream && typ == protowire.VarintType && seen&2 == 0:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b, seen, h.EndOfStream = b[n:], seen|2, v != 0
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeHeaderMap decodes b into hm: a first pass checks every header
+// and sizes what they hold, the second fills one array of headers, one of
+// pointers to them, and one buffer for their strings and bytes.
+func decodeHeaderMap(b []byte, hm *corev3.HeaderMap) bool {
+	count, strs, raws := 0, 0, 0
+	for rest := b; len(rest) > 0; {
+		v, n := consumeHeader(rest)
+		if n < 0 {
+			return false
+		}
+		rest = rest[n:]
+		k, val, raw, ok := headerFields(v)
+		if !ok {
+			return false
+		}
+		count, strs, raws = count+1, strs+len(k)+len(val), raws+len(raw)
+	}
+	if count == 0 {
+		return true
+	}
+	vals := make([]corev3.HeaderValue, count)
+	ptrs := make([]*corev3.HeaderValue, count)
+	buf := make([]byte, strs+raws)
+	text, bytes := buf[:strs:strs], buf[strs:]
+	// The strings' memory: text is never written after this loop, nor
+	// handed out as bytes.
+	str := unsafe.String(unsafe.SliceData(buf), strs)
+	at := 0
+	for i := range vals {
+		v, n := consumeHeader(b)
+		b = b[n:]
+		k, val, raw, _ := headerFields(v)
+		h := &vals[i]
+		if len(k) > 0 {
+			copy(text[at:], k)
+			h.Key, at = str[at:at+len(k)], at+len(k)
+		}
+		if len(val) > 0 {
+			copy(text[at:], val)
+			h.Value, at = str[at:at+len(val)], at+len(val)
+		}
+		if len(raw) > 0 {
+			copy(bytes, raw)
+			h.RawValue, bytes = bytes[:len(raw):len(raw)], bytes[len(raw):]
+		}
+		ptrs[i] = h
+	}
+	hm.Headers = ptrs
+	return true
+}
+
+// consumeHeader reads one element of HeaderMap.headers at the start of
+// b: its bytes and the length it took; n < 0 when b starts with anything
+// else.
+func consumeHeader(b []byte) (v []byte, n int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != fieldMapHeaders || typ != protowire.BytesType {
+		return nil, -1
+	}
+	v, k := protowire.ConsumeBytes(b[n:])
+	if k < 0 {
+		return nil, -1
+	}
+	return v, n + k
+}
+
+// headerFields reads a HeaderValue: its key, value and raw value; false
+// when it holds another field, one twice, or a string that is not UTF-8.
+func headerFields(b []byte) (key, value, raw []byte, ok bool) {
+	var seen uint8
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType || num < fieldHeaderKey || num > fieldHeaderRawValue || seen&(1<<num) != 0 {
+			return nil, nil, nil, false
+		}
+		seen |= 1 << num
+		v, k := protowire.ConsumeBytes(b[n:])
+		if k < 0 {
+			return nil, nil, nil, false
+		}
+		b = b[n+k:]
+		switch num {
+		case fieldHeaderKey:
+			key = v
+		case fieldHeaderValue:
+			value = v
+		default:
+			raw = v
+		}
+	}
+	return key, value, raw, utf8.Valid(key) && utf8.Valid(value)
+}
+
+// decodeBody decodes b into body, as decodeRequest says.
+func decodeBody(b []byte, body *extprocv3.HttpBody) bool {
+	var seen uint8
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num < fieldBodyBody || num > fieldBodyGRPCMessageCompressed || seen&(1<<num) != 0 {
+			return false
+		}
+		seen |= 1 << num
+		b = b[n:]
+		if num == fieldBodyBody {
+			if typ != protowire.BytesType {
+				return false
+			}
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b, body.Body = b[n:], append([]byte(nil), v...) // nil when empty, as protobuf
+			continue
+		}
+		if typ != protowire.VarintType {
+			return false
+		}
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch num {
+		case fieldBodyEndOfStream:
+			body.EndOfStream = v != 0
+		case fieldBodyEndWithoutMessage:
+			body.EndOfStreamWithoutMessage = v != 0
+		default:
+			body.GrpcMessageCompressed = v != 0
+		}
+	}
+	return true
+}
+
+// decodeConfig decodes b into c, as decodeRequest says.
+func decodeConfig(b []byte, c *extprocv3.ProtocolConfiguration) bool {
+	var seen uint8
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.VarintType || num < fieldConfigRequestBodyMode || num > fieldConfigSendBodyEarly || seen&(1<<num) != 0 {
+			return false
+		}
+		seen |= 1 << num
+		v, k := protowire.ConsumeVarint(b[n:])
+		if k < 0 {
+			return false
+		}
+		b = b[n+k:]
+		switch num {
+		case fieldConfigRequestBodyMode:
+			c.RequestBodyMode = extprocfilterv3.ProcessingMode_BodySendMode(int32(v))
+		case fieldConfigResponseBodyMode:
+			c.ResponseBodyMode = extprocfilterv3.ProcessingMode_BodySendMode(int32(v))
+		default:
+			c.SendBodyWithoutWaitingForHeaderResponse = v != 0
+		}
+	}
+	return true
+}
