@@ -8,6 +8,7 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Field numbers of the messages decodeRequest reads.
@@ -16,6 +17,7 @@ const (
 	fieldReqResponseHeaders   = 3  // ProcessingRequest.response_headers
 	fieldReqRequestBody       = 4  // ProcessingRequest.request_body
 	fieldReqResponseBody      = 5  // ProcessingRequest.response_body
+	fieldReqMetadataContext   = 8  // ProcessingRequest.metadata_context
 	fieldReqObservabilityMode = 10 // ProcessingRequest.observability_mode
 	fieldReqProtocolConfig    = 11 // ProcessingRequest.protocol_config
 
@@ -38,10 +40,11 @@ const (
 // message proto.Equal to its result), for the messages Envoy's ext_proc
 // filter sends on the request path: request or response headers (a
 // header map of keys, values and raw values, end of stream), a request
-// or response body, the protocol configuration and the observability
-// mode, each field once. It reports false, leaving m untouched, for
-// anything else — another field (trailers, attributes, metadata, flow
-// control, an unknown one), a field twice (protobuf would merge or
+// or response body, the metadata context (decoded by proto.Unmarshal:
+// empty but for the replica picked), the protocol configuration and the
+// observability mode, each field once. It reports false, leaving m
+// untouched, for anything else — another field (trailers, attributes,
+// flow control, an unknown one), a field twice (protobuf would merge or
 // replace), a wire type protobuf would keep as unknown, a string that is
 // not UTF-8, malformed bytes — which the caller then gives to
 // proto.Unmarshal. Protobuf's reflection-driven decoder allocated every
@@ -55,6 +58,7 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 		request any // the oneof member's wrapper, nil none
 		observe bool
 		config  *extprocv3.ProtocolConfiguration
+		meta    *corev3.Metadata
 	)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -79,7 +83,7 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 			return false
 		}
 		b = b[n:]
-		if num != fieldReqProtocolConfig && request != nil {
+		if num != fieldReqProtocolConfig && num != fieldReqMetadataContext && request != nil {
 			return false // a second member of the oneof: protobuf replaces the first
 		}
 		ok := false
@@ -103,13 +107,15 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 		case fieldReqProtocolConfig:
 			config = new(extprocv3.ProtocolConfiguration)
 			ok = decodeConfig(v, config)
+		case fieldReqMetadataContext:
+			meta, ok = decodeMetadata(v)
 		}
 		if !ok {
 			return false
 		}
 	}
 	m.Reset()
-	m.ObservabilityMode, m.ProtocolConfig = observe, config
+	m.ObservabilityMode, m.ProtocolConfig, m.MetadataContext = observe, config, meta
 	switch r := request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		m.Request = r
@@ -121,6 +127,22 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 		m.Request = r
 	}
 	return true
+}
+
+// metadataOptions decode a request's metadata context as proto.Unmarshal
+// does inside the request: one level of nesting down.
+var metadataOptions = proto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}
+
+// decodeMetadata decodes a request's metadata context: Envoy sends one
+// with every message (empty unless a forwarding namespace is in the
+// stream's dynamic metadata: the replica picked, on the response
+// headers), which protobuf decodes, maps of structs and all.
+func decodeMetadata(b []byte) (*corev3.Metadata, bool) {
+	md := new(corev3.Metadata)
+	if len(b) == 0 {
+		return md, true
+	}
+	return md, metadataOptions.Unmarshal(b, md) == nil
 }
 
 // The oneof wrapper of a decoded request and the messages under it, in

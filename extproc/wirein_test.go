@@ -34,6 +34,10 @@ func wireRequestCases(t testing.TB) []struct {
 		}
 		return b
 	}
+	lbStruct, err := structpb.NewStruct(map[string]any{"x-gateway-destination-endpoint-served": "10.0.0.7:8000", "n": 2.5, "ok": true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	reqHeaders := &extprocv3.ProcessingRequest{
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs(
 			":authority", "api.example.com", ":path", "/v1/chat/completions", ":method", "POST",
@@ -93,6 +97,16 @@ func wireRequestCases(t testing.TB) []struct {
 			fieldReqProtocolConfig, protowire.BytesType), 0), true},
 		{"bool varint 2", protowire.AppendVarint(tag(nil, fieldReqObservabilityMode, protowire.VarintType), 2), true},
 
+		{"empty metadata context (Envoy's, every message)", marshal(&extprocv3.ProcessingRequest{
+			Request: reqHeaders.Request, MetadataContext: &corev3.Metadata{}, ProtocolConfig: reqHeaders.ProtocolConfig,
+		}), true},
+		{"metadata context of the replica picked", marshal(&extprocv3.ProcessingRequest{
+			Request:         &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: hdrs(":status", "200")}},
+			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": lbStruct}},
+		}), true},
+		{"metadata context twice (merged)", append(marshal(&extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{}}),
+			marshal(&extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{}})...), false},
+		{"malformed metadata context", lenField(nil, fieldReqMetadataContext, []byte{0x0a, 0x05}), false},
 		{"request trailers", marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
 			RequestTrailers: &extprocv3.HttpTrailers{Trailers: hdrs("grpc-status", "0")},
 		}}), false},
@@ -103,7 +117,6 @@ func wireRequestCases(t testing.TB) []struct {
 		{"header attributes", marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 			RequestHeaders: &extprocv3.HttpHeaders{Attributes: map[string]*structpb.Struct{"a": {}}}, //nolint:staticcheck // deprecated, but Envoy may send it
 		}}), false},
-		{"metadata context", marshal(&extprocv3.ProcessingRequest{Request: body.Request, MetadataContext: &corev3.Metadata{}}), false},
 		{"unknown field", protowire.AppendVarint(tag(marshal(body), 99, protowire.VarintType), 1), false},
 		{"request headers twice (merged)", append(marshal(reqHeaders), marshal(reqHeaders)...), false},
 		{"two members of the oneof (replaced)", append(marshal(reqHeaders), marshal(body)...), false},
@@ -175,6 +188,42 @@ func TestDecodeRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeRequestDepth: a metadata context nested as deep as protobuf
+// allows inside a request is decoded, one level deeper it is refused, as
+// proto.Unmarshal does with the whole request.
+func TestDecodeRequestDepth(t *testing.T) {
+	nested := func(n int) []byte { // metadata context → struct → value → struct ... n structs deep
+		v := structpb.NewNullValue()
+		for range n - 1 {
+			v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"a": v}})
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{
+			FilterMetadata: map[string]*structpb.Struct{"ns": {Fields: map[string]*structpb.Value{"a": v}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ok := func(n int) bool { return proto.Unmarshal(nested(n), new(extprocv3.ProcessingRequest)) == nil }
+	lo, hi := 1, 8192 // proto.Unmarshal takes lo levels, refuses hi
+	if !ok(lo) || ok(hi) {
+		t.Fatalf("proto.Unmarshal: %d levels %v, %d levels %v", lo, ok(lo), hi, ok(hi))
+	}
+	for hi-lo > 1 {
+		if mid := (lo + hi) / 2; ok(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	for _, n := range []int{lo - 1, lo, hi, hi + 1} {
+		if got, want := decodeRequest(nested(n), new(extprocv3.ProcessingRequest)), ok(n); got != want {
+			t.Errorf("%d levels: decodeRequest %v, proto.Unmarshal %v", n, got, want)
+		}
 	}
 }
 
