@@ -61,7 +61,7 @@ func decodeRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 		meta    *corev3.Metadata
 	)
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || num >= 64 || seen&(1<<num) != 0 {
 			return false
 		}
@@ -173,7 +173,7 @@ type (
 func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, hm *corev3.HeaderMap) bool {
 	var seen uint8
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return false
 		}
@@ -198,50 +198,55 @@ func decodeHeaders(b []byte, h *extprocv3.HttpHeaders, hm *corev3.HeaderMap) boo
 	return true
 }
 
-// decodeHeaderMap decodes b into hm: a first pass checks every header
-// and sizes what they hold, the second fills one array of headers, one of
-// pointers to them, and one buffer for their strings and bytes.
+// decodeHeaderMap decodes b into hm in one pass: the headers' fields are
+// noted (on the stack for up to maxNotedHeaders), then one array of
+// headers, one of pointers to them and one buffer for their strings and
+// bytes are filled.
 func decodeHeaderMap(b []byte, hm *corev3.HeaderMap) bool {
-	count, strs, raws := 0, 0, 0
-	for rest := b; len(rest) > 0; {
-		v, n := consumeHeader(rest)
-		if n < 0 {
+	var noted [maxNotedHeaders]headerFields
+	hs := noted[:0]
+	strs, raws := 0, 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 || num != fieldMapHeaders || typ != protowire.BytesType {
 			return false
 		}
-		rest = rest[n:]
-		k, val, raw, ok := headerFields(v)
-		if !ok {
+		v, k := consumeBytes(b[n:])
+		if k < 0 {
 			return false
 		}
-		count, strs, raws = count+1, strs+len(k)+len(val), raws+len(raw)
+		b = b[n+k:]
+		var h headerFields
+		if !h.read(v) {
+			return false
+		}
+		hs = append(hs, h)
+		strs, raws = strs+len(h.key)+len(h.value), raws+len(h.raw)
 	}
-	if count == 0 {
+	if len(hs) == 0 {
 		return true
 	}
-	vals := make([]corev3.HeaderValue, count)
-	ptrs := make([]*corev3.HeaderValue, count)
+	vals := make([]corev3.HeaderValue, len(hs))
+	ptrs := make([]*corev3.HeaderValue, len(hs))
 	buf := make([]byte, strs+raws)
 	text, bytes := buf[:strs:strs], buf[strs:]
 	// The strings' memory: text is never written after this loop, nor
 	// handed out as bytes.
 	str := unsafe.String(unsafe.SliceData(buf), strs)
 	at := 0
-	for i := range vals {
-		v, n := consumeHeader(b)
-		b = b[n:]
-		k, val, raw, _ := headerFields(v)
+	for i, f := range hs {
 		h := &vals[i]
-		if len(k) > 0 {
-			copy(text[at:], k)
-			h.Key, at = str[at:at+len(k)], at+len(k)
+		if len(f.key) > 0 {
+			copy(text[at:], f.key)
+			h.Key, at = str[at:at+len(f.key)], at+len(f.key)
 		}
-		if len(val) > 0 {
-			copy(text[at:], val)
-			h.Value, at = str[at:at+len(val)], at+len(val)
+		if len(f.value) > 0 {
+			copy(text[at:], f.value)
+			h.Value, at = str[at:at+len(f.value)], at+len(f.value)
 		}
-		if len(raw) > 0 {
-			copy(bytes, raw)
-			h.RawValue, bytes = bytes[:len(raw):len(raw)], bytes[len(raw):]
+		if len(f.raw) > 0 {
+			copy(bytes, f.raw)
+			h.RawValue, bytes = bytes[:len(f.raw):len(f.raw)], bytes[len(f.raw):]
 		}
 		ptrs[i] = h
 	}
@@ -249,53 +254,65 @@ func decodeHeaderMap(b []byte, hm *corev3.HeaderMap) bool {
 	return true
 }
 
-// consumeHeader reads one element of HeaderMap.headers at the start of
-// b: its bytes and the length it took; n < 0 when b starts with anything
-// else.
-func consumeHeader(b []byte) (v []byte, n int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || num != fieldMapHeaders || typ != protowire.BytesType {
-		return nil, -1
-	}
-	v, k := protowire.ConsumeBytes(b[n:])
-	if k < 0 {
-		return nil, -1
-	}
-	return v, n + k
-}
+// maxNotedHeaders is how many headers decodeHeaderMap notes on the
+// stack (more go to the heap): a request's are a dozen or two.
+const maxNotedHeaders = 32
 
-// headerFields reads a HeaderValue: its key, value and raw value; false
-// when it holds another field, one twice, or a string that is not UTF-8.
-func headerFields(b []byte) (key, value, raw []byte, ok bool) {
+// headerFields are a HeaderValue's key, value and raw value, as bytes of
+// the message.
+type headerFields struct{ key, value, raw []byte }
+
+// read reads a HeaderValue; false when it holds another field, one
+// twice, or a string that is not UTF-8.
+func (h *headerFields) read(b []byte) bool {
 	var seen uint8
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || typ != protowire.BytesType || num < fieldHeaderKey || num > fieldHeaderRawValue || seen&(1<<num) != 0 {
-			return nil, nil, nil, false
+			return false
 		}
 		seen |= 1 << num
-		v, k := protowire.ConsumeBytes(b[n:])
+		v, k := consumeBytes(b[n:])
 		if k < 0 {
-			return nil, nil, nil, false
+			return false
 		}
 		b = b[n+k:]
 		switch num {
 		case fieldHeaderKey:
-			key = v
+			h.key = v
 		case fieldHeaderValue:
-			value = v
+			h.value = v
 		default:
-			raw = v
+			h.raw = v
 		}
 	}
-	return key, value, raw, utf8.Valid(key) && utf8.Valid(value)
+	return utf8.Valid(h.key) && utf8.Valid(h.value)
+}
+
+// consumeTag is protowire.ConsumeTag, a one-byte tag read inline.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] < 0x80 && b[0] >= 1<<3 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
+	}
+	return protowire.ConsumeTag(b)
+}
+
+// consumeBytes is protowire.ConsumeBytes, a one-byte length read inline.
+func consumeBytes(b []byte) ([]byte, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		if n := 1 + int(b[0]); n <= len(b) {
+			return b[1:n], n
+		}
+		return nil, -1
+	}
+	return protowire.ConsumeBytes(b)
 }
 
 // decodeBody decodes b into body, as decodeRequest says.
 func decodeBody(b []byte, body *extprocv3.HttpBody) bool {
 	var seen uint8
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || num < fieldBodyBody || num > fieldBodyGRPCMessageCompressed || seen&(1<<num) != 0 {
 			return false
 		}
@@ -336,7 +353,7 @@ func decodeBody(b []byte, body *extprocv3.HttpBody) bool {
 func decodeConfig(b []byte, c *extprocv3.ProtocolConfiguration) bool {
 	var seen uint8
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || typ != protowire.VarintType || num < fieldConfigRequestBodyMode || num > fieldConfigSendBodyEarly || seen&(1<<num) != 0 {
 			return false
 		}

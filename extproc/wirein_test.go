@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -38,6 +40,10 @@ func wireRequestCases(t testing.TB) []struct {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var manyHeaders []string
+	for i := range maxNotedHeaders + 8 {
+		manyHeaders = append(manyHeaders, fmt.Sprintf("x-h%d", i), strings.Repeat("v", 60*i))
+	}
 	reqHeaders := &extprocv3.ProcessingRequest{
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs(
 			":authority", "api.example.com", ":path", "/v1/chat/completions", ":method", "POST",
@@ -74,6 +80,9 @@ func wireRequestCases(t testing.TB) []struct {
 			RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 				{Key: "a", Value: "b"}, {}, {Key: "c", Value: "d", RawValue: []byte("e")}, {Key: "é", Value: "ü"},
 			}}},
+		}}), true},
+		{"more headers than noted on the stack, long values", marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs(manyHeaders...)},
 		}}), true},
 		{"empty headers and header map", marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 			RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{}},
@@ -125,6 +134,7 @@ func wireRequestCases(t testing.TB) []struct {
 		{"invalid UTF-8 key", header(lenField(nil, fieldHeaderKey, []byte{0xff})), false},
 		{"invalid UTF-8 value", header(lenField(nil, fieldHeaderValue, []byte{0xc3})), false},
 		{"raw value not UTF-8", header(lenField(nil, fieldHeaderRawValue, []byte{0xff})), true},
+		{"header field 16 (two-byte tag)", header(protowire.AppendVarint(tag(nil, 16, protowire.VarintType), 1)), false},
 		{"unknown header field", header(protowire.AppendVarint(tag(nil, 4, protowire.VarintType), 1)), false},
 		{"header key twice", header(lenField(nil, fieldHeaderKey, []byte("a")), lenField(nil, fieldHeaderKey, []byte("b"))), false},
 		{"header key as varint", header(protowire.AppendVarint(tag(nil, fieldHeaderKey, protowire.VarintType), 1)), false},
