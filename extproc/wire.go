@@ -53,7 +53,23 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return out, nil
 }
 
+// Unmarshal decodes an ext_proc request with decodeRequest where it can
+// (the messages Envoy sends on the request path), else, and any other
+// message, as gRPC's proto codec does; the message is the same.
 func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(*extprocv3.ProcessingRequest); ok {
+		var done bool
+		if len(data) == 1 { // one buffer: read in place (decodeRequest copies what it keeps)
+			done = decodeRequest(data[0].ReadOnlyData(), m)
+		} else {
+			buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+			done = decodeRequest(buf.ReadOnlyData(), m)
+			buf.Free()
+		}
+		if done {
+			return nil
+		}
+	}
 	if err := c.proto.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("extproc: %w", err)
 	}
