@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,7 +35,7 @@ const StartTimeout = 120 * time.Second
 // Istiod is a running istiod.
 type Istiod struct {
 	t                  testing.TB
-	dir                string
+	dir, kubeconfig    string
 	xdsAddr, readyAddr string
 
 	mu   sync.Mutex
@@ -116,17 +117,38 @@ func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 			"PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER=true", "PILOT_ENABLE_GATEWAY_API_STATUS=true")
 	}
 	k.Namespace(t, "istio-system")
-	i := &Istiod{t: t, dir: t.TempDir()}
+	i := &Istiod{t: t, dir: t.TempDir(), kubeconfig: k.Kubeconfig("istiod", "")}
+	t.Cleanup(i.stop)
+	// Its five ports are picked free, then bound by istiod seconds later:
+	// on a busy machine another process may take one in between (it did,
+	// under make test beside six busy loops). Like kubetest's API server,
+	// it starts again on new ports then.
+	for attempt := 1; ; attempt++ {
+		err := i.launch(o, bin)
+		if err == nil {
+			return i
+		}
+		lost := strings.Contains(i.Tail(), "address already in use")
+		i.stop()
+		if !lost || attempt == 3 {
+			t.Fatalf("istiotest: %v\n%s", err, i.Tail())
+		}
+	}
+}
+
+// launch runs istiod on new free ports and waits until it answers ready.
+func (i *Istiod) launch(o Options, bin string) error {
 	ports := make([]int, 5)
 	for n := range ports {
+		var err error
 		if ports[n], err = kubetest.FreePort(); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	i.xdsAddr, i.readyAddr = addr(ports[0]), addr(ports[1])
 	args := []string{
-		"discovery", "--kubeconfig", k.Kubeconfig("istiod", ""),
+		"discovery", "--kubeconfig", i.kubeconfig,
 		"--grpcAddr", i.xdsAddr, "--httpAddr", i.readyAddr, "--secureGRPCAddr", addr(ports[2]),
 		"--monitoringAddr", addr(ports[3]), "--httpsAddr", addr(ports[4]),
 		"--domain", "cluster.local", "--log_output_level", "default:info",
@@ -134,7 +156,7 @@ func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 	if o.Mesh != "" {
 		mesh := filepath.Join(i.dir, "mesh.yaml")
 		if err := os.WriteFile(mesh, []byte(o.Mesh), 0o600); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		args = append(args, "--meshConfig", mesh)
 	}
@@ -147,23 +169,22 @@ func Start(t testing.TB, k *kubetest.Server, o Options) *Istiod {
 		"PILOT_ENABLE_ANALYSIS=false", "ENABLE_CA_SERVER=false",
 	)
 	cmd.Env = append(cmd.Env, o.Env...)
-	logf, err := os.Create(filepath.Join(i.dir, "istiod.log"))
+	logf, err := os.Create(filepath.Join(i.dir, "istiod.log")) // a new log per attempt
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("istiotest: start %s: %v", bin, err)
+		return fmt.Errorf("start %s: %w", bin, err)
 	}
-	i.cmd, i.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(i.done) }()
-	t.Cleanup(i.stop)
-	if err := i.waitReady(); err != nil {
-		t.Fatalf("istiotest: %v\n%s", err, i.Tail())
-	}
-	return i
+	done := make(chan struct{})
+	i.mu.Lock()
+	i.cmd, i.done = cmd, done
+	i.mu.Unlock()
+	go func() { _ = cmd.Wait(); close(done) }()
+	return i.waitReady()
 }
 
 // waitReady polls /ready until it answers 200.
