@@ -190,7 +190,7 @@ func Start(ctx context.Context, o Options) (*App, error) {
 		copts.State = func() (map[string]weights.ClusterState, time.Time) {
 			snap := mon.Snapshot()
 			if c.Controller.Capacity.Mode == config.CapacityLearned {
-				return snap.ClusterStatesWith(c, a.Capacity.PerReplica), snap.At
+				return snap.ClusterStatesWith(c, a.Capacity.Learned), snap.At
 			}
 			return snap.ClusterStates(c), snap.At
 		}

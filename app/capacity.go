@@ -46,7 +46,9 @@ var (
 	capacityPerReplica = prometheus.NewDesc("ilb_capacity_per_replica",
 		"Capacity per replica the controller plans with (token-cost units per second at full utilization): learned from the engines, the profile being the prior.", []string{"cluster"}, nil)
 	capacitySaturation = prometheus.NewDesc("ilb_capacity_saturation_per_replica",
-		"Learned throughput per replica at saturation (token-cost units per second): measured while the engines queue.", []string{"cluster"}, nil)
+		"Learned throughput per replica at saturation (token-cost units per second): measured while a request waits per replica; the plan sheds against it less the backlog served within a tick.", []string{"cluster"}, nil)
+	capacityBacklog = prometheus.NewDesc("ilb_capacity_backlog_per_replica",
+		"Work waiting per replica (token-cost units): the queue per replica over the estimator's window times its mean cost of a request; served within a controller tick, it lowers the capacity under overload and the saturation throughput the plan sheds against.", []string{"cluster"}, nil)
 	capacityPrior = prometheus.NewDesc("ilb_capacity_prior_per_replica",
 		"The configured capacity_per_replica of the cluster's profile (token-cost units per second).", []string{"cluster"}, nil)
 	capacityConfidence = prometheus.NewDesc("ilb_capacity_confidence",
@@ -54,7 +56,7 @@ var (
 )
 
 func (capacityCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{capacityPerReplica, capacitySaturation, capacityPrior, capacityConfidence} {
+	for _, d := range []*prometheus.Desc{capacityPerReplica, capacitySaturation, capacityBacklog, capacityPrior, capacityConfidence} {
 		ch <- d
 	}
 }
@@ -63,6 +65,7 @@ func (c capacityCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range c.est.Estimates() {
 		ch <- prometheus.MustNewConstMetric(capacityPerReplica, prometheus.GaugeValue, e.PerReplica, e.Cluster)
 		ch <- prometheus.MustNewConstMetric(capacitySaturation, prometheus.GaugeValue, e.Saturation, e.Cluster)
+		ch <- prometheus.MustNewConstMetric(capacityBacklog, prometheus.GaugeValue, e.Backlog, e.Cluster)
 		ch <- prometheus.MustNewConstMetric(capacityPrior, prometheus.GaugeValue, e.Prior, e.Cluster)
 		ch <- prometheus.MustNewConstMetric(capacityConfidence, prometheus.GaugeValue, e.Confidence, e.Cluster)
 	}

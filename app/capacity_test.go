@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -17,7 +18,8 @@ import (
 
 // TestCapacityLearnedFromSignals feeds the app five minutes of signals in
 // which us-east-vllm's two replicas queue while serving a third of their
-// profile (12000 token-cost/s per replica), and checks what the operator
+// profile (12000 token-cost/s per replica), one request of 800 token-cost
+// waiting on each, and checks what the operator
 // sees: the estimate in /debug/signals, the gauges on /metrics, and the
 // capacity the controller's cluster state is built with.
 func TestCapacityLearnedFromSignals(t *testing.T) {
@@ -31,22 +33,28 @@ func TestCapacityLearnedFromSignals(t *testing.T) {
 		a.onSignals(ctx, &signals.Snapshot{
 			At: t0.Add(time.Duration(i) * time.Second),
 			Clusters: map[string]signals.Cluster{"us-east-vllm": {
-				Ready: 2, LoadKnown: 2, RatesKnown: 2, TTFTKnown: 2, Waiting: 40, Running: 20,
+				Ready: 2, LoadKnown: 2, RatesKnown: 2, TTFTKnown: 2, Waiting: 2, Running: 2,
 				// 2 replicas × 4000 token-cost/s: 4000 prompt tokens/s each, half the first tokens slow.
 				PromptTokensPerSecond: 8000, GenerationTokensPerSecond: 0, FirstTokensPerSecond: 10, SlowFirstTokensPerSecond: 5,
 			}},
 		}, nil)
 	}
+	// The throughput less the backlog served within the demo's 2 s tick:
+	// 4000 − 800 / 2.
 	est, ok := a.Capacity.PerReplica("us-east-vllm")
-	if !ok || math.Abs(est-4000) > 0.05*4000 {
-		t.Fatalf("learned %v (%v); want about 4000 token-cost/s per replica", est, ok)
+	if !ok || math.Abs(est-3600) > 0.05*3600 {
+		t.Fatalf("learned %v (%v); want about 3600 token-cost/s per replica", est, ok)
 	}
 	if other, _ := a.Capacity.PerReplica("eu-west-vllm"); other != prior {
 		t.Errorf("eu-west-vllm learned %v without evidence; want its prior %v", other, prior)
 	}
-	st := (&signals.Snapshot{Clusters: map[string]signals.Cluster{"us-east-vllm": {Ready: 2}}}).ClusterStatesWith(c, a.Capacity.PerReplica)
+	st := (&signals.Snapshot{Clusters: map[string]signals.Cluster{"us-east-vllm": {Ready: 2}}}).ClusterStatesWith(c, a.Capacity.Learned)
 	if got := st["us-east-vllm"].Capacity; math.Abs(got-2*est) > 1e-6 {
 		t.Errorf("cluster state capacity %v; want 2 replicas × %v", got, est)
+	}
+	// Busy at 4000 with 800 waiting per replica: 4000 − 800 / 2 s.
+	if got := st["us-east-vllm"].Saturation; math.Abs(got-2*3600) > 0.05*2*3600 {
+		t.Errorf("cluster state saturation %v; want 2 replicas × about 3600", got)
 	}
 
 	var view struct {
@@ -69,7 +77,7 @@ func TestCapacityLearnedFromSignals(t *testing.T) {
 	for _, want := range []string{
 		`ilb_capacity_prior_per_replica{cluster="us-east-vllm"} 12000`,
 		`ilb_capacity_per_replica{cluster="eu-west-vllm"} 12000`,
-		`ilb_capacity_per_replica{cluster="us-east-vllm"} 4`,
+		fmt.Sprintf(`ilb_capacity_per_replica{cluster="us-east-vllm"} %v`, est),
 		`ilb_capacity_confidence{cluster="us-east-vllm"} 0.99`,
 	} {
 		if !strings.Contains(metrics, want) {

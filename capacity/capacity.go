@@ -29,6 +29,12 @@ type Settings struct {
 	// SmoothTime is the window over which an interval's throughput, TTFT
 	// and queue are judged; 0: DefaultSmoothTime.
 	SmoothTime time.Duration
+	// DrainTime is the time within which a standing queue must be served
+	// for the plan to hold: the controller's tick (a plan lasts one tick,
+	// and a queue standing at its start must be gone by the next). Under
+	// overload the capacity is lowered, and the saturation throughput the
+	// plan sheds against is reduced, by the backlog over DrainTime; 0: 5 s.
+	DrainTime time.Duration
 	// MaxChangePerMinute bounds the estimates' rate of change, > 1; 0: 2.
 	MaxChangePerMinute float64
 	// Range bounds the estimates around the prior, > 1; 0: 10.
@@ -88,10 +94,21 @@ type Estimate struct {
 	// the throughput (token-cost/s) of which the target utilization keeps
 	// the engines' TTFT within the target, for the current mix.
 	PerReplica float64 `json:"per_replica"`
-	// Saturation is the learned throughput per replica at saturation
-	// (while the engines queue), the most the cluster can serve of the
-	// current mix; the prior until a queue or a calm window measured it.
+	// Saturation is the learned throughput per replica at saturation: the
+	// throughput of the intervals in which a request waited per replica
+	// (the engines at their limit), averaged over SmoothTime of such
+	// intervals, taken while they stay busy, and raised by any window
+	// that served more; the prior until then. It is the most the cluster can serve of the
+	// current mix. A window's mean under bursty traffic is not it: on the
+	// Azure code trace the engines queued in bursts at every load, and
+	// the window's mean (idle moments included) put it at 80% of what
+	// they served while busy.
 	Saturation float64 `json:"saturation"`
+	// Backlog is the work waiting per replica, in token-cost: the queue
+	// per replica over the window times the window's mean cost of a
+	// request (0 when the engines export no TTFT histogram, the source of
+	// the request rate).
+	Backlog float64 `json:"backlog"`
 	// Prior is the configured capacity_per_replica.
 	Prior float64 `json:"prior"`
 	// Confidence in [0, 1] is the share of PerReplica that rests on
@@ -143,6 +160,14 @@ type state struct {
 	observed  time.Duration
 	ttftKnown bool
 	calm      time.Duration
+	// busy is the throughput per replica averaged (exponentially, over
+	// SmoothTime) over the busy intervals only (a request waiting per
+	// replica), and busyTime how much of such intervals it has seen
+	// (bounded): busy is read debiased, as sustained is. wasBusy: the
+	// previous interval was busy.
+	busy     float64
+	busyTime time.Duration
+	wasBusy  bool
 }
 
 // Estimator learns every configured cluster's capacity.
@@ -161,6 +186,9 @@ func New(s Settings, clusters []Cluster) (*Estimator, error) {
 	if s.SmoothTime == 0 {
 		s.SmoothTime = DefaultSmoothTime
 	}
+	if s.DrainTime == 0 {
+		s.DrainTime = 5 * time.Second
+	}
 	if s.MaxChangePerMinute == 0 {
 		s.MaxChangePerMinute = 2
 	}
@@ -174,8 +202,8 @@ func New(s Settings, clusters []Cluster) (*Estimator, error) {
 	if !(s.TTFTQuantile > 0 && s.TTFTQuantile < 1) || s.TTFTTarget <= 0 {
 		errs = append(errs, fmt.Errorf("capacity: TTFT target %v at quantile %v, want > 0 and in (0, 1)", s.TTFTTarget, s.TTFTQuantile))
 	}
-	if s.TimeConstant < 0 || s.SmoothTime < 0 || !(s.MaxChangePerMinute > 1) || !(s.Range > 1) {
-		errs = append(errs, fmt.Errorf("capacity: time constant %v, smoothing %v, max change %v, range %v: want ≥ 0, ≥ 0, > 1, > 1", s.TimeConstant, s.SmoothTime, s.MaxChangePerMinute, s.Range))
+	if s.TimeConstant < 0 || s.SmoothTime < 0 || s.DrainTime < 0 || !(s.MaxChangePerMinute > 1) || !(s.Range > 1) {
+		errs = append(errs, fmt.Errorf("capacity: time constant %v, smoothing %v, drain time %v, max change %v, range %v: want ≥ 0, ≥ 0, ≥ 0, > 1, > 1", s.TimeConstant, s.SmoothTime, s.DrainTime, s.MaxChangePerMinute, s.Range))
 	}
 	e := &Estimator{s: s, st: map[string]*state{}}
 	for i, c := range clusters {
@@ -210,6 +238,7 @@ func NewFromConfig(c *config.Config) (*Estimator, error) {
 	return New(Settings{
 		SaturationQueue: c.Signals.SaturationQueue, SaturationKV: c.Signals.SaturationKV,
 		TTFTTarget: cl.TTFTTarget.Std(), TTFTQuantile: cl.TTFTQuantile, TimeConstant: cl.TimeConstant.Std(),
+		DrainTime: c.Controller.Tick.Std(),
 	}, cs)
 }
 
@@ -272,12 +301,27 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		st.first += w * (o.FirstTokensPerSecond - st.first)
 		st.slow += w * (min(o.SlowFirstTokensPerSecond, o.FirstTokensPerSecond) - st.slow)
 	}
+	// Busy: a request waits per replica, so the engines run at their
+	// limit (KV cache, or max_num_seqs, where the queue per running
+	// request stays small: config.CapacityLearning.OverTarget); their
+	// throughput is then the saturation throughput of the mix.
+	busy := queued || o.Waiting/n >= 1
+	wasBusy := st.wasBusy
+	st.wasBusy = busy
+	if busy {
+		st.busy += w * (x - st.busy)
+		st.busyTime = min(st.busyTime+dt, 8*e.s.SmoothTime)
+	}
 	if queued {
 		st.calm = 0
 	} else {
 		st.calm += dt
 	}
 	est.Measured, est.SlowShare = st.mean, -1
+	est.Backlog = 0
+	if st.first > 0 {
+		est.Backlog = st.waitPer * st.mean * n / st.first // queue × token-cost per request
+	}
 	windowFirst := st.first * e.s.SmoothTime.Seconds() // first tokens in a window
 	ttftJudged := st.ttftKnown && windowFirst >= minFirstTokens
 	slowShare := 0.0
@@ -295,6 +339,19 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		next = min(max(next, from/step), from*step)
 		return min(max(next, lo), hi)
 	}
+	// The saturation throughput is what the engines served while busy two
+	// intervals in a row, averaged over SmoothTime of busy intervals (one
+	// interval's alone is lumpy: an engine counts a prompt's tokens when
+	// its first token comes, so an interval in a long prefill shows
+	// little of the work done, and long-prompt traffic learned its
+	// saturation 30% low from such intervals); and at least what any
+	// window served.
+	switch {
+	case busy && wasBusy:
+		est.Saturation = move(est.Saturation, st.busyNow(e.s.SmoothTime))
+	case lowMean > est.Saturation:
+		est.Saturation = move(est.Saturation, lowMean)
+	}
 	// Overload: a long queue two intervals in a row, or first tokens over
 	// the target while requests wait, over the window
 	// (config.CapacityLearning.OverTarget).
@@ -302,20 +359,19 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	var kind, why string
 	switch {
 	case overload:
-		// The GPU was busy: the window's mean throughput measures the
-		// saturation throughput (one interval's alone is lumpy: an
-		// engine counts a prompt's tokens when its first token comes,
-		// so an interval in a long prefill shows little of the work
-		// done, and long-prompt traffic learned its saturation 30% low
-		// from such intervals), and the plan must stay below this
-		// window's load.
-		est.Saturation = move(est.Saturation, st.mean)
 		// The capacity within the TTFT target is at most the sustained
 		// load at which it broke: under bursty arrivals the wait grows
 		// with their variability (Kingman: W ≈ ρ/(1−ρ) · (C²a + C²s)/2 ·
 		// E[S]), so a cluster breaks at a lower mean load than under
 		// smooth ones, and the plan must leave room for the bursts.
-		if at := min(st.mean, st.sustainedNow(e.s.TimeConstant)); at < est.PerReplica {
+		// Under a standing queue the engines serve their saturation
+		// throughput whatever the load, and a plan that keeps the load
+		// there keeps the queue: the capacity within the target is below
+		// it by what serving the backlog within DrainTime takes (at most
+		// halved by one window).
+		at := min(st.mean, st.sustainedNow(e.s.TimeConstant))
+		at = max(at-est.Backlog/e.s.DrainTime.Seconds(), at/2)
+		if at < est.PerReplica {
 			kind = FromOverload
 			if tooSlow && (!queued || !wasQueued) {
 				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, at)
@@ -327,9 +383,6 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	case st.calm >= e.s.SmoothTime:
 		// A calm window: the cluster served lowMean (at least) without a
 		// queue, so it can.
-		if lowMean > est.Saturation {
-			est.Saturation = move(est.Saturation, lowMean)
-		}
 		if lowMean > est.PerReplica {
 			kind = FromHeadroom
 			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v without a queue, more than the %.0f planned with: capacity at least that", st.mean, lowMean, e.s.SmoothTime, est.PerReplica)
@@ -345,6 +398,15 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	est.Samples++
 	est.Updated = o.At
 	return true
+}
+
+// busyNow is the debiased throughput while queued (see state.busy).
+func (st *state) busyNow(window time.Duration) float64 {
+	w := 1 - math.Exp(-st.busyTime.Seconds()/window.Seconds())
+	if !(w > 0) {
+		return st.mean
+	}
+	return st.busy / w
 }
 
 // sustainedNow is the debiased sustained throughput (see state.sustained).
@@ -378,6 +440,18 @@ func (e *Estimator) publish() {
 func (e *Estimator) PerReplica(name string) (float64, bool) {
 	est, ok := (*e.snap.Load())[name]
 	return est.PerReplica, ok
+}
+
+// Learned is the capacity per replica to plan cluster name with
+// (Estimate.PerReplica) and the saturation throughput per replica to plan
+// its shedding against: Estimate.Saturation less the backlog served
+// within DrainTime (at most halved), as a standing queue must drain
+// within a tick (token-cost/s); false for a cluster the estimator does
+// not know.
+func (e *Estimator) Learned(name string) (perReplica, saturation float64, ok bool) {
+	est, ok := (*e.snap.Load())[name]
+	sat := max(est.Saturation-est.Backlog/e.s.DrainTime.Seconds(), est.Saturation/2)
+	return est.PerReplica, sat, ok
 }
 
 // Estimates returns every cluster's estimate, by name.

@@ -68,11 +68,25 @@ func TestEstimate(t *testing.T) {
 			return withTTFT(obs(i, float64((i*7919)%5)*600, 0, 10), 10, 0)
 		}, bounds{750, 1200}, bounds{750, 1200}, capacity.FromHeadroom},
 		{"slow first tokens with nothing waiting are prefill, not overload", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 0, 10), 10, 1) }, exactly(3000), exactly(3000), capacity.FromPrior},
-		{"slow first tokens while requests wait: lowered to served", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 20), 10, 1) }, near(1200), near(1200), capacity.FromOverload},
+		// 2 waiting per replica, a request costs 1200 × 2 / 10 = 240:
+		// a backlog of 480 per replica, served within the 5 s drain time
+		// at 96 a second, leaves 1104 for the plan.
+		{"slow first tokens while requests wait: lowered to served less the backlog's drain", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 20), 10, 1) }, near(1104), near(1200), capacity.FromOverload},
+		// Busy for 5 s at mu, then 5 s at a fifth of it: the window's mean
+		// is 0.6 mu, what the engines serve at their limit is mu.
+		{"bursty queues: saturation is what the busy intervals served", 3 * mu, 1200, func(i int) capacity.Observation {
+			if i%10 < 5 {
+				return obs(i, mu, 40, 20)
+			}
+			return obs(i, mu/5, 0, 2)
+		}, bounds{0.5 * mu, 0.7 * mu}, near(mu), capacity.FromOverload},
+		{"one request waiting per replica at max_num_seqs is busy", 3 * mu, 300, func(i int) capacity.Observation { return obs(i, mu, 4, 512) }, exactly(3 * mu), near(mu), capacity.FromPrior},
 		{"p99 within the target is headroom", 1000, 300, func(i int) capacity.Observation {
 			return withTTFT(obs(i, 1200, 0, 10), 10, float64(i%200/199)) // one slow first token in 200
 		}, bounds{1190, 1200}, near(1200), capacity.FromHeadroom},
-		{"too few first tokens to judge: no TTFT evidence", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 20), 0.5, 0.5) }, exactly(3000), exactly(3000), capacity.FromPrior},
+		// Two requests wait per replica: the engines are at their limit,
+		// so what they serve is their saturation throughput.
+		{"too few first tokens to judge: no TTFT evidence, the queue measures saturation", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 20), 0.5, 0.5) }, exactly(3000), near(1200), capacity.FromPrior},
 		{"headroom never lowers", 4000, 300, func(i int) capacity.Observation { return obs(i, 1200, 0, 10) }, exactly(4000), exactly(4000), capacity.FromPrior},
 		{"a quiet cluster is not a slow one", mu, 300, func(i int) capacity.Observation { return obs(i, 10, 0, 1) }, exactly(mu), exactly(mu), capacity.FromPrior},
 		{"a queue one interval in two is no saturation", 3 * mu, 300, func(i int) capacity.Observation { return obs(i, mu, float64(40*(i%2)), 20) }, exactly(3 * mu), exactly(3 * mu), capacity.FromPrior},
@@ -160,6 +174,7 @@ func TestNewRejects(t *testing.T) {
 		{"no queue definition", capacity.Settings{TTFTTarget: time.Second, TTFTQuantile: 0.99}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "saturation queue 0 and KV 0"},
 		{"prior NaN", settings(), capacity.Cluster{Name: "c", Prior: math.NaN(), PromptCost: 1, OutputCost: 1}, `"c": prior NaN`},
 		{"cost 0", settings(), capacity.Cluster{Name: "c", Prior: 1, OutputCost: 1}, "costs 0/1"},
+		{"negative drain time", capacity.Settings{SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: time.Second, TTFTQuantile: 0.99, DrainTime: -time.Second}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "drain time -1s"},
 		{"quantile 1", capacity.Settings{SaturationQueue: 0.5, SaturationKV: 0.95, TTFTTarget: time.Second, TTFTQuantile: 1}, capacity.Cluster{Name: "c", Prior: 1, PromptCost: 1, OutputCost: 1}, "at quantile 1"},
 	}
 	for _, tt := range tests {
@@ -167,6 +182,45 @@ func TestNewRejects(t *testing.T) {
 			_, err := capacity.New(tt.s, []capacity.Cluster{tt.c})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New: %v; want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLearned: the plan's saturation throughput is the estimate's less
+// the backlog served within the drain time, never below half of it; the
+// capacity is the estimate's.
+func TestLearned(t *testing.T) {
+	tests := []struct {
+		name    string
+		drain   time.Duration
+		waiting float64 // summed over the 2 replicas
+		want    float64
+	}{
+		// 1200 per replica at 10 requests/s over 2 replicas: 240 a request.
+		{"no queue", 5 * time.Second, 0, 1200},
+		{"4 waiting, 5 s", 5 * time.Second, 4, 1200 - 2*240/5.0},
+		{"4 waiting, 1 s", time.Second, 4, 1200 - 2*240},
+		{"a backlog past the whole throughput halves it", time.Second, 40, 600},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := settings()
+			s.DrainTime = tt.drain
+			e, err := capacity.New(s, []capacity.Cluster{{Name: "c", Prior: 1200, PromptCost: 1, OutputCost: 4}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 601 {
+				e.Observe("c", withTTFT(obs(i, 1200, tt.waiting, 200), 10, 0))
+			}
+			est := e.Estimates()[0]
+			per, sat, ok := e.Learned("c")
+			if !ok || per != est.PerReplica || math.Abs(sat-tt.want) > 0.01*tt.want {
+				t.Errorf("Learned: %v, %v, %v; want %v, %v, true (%+v)", per, sat, ok, est.PerReplica, tt.want, est)
+			}
+			if _, _, ok := e.Learned("nope"); ok {
+				t.Error("an unknown cluster is learned")
 			}
 		})
 	}

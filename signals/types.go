@@ -211,22 +211,27 @@ func (s *Snapshot) ClusterStates(c *config.Config) map[string]weights.ClusterSta
 	return s.ClusterStatesWith(c, nil)
 }
 
-// ClusterStatesWith is ClusterStates with the capacity per replica of each
-// cluster from perReplica (a learned capacity) where it answers, the
-// profile's otherwise; nil: the profiles'.
-func (s *Snapshot) ClusterStatesWith(c *config.Config, perReplica func(cluster string) (float64, bool)) map[string]weights.ClusterState {
+// ClusterStatesWith is ClusterStates with each cluster's capacity per
+// replica and saturation throughput per replica (token-cost/s) from
+// learned (a capacity estimator) where it answers, the profile's capacity
+// and an unknown saturation otherwise; nil: the profiles'.
+func (s *Snapshot) ClusterStatesWith(c *config.Config, learned func(cluster string) (perReplica, saturation float64, ok bool)) map[string]weights.ClusterState {
 	out := make(map[string]weights.ClusterState, len(c.Clusters))
 	for _, e := range c.Clusters {
 		p, _ := c.Profile(e.Profile)
-		per := p.CapacityPerReplica
-		if perReplica != nil {
-			if v, ok := perReplica(e.Name); ok {
-				per = v
+		per, sat := p.CapacityPerReplica, 0.0
+		if learned != nil {
+			if v, m, ok := learned(e.Name); ok {
+				per, sat = v, m
 			}
 		}
 		cl := s.Clusters[e.Name]
-		out[e.Name] = weights.NewClusterState(per, cl.Ready+cl.Stale+cl.Starting,
+		st := weights.NewClusterState(per, cl.Ready+cl.Stale+cl.Starting,
 			slices.Clone(cl.Ramps), cl.Draining, cl.Unhealthy)
+		if per > 0 {
+			st.Saturation = st.Capacity / per * sat
+		}
+		out[e.Name] = st
 	}
 	return out
 }

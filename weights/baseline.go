@@ -26,8 +26,10 @@ func finishBaseline(in Input, policy string, rows []baselineRow) []Cell {
 	ix := newIndex(c)
 	capacity := make([]float64, len(c.Clusters))
 	load := make([]float64, len(c.Clusters))
+	curves := make([][]config.CostBand, len(c.Clusters))
 	for i, e := range c.Clusters {
 		capacity[i] = in.Clusters[e.Name].Capacity
+		curves[i] = ix.clusterCurve(in.Clusters[e.Name])
 	}
 	for _, r := range rows {
 		for i, sh := range r.shares {
@@ -50,14 +52,14 @@ func finishBaseline(in Input, policy string, rows []baselineRow) []Cell {
 		// The closure holds the configuration, not in: in.Previous holds
 		// the previous version, whose explanations hold the one before.
 		explainLazily(&cell, in.Previous, func() Explanation {
-			return Explanation{Policy: policy, Summary: summary, Terms: baselineTerms(ix, c, r, w, capacity, load)}
+			return Explanation{Policy: policy, Summary: summary, Terms: baselineTerms(ix, c, r, w, capacity, load, curves)}
 		})
 		cells = append(cells, cell)
 	}
 	return cells
 }
 
-func baselineTerms(ix *index, c *config.Config, r baselineRow, w []uint32, capacity, load []float64) []Term {
+func baselineTerms(ix *index, c *config.Config, r baselineRow, w []uint32, capacity, load []float64, curves [][]config.CostBand) []Term {
 	ct := c.Controller
 	from := ix.region[r.source.Region]
 	var terms []Term
@@ -76,7 +78,7 @@ func baselineTerms(ix *index, c *config.Config, r baselineRow, w []uint32, capac
 		default:
 			u := load[i] / capacity[i]
 			t.Flow, t.Utilization = r.demand*r.shares[i], u
-			t.MarginalCost = t.LatencyMs + t.EgressCost + bandCost(ix.curve, u)
+			t.MarginalCost = t.LatencyMs + t.EgressCost + bandCost(curves[i], u)
 			switch {
 			case u > 1+1e-6:
 				t.Binding = "over capacity (the baseline never sheds)"

@@ -82,14 +82,15 @@ func Evaluate(in Input, w *Weights) Cost {
 			cost.OverflowLoad += load[i]
 			continue
 		}
+		curve := ix.clusterCurve(in.Clusters[e.Name])
 		from := 0.0
-		for _, b := range ix.curve {
+		for _, b := range curve {
 			if in := math.Min(load[i], b.UpTo*full) - from*full; in > 0 {
 				cost.Utilization += in * b.Cost
 			}
 			from = b.UpTo
 		}
-		cost.OverflowLoad += math.Max(0, load[i]-full)
+		cost.OverflowLoad += math.Max(0, load[i]-curveEnd(curve)*full)
 	}
 	cost.Overflow = cost.OverflowLoad * overflowCost
 	cost.Total = cost.Latency + cost.Egress + cost.Utilization + cost.Overflow + cost.Movement + cost.Shed

@@ -18,6 +18,8 @@ type explainer struct {
 	ix       *index
 	capacity []float64
 	load     []float64
+	// curves is each cluster's cost curve (index.clusterCurve).
+	curves [][]config.CostBand
 }
 
 // terms explains every cluster that serves the cell's model.
@@ -44,8 +46,8 @@ func (x *explainer) terms(p *cellPlan, w []uint32) []Term {
 		if t.Excluded == "" {
 			u := x.load[i] / x.capacity[i]
 			t.Flow, t.Utilization = p.served*p.final[j], u
-			t.MarginalCost = t.LatencyMs + t.EgressCost + x.movementSlope(p, e.Region) + bandCost(x.ix.curve, u)
-			t.Binding = x.binding(p, u, w[j])
+			t.MarginalCost = t.LatencyMs + t.EgressCost + x.movementSlope(p, e.Region) + bandCost(x.curves[i], u)
+			t.Binding = x.binding(p, u, curveEnd(x.curves[i]), w[j])
 		}
 		out = append(out, t)
 	}
@@ -77,7 +79,10 @@ func (x *explainer) movementSlope(p *cellPlan, r string) float64 {
 	return 0
 }
 
-func (x *explainer) binding(p *cellPlan, u float64, w uint32) string {
+// binding names the constraint that shows at utilization u on a cluster
+// whose curve ends at end (its saturation throughput over its capacity,
+// or 1).
+func (x *explainer) binding(p *cellPlan, u, end float64, w uint32) string {
 	target := x.c.Controller.TargetUtilization
 	switch {
 	case p.forced:
@@ -86,10 +91,12 @@ func (x *explainer) binding(p *cellPlan, u float64, w uint32) string {
 		return "deadband"
 	case p.alpha < 1:
 		return "step bound"
-	case u > 1+1e-6:
+	case u > end+1e-6:
 		return "over capacity: demand that may not be shed"
-	case u >= 1-1e-6:
+	case u >= end-1e-6:
 		return "at capacity"
+	case u > 1+1e-6:
+		return "over the capacity within the TTFT target, below saturation"
 	case u >= target-1e-6:
 		return "above target utilization"
 	case w == 0:

@@ -88,6 +88,12 @@ type ClusterState struct {
 	// units per second: (Ready + Σ Warming) × the profile's capacity per
 	// replica. The controller plans to fill TargetUtilization of it.
 	Capacity float64 `json:"capacity"`
+	// Saturation is the throughput the cluster serves at saturation (its
+	// engines queueing), in token-cost units per second; 0 when unknown.
+	// Above Capacity, the bands of the cost curve above the target
+	// utilization are stretched to it (shedding is planned against what
+	// the engines can serve); at or below, it changes nothing.
+	Saturation float64 `json:"saturation,omitempty"`
 }
 
 // NewClusterState fills Capacity from the replica counts and the capacity
@@ -170,7 +176,7 @@ func (in Input) check() error {
 		if !ok {
 			continue
 		}
-		if bad(st.Capacity) || st.Ready < 0 || st.Draining < 0 || st.Unhealthy < 0 || slices.ContainsFunc(st.Warming, func(w float64) bool { return bad(w) || w > 1 }) {
+		if bad(st.Capacity) || bad(st.Saturation) || st.Ready < 0 || st.Draining < 0 || st.Unhealthy < 0 || slices.ContainsFunc(st.Warming, func(w float64) bool { return bad(w) || w > 1 }) {
 			errs = append(errs, fmt.Errorf("%w: state of cluster %s is %+v", ErrBadInput, e.Name, st))
 		}
 	}

@@ -154,7 +154,7 @@ func buildNetwork(in Input, ix *index, ws *workspace) *network {
 		if cn.full > 0 {
 			from := 0.0
 			cn.bands = make([]bandArc, 0, len(ix.curve))
-			for _, b := range ix.curve {
+			for _, b := range ix.clusterCurve(in.Clusters[e.Name]) {
 				arc := g.AddArc(cn.node, n.t, n.units((b.UpTo-from)*cn.full), costUnits(b.Cost))
 				cn.bands = append(cn.bands, bandArc{arc: arc, from: from, to: b.UpTo, cost: b.Cost})
 				from = b.UpTo

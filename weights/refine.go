@@ -164,7 +164,10 @@ func (s *solution) cells() []Cell {
 	for r, i := range ix.modelsByName {
 		rank[len(c.Sources)+i] = r
 	}
-	ex := &explainer{c: c, ix: ix, capacity: s.capacity, load: s.load}
+	ex := &explainer{c: c, ix: ix, capacity: s.capacity, load: s.load, curves: make([][]config.CostBand, len(c.Clusters))}
+	for i, e := range c.Clusters {
+		ex.curves[i] = ix.clusterCurve(s.in.Clusters[e.Name])
+	}
 	out := make([]Cell, len(s.plans))
 	prevs := make([]prevCell, len(s.plans))
 	for k := range s.plans {

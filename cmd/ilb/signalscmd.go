@@ -140,7 +140,7 @@ func printSignals(w io.Writer, v signalsView, only string, now time.Time) {
 // accepts.
 func printCapacity(w io.Writer, ests []capacity.Estimate, keep func(cluster string) bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tPLANNED\tPRIOR\tSATURATION\tCONFIDENCE\tFROM\tMEASURED\tSLOW TTFT\tEVIDENCE")
+	fmt.Fprintln(tw, "CLUSTER\tPLANNED\tPRIOR\tSATURATION\tBACKLOG\tCONFIDENCE\tFROM\tMEASURED\tSLOW TTFT\tEVIDENCE")
 	for _, e := range ests {
 		if !keep(e.Cluster) {
 			continue
@@ -149,7 +149,7 @@ func printCapacity(w io.Writer, ests []capacity.Estimate, keep func(cluster stri
 		if e.SlowShare >= 0 {
 			slow = fmt.Sprintf("%.1f%%", 100*e.SlowShare)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f%%\t%s\t%.0f\t%s\t%s\n", e.Cluster, e.PerReplica, e.Prior, e.Saturation,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f%%\t%s\t%.0f\t%s\t%s\n", e.Cluster, e.PerReplica, e.Prior, e.Saturation, e.Backlog,
 			100*e.Confidence, e.From, e.Measured, slow, e.Evidence)
 	}
 	_ = tw.Flush()

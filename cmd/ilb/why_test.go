@@ -78,7 +78,7 @@ func TestWhyCommand(t *testing.T) {
 				"->   0.00%",
 				"the oldest version kept: us-east-vllm ",
 				"capacity per replica of these clusters, learned from their engines",
-				"us-east-vllm  12000    12000  12000       0%          prior  0         unknown    no evidence yet: the configured profile",
+				"us-east-vllm  12000    12000  12000       0        0%          prior  0         unknown    no evidence yet: the configured profile",
 			},
 			nil,
 		},

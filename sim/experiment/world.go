@@ -216,11 +216,11 @@ func newEstimator(cfg *config.Config, ttftTarget time.Duration) (*capacity.Estim
 // snapshot's (signals.Snapshot.ClusterStatesWith), with the learned
 // capacity when the policy learns it, the calibrated one otherwise.
 func (r *runner) clusterStates() map[string]weights.ClusterState {
-	per := func(name string) (float64, bool) {
+	per := func(name string) (float64, float64, bool) {
 		if r.est != nil {
-			return r.est.PerReplica(name)
+			return r.est.Learned(name)
 		}
-		return r.clusters[r.cnames[name]].capacity, true
+		return r.clusters[r.cnames[name]].capacity, 0, true
 	}
 	return r.snap.ClusterStatesWith(r.cfg, per) // run takes a round before the first tick
 }
