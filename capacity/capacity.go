@@ -101,7 +101,7 @@ type Estimate struct {
 	// that served more; the prior until then. It is the most the cluster can serve of the
 	// current mix. A window's mean under bursty traffic is not it: on the
 	// Azure code trace the engines queued in bursts at every load, and
-	// the window's mean (idle moments included) put it at 80% of what
+	// the window's mean (idle moments included) put it at 87% of what
 	// they served while busy.
 	Saturation float64 `json:"saturation"`
 	// Backlog is the work waiting per replica, in token-cost: the queue
