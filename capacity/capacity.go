@@ -98,11 +98,11 @@ type Estimate struct {
 	// throughput of the intervals in which a request waited per replica
 	// (the engines at their limit), averaged over SmoothTime of such
 	// intervals, taken while they stay busy, and raised by any window
-	// that served more; the prior until then. It is the most the cluster can serve of the
-	// current mix. A window's mean under bursty traffic is not it: on the
-	// Azure code trace the engines queued in bursts at every load, and
-	// the window's mean (idle moments included) put it at 87% of what
-	// they served while busy.
+	// that served more; the prior until then. It is the most the cluster
+	// can serve of the current mix. A window's mean under bursty traffic
+	// is not it: on the Azure code trace the engines queued in bursts at
+	// every load, and the window's mean (idle moments included) put it at
+	// 87% of what they served while busy.
 	Saturation float64 `json:"saturation"`
 	// Backlog is the work waiting per replica, in token-cost: the queue
 	// per replica over the window times the window's mean cost of a
