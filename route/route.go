@@ -23,7 +23,13 @@
 //     in the SLO's terms (Signal.Overloaded: its engines miss the TTFT
 //     target while requests wait, or it is saturated) — or the cluster it
 //     would go to (step 4) is. A request that would land on a cluster
-//     meeting the target is routed and the plan waived.
+//     meeting the target is routed and the plan waived — unless the plan
+//     also sheds a more important priority of the cell and one of the
+//     clusters is overloaded: the room on the cluster meeting the target
+//     goes first to the more important requests (sheddable ones took it
+//     as often as standard ones, which were shed meanwhile: in an outage
+//     of the conversation trace at 0.9, 32% of planned-shed sheddable
+//     requests passed while 65% of standard ones were shed).
 //  3. A sheddable request is refused when every cluster it may go to is
 //     saturated (measured overload), whatever the plan.
 //  4. The weighted draw, as Envoy's weighted_clusters takes it; drawn
@@ -394,6 +400,11 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 			}
 			return out
 		}
+		if planned && c.shedsAbove(req.Priority) && anyOverloaded(rem, live) {
+			// The room on the cluster that meets the target goes first to
+			// the more important priority the plan also sheds.
+			return Decision{Outcome: Shed, Remaining: d.Remaining, Spill: d.Spill, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1}
+		}
 		if planned {
 			d.Waived = f
 		}
@@ -644,6 +655,26 @@ func allOverloaded(idx []int, live []Signal) bool {
 		}
 	}
 	return true
+}
+
+func anyOverloaded(idx []int, live []Signal) bool {
+	for _, i := range idx {
+		if live[i].Overloaded || live[i].Saturated {
+			return true
+		}
+	}
+	return false
+}
+
+// shedsAbove reports whether the plan sheds a priority more important
+// than p.
+func (c *Cell) shedsAbove(p weights.Priority) bool {
+	for _, q := range weights.Priorities[:p] {
+		if c.shed[q] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func allSaturated(idx []int, live []Signal) bool {

@@ -98,6 +98,30 @@ func TestDecideOrder(t *testing.T) {
 			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1, Waived: 0.5},
 		},
 		{
+			name: "a sheddable draw landing on a target meeting its TTFT target is not waived while standard is shed",
+			ws:   w, shed: shed(0, 0.5, 1), live: []route.Signal{late, ok},
+			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Shed, Remaining: 2, Drawn: -1, Chosen: -1, SteeredFrom: -1, Keep: 1},
+		},
+		{
+			name: "a standard draw landing there is waived: the room goes to the more important priority",
+			ws:   w, shed: shed(0, 0.5, 1), live: []route.Signal{late, ok},
+			req:  route.Request{Priority: weights.Standard, Draw: 700, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1, Waived: 0.5},
+		},
+		{
+			name: "a sheddable draw is waived when only sheddable is planned to be shed",
+			ws:   w, shed: shed(0, 0, 1), live: []route.Signal{late, ok},
+			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1, Waived: 1},
+		},
+		{
+			name: "a sheddable draw is waived while standard is shed if no target is overloaded",
+			ws:   w, shed: shed(0, 0.5, 1), live: []route.Signal{ok, ok},
+			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0.2},
+			want: route.Decision{Outcome: route.Routed, Remaining: 2, Drawn: 1, Slot: 700, Chosen: 1, SteeredFrom: -1, Keep: 1, Waived: 1},
+		},
+		{
 			name: "planned shed without live state is waived: no evidence of overload",
 			ws:   w, shed: shed(0, 0.9, 0.9),
 			req:  route.Request{Priority: weights.Sheddable, Draw: 700, Uniform: 0.1},
