@@ -83,6 +83,11 @@ type Figures struct {
 	// Shed is the share of each priority's requests answered 429 or 503
 	// by ILB (critical, standard, sheddable).
 	Shed [3]float64 `json:"shed"`
+	// ByPriority counts each priority's requests and GoodByPriority is
+	// the share of them served within the SLO (critical, standard,
+	// sheddable; 0 for a priority with no request).
+	ByPriority     [3]int     `json:"by_priority"`
+	GoodByPriority [3]float64 `json:"good_by_priority"`
 	// Failed requests were lost to an engine failure or had no healthy
 	// host.
 	Failed int `json:"failed"`
@@ -124,7 +129,7 @@ type Series struct {
 // acc accumulates Figures.
 type acc struct {
 	requests, good, strict, failed, violations, served, cross int
-	byPrio, shedPrio                                          [3]int
+	byPrio, shedPrio, goodPrio                                [3]int
 	ttft, tpot                                                []float64
 	egress                                                    float64
 }
@@ -226,6 +231,7 @@ func (rec *recorder) finish(i, cluster int, out outcome, ttft, tpot time.Duratio
 			}
 			if ttft <= r.opts.Scenario.SLO {
 				a.good++
+				a.goodPrio[prio]++
 			}
 			if c := r.opts.Scenario.Strict; c.TTFT > 0 && c.met(ttft, tpot) {
 				a.strict++
@@ -377,9 +383,11 @@ func (a *acc) figures(source string, secs float64) Figures {
 		f.GoodShare = float64(a.good) / float64(a.requests)
 		f.StrictShare = float64(a.strict) / float64(a.requests)
 	}
+	f.ByPriority = a.byPrio
 	for p := range a.byPrio {
 		if a.byPrio[p] > 0 {
 			f.Shed[p] = float64(a.shedPrio[p]) / float64(a.byPrio[p])
+			f.GoodByPriority[p] = float64(a.goodPrio[p]) / float64(a.byPrio[p])
 		}
 	}
 	if a.served > 0 {

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -74,6 +75,82 @@ func TestSweepChecks(t *testing.T) {
 			for i, want := range tt.failed {
 				if !strings.Contains(failed[i], want) {
 					t.Errorf("failed check %q; want one with %q", failed[i], want)
+				}
+			}
+		})
+	}
+}
+
+// TestSweepSaturation: a load the oracle cannot sustain is past
+// saturation whatever its nominal value (an outage takes capacity away):
+// there standard traffic may be shed, as long as importance is kept in
+// what is shed and in what is served within the SLO.
+func TestSweepSaturation(t *testing.T) {
+	res := func(policy string, goodShare float64, shed [3]float64, good [3]float64) *Result {
+		return &Result{Policy: policy, Totals: Figures{
+			Goodput: 100 * goodShare, GoodShare: goodShare, TTFTp99: 1, Shed: shed,
+			ByPriority: [3]int{10, 50, 40}, GoodByPriority: good,
+		}}
+	}
+	none := [3]float64{}
+	tests := []struct {
+		name    string
+		oracle  [2]float64 // its good share at 0.5 and 0.7
+		ilb     *Result
+		sat     float64
+		failed  []string
+		checked []string
+	}{
+		{
+			name:   "the oracle sustains 0.5 only: at 0.7 standard shed is allowed, importance kept",
+			oracle: [2]float64{0.99, 0.6}, sat: 0.5,
+			ilb:     res("ilb", 0.8, [3]float64{0, 0.05, 0.5}, [3]float64{0.99, 0.9, 0.45}),
+			checked: []string{"(past saturation)", "shed critical", "within the SLO: critical 99.0% ≥ standard 90.0% ≥ sheddable 45.0%"},
+		},
+		{
+			name:   "past saturation: standard served within the SLO less often than sheddable fails",
+			oracle: [2]float64{0.99, 0.6}, sat: 0.5,
+			ilb:    res("ilb", 0.8, [3]float64{0, 0.05, 0.5}, [3]float64{0.99, 0.4, 0.45}),
+			failed: []string{"within the SLO: critical 99.0% ≥ standard 40.0% ≥ sheddable 45.0%"},
+		},
+		{
+			name:   "the oracle sustains both: standard shed at 0.7 fails",
+			oracle: [2]float64{0.99, 0.97}, sat: 0.7,
+			ilb:    res("ilb", 0.97, [3]float64{0, 0.05, 0.1}, [3]float64{1, 0.95, 0.9}),
+			failed: []string{"standard shed 5.0% ≤ 1%"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := res("waterfall", 0.6, none, [3]float64{0.6, 0.6, 0.6})
+			s := Sweep{Loads: []float64{0.5, 0.7}, Attain: 0.95, Results: [][]*Result{
+				{res("ilb", 0.99, none, [3]float64{1, 1, 1}), res("least_loaded", tt.oracle[0], none, none), res("waterfall", 0.99, none, none)},
+				{tt.ilb, res("least_loaded", tt.oracle[1], none, none), base},
+			}}
+			if got := s.Saturation(); got != tt.sat {
+				t.Fatalf("Saturation() = %v, want %v", got, tt.sat)
+			}
+			var failed, checked []string
+			for _, c := range s.Checks() {
+				if c.Load != 0.7 {
+					continue
+				}
+				checked = append(checked, c.Rule)
+				if !c.OK {
+					failed = append(failed, c.Rule)
+				}
+			}
+			if len(failed) != len(tt.failed) {
+				t.Fatalf("failed checks %q; want %q", failed, tt.failed)
+			}
+			for i, want := range tt.failed {
+				if !strings.Contains(failed[i], want) {
+					t.Errorf("failed check %q; want one with %q", failed[i], want)
+				}
+			}
+			for _, want := range tt.checked {
+				if !slices.ContainsFunc(checked, func(r string) bool { return strings.Contains(r, want) }) {
+					t.Errorf("checks at 0.7 %q; want one with %q", checked, want)
 				}
 			}
 		})
