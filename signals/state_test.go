@@ -284,8 +284,9 @@ func TestJitterIsBoundedAndDeterministic(t *testing.T) {
 func TestTokenAndTTFTRates(t *testing.T) {
 	h, f := oneVLLM(t, baseSignals)
 	// The TTFT histogram: requests in total, and within 1 s and 2.5 s.
-	// The default target is 2 s: the 2.5 s bucket straddles it, so only
-	// the 1 s bucket counts as within.
+	// The default target is 2 s: the 2.5 s bucket straddles it, and two
+	// thirds of its observations count as within (interpolated, as
+	// histogram_quantile does).
 	body := func(prompt, gen, within1, within2p5, count float64) []byte {
 		return []byte(strings.Join([]string{
 			"vllm:num_requests_waiting 0", "vllm:num_requests_running 1", "vllm:kv_cache_usage_perc 0.1",
@@ -298,23 +299,24 @@ func TestTokenAndTTFTRates(t *testing.T) {
 			"vllm:time_to_first_token_seconds_count " + fmtFloat(count), "",
 		}, "\n"))
 	}
-	f.set(answerOK, answerOK, body(1000, 100, 10, 12, 12))
+	f.set(answerOK, answerOK, body(1000, 100, 10, 13, 13))
 	h.step(0)
 	if r := h.replica(f.addr()); r.Metrics.RatesKnown || r.Metrics.TTFTKnown {
 		t.Errorf("rates known after one scrape: %+v", r.Metrics)
 	}
-	f.set(answerOK, answerOK, body(3000, 600, 40, 44, 50))
+	f.set(answerOK, answerOK, body(3000, 600, 40, 46, 51))
 	h.step(2 * time.Second)
 	r := h.replica(f.addr())
 	if m := r.Metrics; !m.RatesKnown || m.PromptTokensPerSecond != 1000 || m.GenerationTokensPerSecond != 250 {
 		t.Errorf("token rates %+v; want 2000/2s prompt, 500/2s generation", m)
 	}
-	// 38 first tokens in 2 s, 30 of them within 1 s: 8 slow.
-	if m := r.Metrics; !m.TTFTKnown || m.FirstTokensPerSecond != 19 || m.SlowFirstTokensPerSecond != 4 {
-		t.Errorf("TTFT rates %+v; want 19/s, 4/s slow", m)
+	// 38 first tokens in 2 s; within 2 s: 12 then 44 (10 + 3 × 2/3, 40 +
+	// 6 × 2/3), 32 of them: 6 slow.
+	if m := r.Metrics; !m.TTFTKnown || m.FirstTokensPerSecond != 19 || math.Abs(m.SlowFirstTokensPerSecond-3) > 1e-9 {
+		t.Errorf("TTFT rates %+v; want 19/s, 3/s slow", m)
 	}
 	c := h.m.Snapshot().Clusters["c1"]
-	if c.TTFTKnown != 1 || c.FirstTokensPerSecond != 19 || c.SlowFirstTokensPerSecond != 4 || c.RatesKnown != 1 || c.PromptTokensPerSecond != 1000 {
+	if c.TTFTKnown != 1 || c.FirstTokensPerSecond != 19 || math.Abs(c.SlowFirstTokensPerSecond-3) > 1e-9 || c.RatesKnown != 1 || c.PromptTokensPerSecond != 1000 {
 		t.Errorf("cluster %+v", c)
 	}
 	// A histogram that lies (a bucket above the count) is unknown, with a
@@ -346,14 +348,31 @@ func TestTTFTNow(t *testing.T) {
 	}
 }
 
-func TestHistogramWithinTakesTheLargestBoundAtOrBelowTheTarget(t *testing.T) {
+func TestHistogramWithin(t *testing.T) {
 	bucket := func(ub float64, c uint64) *dto.Bucket { return &dto.Bucket{UpperBound: &ub, CumulativeCount: &c} }
 	count := uint64(50)
+	// Out of order, as a registry may list them.
 	h := &dto.Histogram{SampleCount: &count, Bucket: []*dto.Bucket{bucket(2.5, 44), bucket(1, 40), bucket(0.5, 30), bucket(math.Inf(1), 50)}}
-	if c, w, ok := histogramWithin(h, 2); !ok || c != 50 || w != 40 {
-		t.Errorf("histogramWithin(buckets out of order, 2s) = %v, %v, %v; want 50, 40 (the 1 s bucket), true", c, w, ok)
+	bad := &dto.Histogram{SampleCount: &count, Bucket: []*dto.Bucket{bucket(1, 40), bucket(2.5, 30)}}
+	tests := []struct {
+		name   string
+		h      *dto.Histogram
+		target float64
+		within float64
+		ok     bool
+	}{
+		{"the straddling bucket interpolated: 40 + 4 × (2 − 1) / (2.5 − 1)", h, 2, 40 + 4*2.0/3, true},
+		{"a target on a bound: its count", h, 1, 40, true},
+		{"no finite bound above the target: the count at the bound below", h, 3, 44, true},
+		{"no bound at or below the target: unknown", h, 0.1, 0, false},
+		{"a bucket below the one under it: unknown", bad, 2, 0, false},
 	}
-	if _, _, ok := histogramWithin(h, 0.1); ok {
-		t.Error("no bucket at or below 0.1 s: want unknown")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, w, ok := histogramWithin(tt.h, tt.target)
+			if ok != tt.ok || ok && (c != 50 || math.Abs(w-tt.within) > 1e-9) {
+				t.Errorf("histogramWithin(%v) = %v, %v, %v; want 50, %v, %v", tt.target, c, w, ok, tt.within, tt.ok)
+			}
+		})
 	}
 }

@@ -26,9 +26,8 @@ func ttftFamilies(names []string, want map[string]struct{}) {
 
 // readTTFT sums the first present histogram family of sig over its series:
 // count is how many requests it observed, within how many of them took at
-// most the target — the cumulative count of the largest bucket bound not
-// above it, so a request in the bucket that straddles the target counts
-// as slow. ok is false, with a problem, when the family is not a
+// most the target (histogramWithin: interpolated within the bucket that
+// straddles it). ok is false, with a problem, when the family is not a
 // histogram, has no bucket at or below the target, or holds a bad value
 // (negative, NaN, infinite, a bucket above the count).
 func (r *reader) readTTFT(sig ttftSignal) (count, within, sum float64, ok bool) {
@@ -63,26 +62,51 @@ func (r *reader) readTTFT(sig ttftSignal) (count, within, sum float64, ok bool) 
 	return 0, 0, 0, false
 }
 
-// histogramWithin is one series' count and its cumulative count at the
-// largest bucket bound ≤ target.
+// histogramWithin is one series' count and how many of its observations
+// were at most target: the cumulative count at the largest bucket bound ≤
+// target, plus the straddling bucket's count interpolated linearly up to
+// the target (observations taken as spread evenly within a bucket, as
+// Prometheus' histogram_quantile does: the verdict "p99 over the target"
+// then agrees with the operator's dashboards). vLLM's buckets step from
+// 1 s to 2.5 s: counting the whole straddling bucket as slow judged a 2 s
+// target as 1 s. Without a finite bound above the target, the count at
+// the bound below.
 func histogramWithin(h *dto.Histogram, target float64) (count, within float64, ok bool) {
 	count = float64(h.GetSampleCount())
 	if v := h.GetSampleCountFloat(); v > 0 {
 		count = v
 	}
-	found, best := false, 0.0
-	for _, b := range h.GetBucket() {
-		ub := b.GetUpperBound()
-		if math.IsNaN(ub) || ub > target || (found && ub <= best) {
-			continue // not the largest bound at or below the target so far
-		}
-		c := float64(b.GetCumulativeCount())
+	cum := func(b *dto.Bucket) float64 {
 		if v := b.GetCumulativeCountFloat(); v > 0 {
-			c = v
+			return v
 		}
-		within, best, found = c, ub, true
+		return float64(b.GetCumulativeCount())
 	}
-	if !found || !(count >= 0) || math.IsInf(count, 0) || !(within >= 0) || within > count {
+	var lo, hi *dto.Bucket // the largest bound ≤ target, the smallest finite one above
+	for _, b := range h.GetBucket() {
+		switch ub := b.GetUpperBound(); {
+		case math.IsNaN(ub) || math.IsInf(ub, 0):
+		case ub <= target:
+			if lo == nil || ub > lo.GetUpperBound() {
+				lo = b
+			}
+		case hi == nil || ub < hi.GetUpperBound():
+			hi = b
+		}
+	}
+	if lo == nil || !(count >= 0) || math.IsInf(count, 0) {
+		return 0, 0, false
+	}
+	within = cum(lo)
+	if hi != nil {
+		above := cum(hi)
+		if !(above >= within) || above > count {
+			return 0, 0, false
+		}
+		l, u := lo.GetUpperBound(), hi.GetUpperBound()
+		within += (above - within) * (target - l) / (u - l)
+	}
+	if !(within >= 0) || within > count {
 		return 0, 0, false
 	}
 	return count, within, true
