@@ -89,7 +89,7 @@ func TestSweepSaturation(t *testing.T) {
 	res := func(policy string, goodShare float64, shed [3]float64, good [3]float64) *Result {
 		return &Result{Policy: policy, Totals: Figures{
 			Goodput: 100 * goodShare, GoodShare: goodShare, TTFTp99: 1, Shed: shed,
-			ByPriority: [3]int{10, 50, 40}, GoodByPriority: good,
+			ByPriority: [3]int{10000, 50000, 40000}, GoodByPriority: good,
 		}}
 	}
 	none := [3]float64{}
@@ -112,6 +112,12 @@ func TestSweepSaturation(t *testing.T) {
 			oracle: [2]float64{0.99, 0.6}, sat: 0.5,
 			ilb:    res("ilb", 0.8, [3]float64{0, 0.05, 0.5}, [3]float64{0.99, 0.4, 0.45}),
 			failed: []string{"within the SLO: critical 99.0% ≥ standard 40.0% ≥ sheddable 45.0%"},
+		},
+		{
+			name:   "past saturation: critical a hair under standard is noise, not a loss",
+			oracle: [2]float64{0.99, 0.6}, sat: 0.5,
+			ilb:     res("ilb", 0.8, [3]float64{0, 0.05, 0.5}, [3]float64{0.985, 0.986, 0.45}),
+			checked: []string{"within the SLO: critical 98.5% ≥ standard 98.6% ≥ sheddable 45.0%"},
 		},
 		{
 			name:   "the oracle sustains both: standard shed at 0.7 fails",
