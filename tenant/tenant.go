@@ -33,6 +33,7 @@ type Table struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	fair    [len(weights.Priorities)]level
+	plan    [len(weights.Priorities)]planned
 	// sum is every tracked tenant's demand per priority, decayed as of
 	// sumAt, and wsum the weights of the tracked tenants that asked for
 	// some of it.
@@ -56,6 +57,20 @@ type entry struct {
 type level struct {
 	at, f, lambda, total float64
 	set                  bool
+}
+
+// planned is what the cell's plan serves of a priority: the demand the
+// table saw when the plan's shed fraction f first reached it, less f (in
+// the table's demand units). The controller plans an amount to serve, once
+// a tick; between plans the table water-fills that amount over the
+// tenants as their demand moves. Taking f of the demand of the moment
+// instead shed the others when a flood stopped: the flood's demand decayed
+// out of the table while the plan, a tick behind, still shed a third of
+// the priority, so the level fell below the others' demand (end to end,
+// one tenant lost 7-16% of its requests in the seconds after a flood).
+type planned struct {
+	f, serve float64
+	set      bool
 }
 
 // A fair level is reused until refresh half-lives passed (demand decays
@@ -105,9 +120,10 @@ type Share struct {
 // Shed books a request of tenant at priority p and estimated cost (token
 // cost, ≥ 0) at now, and returns the part of the tenant's requests of p
 // to shed when the cell's planned shed fraction of p is f (in [0, 1]).
-// Spread over the tenants in proportion to their demand, those fractions
-// shed f of the priority's demand; none goes to a tenant asking for less
-// than its weighted fair share of what is left.
+// The plan serves 1 − f of the priority's demand as the table saw it when
+// f first came (planned), held until f changes; spread over the tenants
+// in proportion to their demand, the fractions shed what exceeds it, none
+// of it from a tenant asking for less than its weighted fair share.
 func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f float64) Share {
 	if int(p) >= len(weights.Priorities) {
 		return Share{Fraction: f, Demand: 1, Fair: 1}
@@ -140,13 +156,19 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 	if e.mass[p] > equal*(1+1e-9) {
 		s.Over = 1 - equal/e.mass[p]
 	}
+	pl := &t.plan[p]
 	if f <= 0 {
+		pl.set = false
 		return s
+	}
+	if !pl.set || pl.f != f {
+		*pl = planned{f: f, serve: (1 - f) * total, set: true}
 	}
 	lv := &t.fair[p]
 	g := t.decayFactor(at - lv.at)
 	if !lv.set || lv.f != f || at-lv.at >= refresh*t.halfLife || at < lv.at || math.Abs(total-lv.total*g) > drift*total {
-		*lv = t.level(p, f, at)
+		*lv = t.level(p, pl.serve, at)
+		lv.f = f
 		g = 1
 	}
 	if math.IsInf(lv.lambda, 1) {
@@ -230,11 +252,11 @@ func (t *Table) demandOf(e *entry, at float64) float64 {
 // decaySum brings the demand sums to at.
 func (t *Table) decaySum(at float64) { t.decayTo(&t.sum, &t.sumAt, at) }
 
-// level water-fills priority p: with D its demand and f the shed
-// fraction, it finds lambda such that Σ min(d_i, w_i × lambda) =
-// (1 − f) × D over the tenants i (demand d_i, weight w_i).
-func (t *Table) level(p weights.Priority, f, at float64) level {
-	lv := level{at: at, f: f, lambda: math.Inf(1), set: true}
+// level water-fills priority p: it finds lambda such that Σ min(d_i, w_i
+// × lambda) = serve over the tenants i (demand d_i, weight w_i); lambda
+// is +Inf when serve covers the demand.
+func (t *Table) level(p weights.Priority, serve, at float64) level {
+	lv := level{at: at, lambda: math.Inf(1), set: true}
 	type dw struct{ d, w float64 }
 	ts := make([]dw, 0, len(t.entries))
 	var total, weight float64
@@ -246,7 +268,7 @@ func (t *Table) level(p weights.Priority, f, at float64) level {
 		}
 	}
 	lv.total = total
-	if f <= 0 || total <= 0 {
+	if total <= 0 || serve >= total*(1-1e-12) {
 		return lv
 	}
 	// Ascending demand per weight: those asking less than the level are
@@ -260,7 +282,7 @@ func (t *Table) level(p weights.Priority, f, at float64) level {
 		}
 		return 0
 	})
-	left := (1 - f) * total
+	left := max(serve, 0)
 	for _, x := range ts {
 		if lambda := left / weight; x.d <= x.w*lambda {
 			left -= x.d
@@ -270,7 +292,7 @@ func (t *Table) level(p weights.Priority, f, at float64) level {
 		lv.lambda = left / weight
 		return lv
 	}
-	return lv // f rounds to nothing: everyone is served whole
+	return lv // serve rounds to the demand: everyone is served whole
 }
 
 // Tracked is how many tenants the table holds.

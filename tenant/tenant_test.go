@@ -182,6 +182,45 @@ func TestShedDecays(t *testing.T) {
 	}
 }
 
+// TestShedHoldsThePlannedAmount: the plan serves an amount, set when its
+// fraction arrives; when a flood stops before the next plan, the others
+// keep being served whole rather than shed with the flood's share.
+func TestShedHoldsThePlannedAmount(t *testing.T) {
+	others := []string{"a", "b", "c"}
+	tb := demand(config.DefaultTenants(), weights.Standard, map[string]float64{"a": 1, "b": 1, "c": 1, "flood": 3})
+	// The plan serves two thirds of 6: 4, a level of 1.
+	if s := tb.Shed(t0, "a", weights.Standard, 0, 1.0/3); s.Fraction != 0 {
+		t.Fatalf("before: a shed %.4f, want 0", s.Fraction)
+	}
+	// A half-life later the flood has stopped (its demand halved to 1.5)
+	// while the others asked as much again (1 each); the plan, a tick
+	// behind, still sheds a third.
+	later := t0.Add(30 * time.Second)
+	for _, name := range others {
+		tb.Shed(later, name, weights.Standard, 0.5, 1.0/3)
+	}
+	tests := []struct {
+		name      string
+		f         float64
+		other, fl float64
+	}{
+		{"the same plan: 4 still served, the others whole, the flood to the level 1", 1.0 / 3, 0, 1 - 1/1.5},
+		{"a new plan: half of 4.5 served, a level of 0.5625 for all", 0.5, 1 - 0.5625, 1 - 0.5625/1.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, name := range others {
+				if s := tb.Shed(later, name, weights.Standard, 0, tt.f); math.Abs(s.Fraction-tt.other) > 1e-9 {
+					t.Errorf("%s shed %.4f, want %.4f", name, s.Fraction, tt.other)
+				}
+			}
+			if s := tb.Shed(later, "flood", weights.Standard, 0, tt.f); math.Abs(s.Fraction-tt.fl) > 1e-9 {
+				t.Errorf("flood shed %.4f, want %.4f", s.Fraction, tt.fl)
+			}
+		})
+	}
+}
+
 func TestShedTracksTheHeaviest(t *testing.T) {
 	cfg := config.DefaultTenants()
 	cfg.MaxTracked = 4
