@@ -61,13 +61,16 @@ type level struct {
 
 // planned is what the cell's plan serves of a priority: the demand the
 // table saw when the plan's shed fraction f first reached it, less f (in
-// the table's demand units). The controller plans an amount to serve, once
-// a tick; between plans the table water-fills that amount over the
-// tenants as their demand moves. Taking f of the demand of the moment
-// instead shed the others when a flood stopped: the flood's demand decayed
-// out of the table while the plan, a tick behind, still shed a third of
-// the priority, so the level fell below the others' demand (end to end,
-// one tenant lost 7-16% of its requests in the seconds after a flood).
+// the table's demand units). The controller plans once a tick; between
+// plans the table serves the larger of that amount and 1 − f of the
+// demand of the moment: shedding f of the demand of the moment alone shed
+// the others when a flood stopped (the flood's demand decayed out of the
+// table while the plan, a tick behind, still shed a third of the
+// priority, so the level fell below the others' demand: end to end, one
+// tenant lost 7-16% of its requests in the seconds after a flood), and
+// holding the amount alone shed more than planned when the demand rose
+// before the next plan. Either way the table sheds no more than the plan
+// says.
 type planned struct {
 	f, serve float64
 	set      bool
@@ -120,10 +123,11 @@ type Share struct {
 // Shed books a request of tenant at priority p and estimated cost (token
 // cost, ≥ 0) at now, and returns the part of the tenant's requests of p
 // to shed when the cell's planned shed fraction of p is f (in [0, 1]).
-// The plan serves 1 − f of the priority's demand as the table saw it when
-// f first came (planned), held until f changes; spread over the tenants
-// in proportion to their demand, the fractions shed what exceeds it, none
-// of it from a tenant asking for less than its weighted fair share.
+// The cell serves 1 − f of the priority's demand, or, when that demand
+// fell since f first came, 1 − f of the demand then (planned); spread over
+// the tenants in proportion to their demand, the fractions shed what
+// exceeds it, none of it from a tenant asking for less than its weighted
+// fair share.
 func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f float64) Share {
 	if int(p) >= len(weights.Priorities) {
 		return Share{Fraction: f, Demand: 1, Fair: 1}
@@ -167,7 +171,7 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 	lv := &t.fair[p]
 	g := t.decayFactor(at - lv.at)
 	if !lv.set || lv.f != f || at-lv.at >= refresh*t.halfLife || at < lv.at || math.Abs(total-lv.total*g) > drift*total {
-		*lv = t.level(p, pl.serve, at)
+		*lv = t.level(p, max((1-f)*total, pl.serve), at)
 		lv.f = f
 		g = 1
 	}

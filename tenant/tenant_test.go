@@ -221,6 +221,24 @@ func TestShedHoldsThePlannedAmount(t *testing.T) {
 	}
 }
 
+// TestShedFollowsARisingDemand: when the demand rises after the plan's
+// fraction came, the plan's fraction of it is shed, not more.
+func TestShedFollowsARisingDemand(t *testing.T) {
+	d := map[string]float64{"a": 1, "b": 1, "c": 1, "flood": 3}
+	tb := demand(config.DefaultTenants(), weights.Standard, d)
+	tb.Shed(t0, "a", weights.Standard, 0, 1.0/3) // 4 of 6 served
+	for name := range d {                        // everyone asks as much again
+		tb.Shed(t0, name, weights.Standard, d[name], 1.0/3)
+	}
+	var shed float64
+	for name, dn := range d {
+		shed += tb.Shed(t0, name, weights.Standard, 0, 1.0/3).Fraction * 2 * dn
+	}
+	if math.Abs(shed-4) > 1e-9 {
+		t.Errorf("shed %.4f of 12; want the plan's third, 4", shed)
+	}
+}
+
 func TestShedTracksTheHeaviest(t *testing.T) {
 	cfg := config.DefaultTenants()
 	cfg.MaxTracked = 4
