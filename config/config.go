@@ -404,8 +404,10 @@ type ExtProc struct {
 	// the signals stop; default 5s.
 	LiveTTL Duration `yaml:"live_ttl" json:"live_ttl"`
 	// Steering moves a request off the cluster Envoy's draw picked when
-	// that cluster is saturated, or its engines are slower than another
-	// reachable cluster's (docs/architecture.md); default true. false:
+	// another cluster it may use would begin it sooner, round trip
+	// included (balancing by the queue ahead), or, where the engines give
+	// no TTFT, has less queue pressure (docs/architecture.md); default
+	// true. false:
 	// requests follow the weights (and the redraw off an excluded
 	// cluster) only, e.g. to check a plan or compare with it.
 	Steering bool `yaml:"steering" json:"steering"`

@@ -26,8 +26,8 @@ const (
 	ReasonWeighted = "weighted" // a random draw over the weights
 	ReasonSession  = "session"  // the session key's hash: sticky
 	ReasonRedrawn  = "redrawn"  // the drawn cluster is excluded now: drawn again among the rest
-	// ReasonBalanced: a second draw would begin and end the request's
-	// prefill sooner, round trip included (the power of two choices).
+	// ReasonBalanced: another cluster would begin the request sooner,
+	// round trip included (join the shortest queue).
 	ReasonBalanced = "balanced"
 	ReasonSteered  = "steered" // moved off a queued cluster by graded steering
 )

@@ -188,18 +188,14 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)
 		rec.Reason = reasonBalanced
 	}
-	if d.Steered { // always graded: by predicted TTFT, or by queue pressure
+	if d.Steered { // graded by queue pressure, where the engines give no TTFT
 		from := c.targets[d.SteeredFrom].Cluster
 		var buf [steeredBytes]byte // the explanation is built here, then made a string once
 		why := buf[:0]
 		if rec.Redrawn != "" { // redrawn or balanced first: keep why
 			why = append(append(why, rec.Redrawn...), "; then "...)
 		}
-		if sig[d.SteeredFrom].TTFTKnown {
-			why = steeredByTTFT(why, from, sig[d.SteeredFrom].TTFT, rec.Chosen, d.Keep, d.SteerAmong)
-		} else {
-			why = steeredByPressure(why, from, ls.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
-		}
+		why = steeredByPressure(why, from, ls.Clusters[from].Pressure, d.Keep, d.SteerAmong, d.SteerSlot)
 		rec.Redrawn = string(why)
 		rec.Reason = reasonSteered
 	}
@@ -363,10 +359,11 @@ func (c *cell) noCapacityWhy(ls *live.State, ar *adapterRoute) string {
 	return " (" + strings.Join(why, "; ") + ")"
 }
 
-// balancedWhy says why a request left from for to, the second draw:
-// after what happened before (redrawn, or ""), the two waits compared.
+// balancedWhy says why a request left from for to, the cluster that
+// would begin it soonest: after what happened before (redrawn, or ""),
+// the two waits compared.
 func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
-	why := fmt.Sprintf("%s needs %.0f ms for the work ILB sent there and its engines have not begun (then this request's), %s, a second draw over the weights, %.0f ms: the second draw takes it, round trip included (power of two choices)",
+	why := fmt.Sprintf("%s would begin it in %.0f ms (the queue ahead: the work ILB sent there that its engines have not begun, or the queue they report), %s in %.0f ms, the soonest of the clusters the request may use, round trip included: moved there",
 		from, 1000*waitFrom, to, 1000*waitTo)
 	if before != "" {
 		return before + "; then " + why
@@ -377,20 +374,6 @@ func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
 // steeredBytes holds a steering explanation of clusters with names of
 // ordinary length (a longer one grows onto the heap).
 const steeredBytes = 256
-
-// steeredByTTFT appends why a request left from for a faster cluster, as
-// fmt.Sprintf("%s's engines give a first token in %.0f ms now; %s is
-// faster, round trip included: moved (probability 1 − %.2f) among %d
-// faster clusters", from, 1000*ttft, to, keep, among) would, without fmt
-// (it runs for every steered request).
-func steeredByTTFT(b []byte, from string, ttft float64, to string, keep float64, among int) []byte {
-	b = append(append(b, from...), "'s engines give a first token in "...)
-	b = strconv.AppendFloat(b, 1000*ttft, 'f', 0, 64)
-	b = append(append(append(b, " ms now; "...), to...), " is faster, round trip included: moved (probability 1 − "...)
-	b = strconv.AppendFloat(b, keep, 'f', 2, 64)
-	b = strconv.AppendInt(append(b, ") among "...), int64(among), 10)
-	return append(b, " faster clusters"...)
-}
 
 // steeredByPressure appends why a request left from for a cluster with
 // less queue pressure, as fmt.Sprintf("%s has %.2f queued requests per

@@ -233,68 +233,50 @@ func TestHealthService(t *testing.T) {
 	}
 }
 
-// TestAwaitingRequestsSteer: a request ext_proc routed to a cluster and
-// whose response has not come counts against that cluster's predicted
-// TTFT at once (Little's law over its first-token rate), before the
-// engines' metrics show anything; its response headers release it.
-func TestAwaitingRequestsSteer(t *testing.T) {
+// TestEngineQueueBalances: a queue the engines report (other routers'
+// requests, which this one never counted) moves the requests drawn to
+// that cluster to the one that would begin them soonest, through real
+// streams, saying why; once the queue is gone, the draw stands.
+func TestEngineQueueBalances(t *testing.T) {
 	h := start(t, true)
 	publishQwen(t, h, weights.ShedFractions{})
-	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10})
-	slow := ls.Clusters["eu-west-vllm"]
-	slow.FirstTokensPerSecond = 0.1 // one request awaiting is 10 s there
-	ls.Clusters["eu-west-vllm"] = slow
+	calm := live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10, PressureKnown: true, Serving: 2}
+	ls := allClusters(h.cfg, calm)
+	queued := ls.Clusters["eu-west-vllm"]
+	queued.Waiting, queued.FirstTokensPerSecond = 8, 2 // 4 s to admit them
+	ls.Clusters["eu-west-vllm"] = queued
 	h.srv.SetLive(ls)
-	done := respHeaders(":status", "200", header.ServedCluster, "eu-west-vllm", header.WeightsVersion, h.w.Version())
-	chosen := func(id string) decision.Record {
+	chosen := func() decision.Record {
 		t.Helper()
-		rec, ok := h.srv.Decisions().Get(id)
+		rec, ok := h.srv.Decisions().Get("req-1")
 		if !ok {
-			t.Fatalf("no record %s", id)
+			t.Fatal("no record")
 		}
 		return rec
 	}
-	// Nothing awaits: the draw (4242) stands.
+	done := respHeaders(":status", "200")
+	// The draw (4242) falls on eu-west-vllm.
 	h.run(t, "edge-us", append(qwenRequest(""), done)...)
-	if rec := chosen("req-1"); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
-		t.Fatalf("first request: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	if rec := chosen(); rec.Chosen == "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-vllm would begin it in 4000 ms") {
+		t.Errorf("with the engines' queue at eu-west-vllm: %s (%s, %q); want balanced away, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
-	// One request held at eu-west-vllm, no response yet.
-	st, _ := openStream(t, h, "edge-us")
-	msgs := qwenRequest("")
-	msgs[0] = reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, "held")
-	for _, m := range msgs {
-		if _, err := exchangeOne(t, st, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if rec := chosen("held"); rec.Chosen != "eu-west-vllm" {
-		t.Fatalf("held request went to %s; want eu-west-vllm", rec.Chosen)
-	}
+	h.srv.SetLive(allClusters(h.cfg, calm))
 	h.run(t, "edge-us", append(qwenRequest(""), done)...)
-	if rec := chosen("req-1"); rec.Chosen == "eu-west-vllm" || rec.Reason != "steered" || !strings.Contains(rec.Redrawn, "eu-west-vllm's engines give a first token in 10000 ms") {
-		t.Errorf("with one request awaiting at eu-west-vllm: %s (%s, %q); want steered away", rec.Chosen, rec.Reason, rec.Redrawn)
-	}
-	// Its response comes: eu-west-vllm is fast again.
-	if _, err := exchangeOne(t, st, done); err != nil {
-		t.Fatal(err)
-	}
-	h.run(t, "edge-us", append(qwenRequest(""), done)...)
-	if rec := chosen("req-1"); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
-		t.Errorf("after the response: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
+		t.Errorf("without the queue: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
 	}
 }
 
-// TestAwaitingWorkBalances: balancing (the power of two choices) through
-// real streams: a request drawn to the A100 cluster goes to the H100 one,
-// the second draw, which ends its prefill in half the time; with one of
-// ext_proc's requests awaiting its response there (as many as its serving
-// replicas), the two are even and the draw stands; once it is answered,
-// the request moves again.
+// TestAwaitingWorkBalances: balancing through real streams, by the work
+// ext_proc sent and has not heard back from. With nothing awaiting, the
+// draw (eu-west-tgi) stands; with one of ext_proc's requests awaiting its
+// response there (as many as its serving replicas), the next request
+// drawn there goes to eu-west-vllm, which has nothing ahead, saying why;
+// once the first is answered, the draw stands again.
 func TestAwaitingWorkBalances(t *testing.T) {
 	h := start(t, true)
 	// edge-eu's qwen: the fixed draw (4242) falls in eu-west-tgi's
-	// [0, 5000); the second draw (a hash of it) is eu-west-vllm.
+	// [0, 5000).
 	publishCells(t, h, func(source, model string, cell *weights.Cell) {
 		if source == "edge-eu" && model == "qwen2.5-7b-instruct" {
 			cell.Targets = []weights.Target{{Cluster: "eu-west-tgi", Weight: 5000}, {Cluster: "eu-west-vllm", Weight: 5000}}
@@ -319,41 +301,42 @@ func TestAwaitingWorkBalances(t *testing.T) {
 		return st, rec
 	}
 	held, rec := send("first")
-	if rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-vllm, a second draw") {
-		t.Fatalf("nothing awaiting: %s (%s, %q); want balanced to eu-west-vllm, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
+	if rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
+		t.Fatalf("nothing awaiting: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
-	if _, rec := send("second"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
-		t.Fatalf("one awaiting at eu-west-vllm: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
+	if _, rec := send("second"); rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-tgi would begin it in") || !strings.Contains(rec.Redrawn, "eu-west-vllm in 0 ms") {
+		t.Fatalf("one awaiting at eu-west-tgi: %s (%s, %q); want balanced to eu-west-vllm, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
 	if _, err := exchangeOne(t, held, respHeaders(":status", "200")); err != nil {
 		t.Fatal(err)
 	}
-	if _, rec := send("third"); rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" {
-		t.Errorf("after the response: %s (%s); want balanced to eu-west-vllm", rec.Chosen, rec.Reason)
+	if _, rec := send("third"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
+		t.Errorf("after the response: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
 }
 
-// TestSteeringToSpillTargets: clusters the weights give nothing but the
+// TestBalancingToSpillTargets: clusters the weights give nothing but the
 // source may reach are in the record as spill targets, and a request
-// whose drawn cluster is slow goes to one of them, named for Envoy.
-func TestSteeringToSpillTargets(t *testing.T) {
+// whose drawn cluster's engines queue goes to one of them, named for
+// Envoy.
+func TestBalancingToSpillTargets(t *testing.T) {
 	h := start(t, true)
 	publishCells(t, h, func(source, model string, cell *weights.Cell) {
 		if source == "edge-us" && model == "llama-3.1-8b-instruct" {
 			cell.Targets = []weights.Target{{Cluster: "us-east-vllm", Weight: weights.Total}}
 		}
 	})
-	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true})
+	ls := allClusters(h.cfg, live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10, PressureKnown: true, Serving: 2})
 	slow := ls.Clusters["us-east-vllm"]
-	slow.TTFT = 30   // seconds: every request moves (k = 0.05/30)
-	slow.Waiting = 8 // a queue: slow for load, not for its prompts
+	slow.TTFT = 30                                  // seconds
+	slow.Waiting, slow.FirstTokensPerSecond = 80, 2 // a queue of 40 s
 	ls.Clusters["us-east-vllm"] = slow
 	h.srv.SetLive(ls)
 	resps := h.run(t, "edge-us", post("/v1/chat/completions"), reqBody(`{"model":"llama-3.1-8b-instruct","messages":[{"role":"user","content":"hi"}]}`))
 	set := mutation(t, resps[len(resps)-1].GetRequestBody().GetResponse())
 	rec, _ := h.srv.Decisions().Get("req-1")
-	if rec.Reason != "steered" || rec.Chosen == "us-east-vllm" || set[header.RouteCluster] != rec.Chosen {
-		t.Fatalf("record %s (%s), %s = %q; want steered to a spill target, named", rec.Chosen, rec.Reason, header.RouteCluster, set[header.RouteCluster])
+	if rec.Reason != "balanced" || rec.Chosen == "us-east-vllm" || set[header.RouteCluster] != rec.Chosen {
+		t.Fatalf("record %s (%s), %s = %q; want balanced to a spill target, named", rec.Chosen, rec.Reason, header.RouteCluster, set[header.RouteCluster])
 	}
 	spill := map[string]bool{}
 	for _, c := range rec.Candidates {

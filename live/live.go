@@ -233,5 +233,25 @@ func (c Cluster) Signal(awaiting int64, work float64) route.Signal {
 	// and steering on that moved requests for nothing.
 	per := float64(max(c.Serving, 1))
 	s.Queued = c.Overloaded || c.Saturated || c.Waiting >= per || float64(awaiting) >= per && s.TTFT > c.TTFT
+	s.QueueWait = c.queueWait()
 	return s
+}
+
+// queueWait is how long the requests the cluster's engines queue take to
+// be admitted, in seconds: Waiting over the rate they give first tokens
+// (Little's law), or, when they gave none over the last interval, over
+// what the serving replicas give at the engines' own TTFT, one prompt at
+// a time each (as route.PredictTTFT). 0 without a queue or a rate.
+func (c Cluster) queueWait() float64 {
+	if !(c.Waiting > 0) {
+		return 0
+	}
+	rate := c.FirstTokensPerSecond
+	if !(rate > 0) && c.Serving > 0 && c.TTFT > 0 {
+		rate = float64(c.Serving) / c.TTFT
+	}
+	if !(rate > 0) {
+		return 0
+	}
+	return c.Waiting / rate
 }

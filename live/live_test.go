@@ -75,12 +75,17 @@ func TestFromSignalsCluster(t *testing.T) {
 }
 
 // TestSignal: what the route decision takes of a cluster, the requests
-// awaiting there adding to its predicted TTFT.
+// awaiting there adding to its predicted TTFT, and its engines' queue's
+// wait (Little's law).
 func TestSignal(t *testing.T) {
 	c := live.Cluster{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: 0.4, TTFTKnown: true, FirstTokensPerSecond: 10}
 	idle := live.Cluster{TTFT: 0.4, TTFTKnown: true, FirstTokensPerSecond: 5, Serving: 4}
 	queued := idle
 	queued.Waiting, queued.Pressure, queued.PressureKnown = 4, 0.5, true
+	stalled := queued
+	stalled.FirstTokensPerSecond = 0
+	blind := stalled
+	blind.TTFT, blind.TTFTKnown = 0, false
 	slowIdle := idle
 	slowIdle.TTFT = 0.8
 	tests := []struct {
@@ -95,7 +100,12 @@ func TestSignal(t *testing.T) {
 		{"excluded", live.Cluster{Excluded: "no replica"}, 3, 0, route.Signal{Excluded: true, Awaiting: 3}},
 		// Four serving replicas giving 5 first tokens a second.
 		{"fewer of ours awaiting than replicas is no queue", idle, 3, 0, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3}},
-		{"a request waiting per replica at the engines is a queue", queued, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4}},
+		// 4 waiting, admitted at 5 first tokens a second: 0.8 s.
+		{"a request waiting per replica at the engines is a queue", queued, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4, QueueWait: 0.8}},
+		// No first token last interval: four replicas at 0.4 s each admit
+		// 10 a second, so the 4 waiting take 0.4 s.
+		{"a queue without first tokens: the replicas' rate at the engines' TTFT", stalled, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4, QueueWait: 0.4}},
+		{"a queue without a rate: no wait known", blind, 0, 0, route.Signal{Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4}},
 		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true, Serving: 4, Awaiting: 4}},
 		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4, Awaiting: 4}},
 		{"the work of ours awaiting passes through", idle, 3, 1500, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3, Work: 1500}},

@@ -34,8 +34,10 @@
 //     saturated (measured overload), whatever the plan.
 //  4. The weighted draw, as Envoy's weighted_clusters takes it; drawn
 //     again among the remaining clusters when the drawn one is excluded;
-//     steered among the clusters with headroom when the chosen one is
-//     saturated.
+//     moved to the cluster that would begin the request soonest, round
+//     trip included, when that is sooner (balancing: join the shortest
+//     queue, by the work this router sent there and the queue the
+//     engines report).
 //
 // With tenants (Request.Tenanted), the planned fraction of rule 2 is the
 // tenant's share of the cell's (tenant.Table: those above their weighted
@@ -47,6 +49,7 @@
 package route
 
 import (
+	"math"
 	"slices"
 
 	"github.com/ilbproject/ilb/weights"
@@ -100,7 +103,7 @@ type Target struct {
 	Cluster string
 	// Weight is its integer weight in Envoy's weighted_clusters; 0 for a
 	// cluster the source may use but the weights give nothing: Envoy's
-	// draw never takes it, steering may move a request there (a spill
+	// draw never takes it, balancing may move a request there (a spill
 	// target, named in x-ilb-route-cluster).
 	Weight uint64
 	// RTT is the round trip from the source to the cluster, in seconds.
@@ -170,17 +173,24 @@ type Signal struct {
 	// TTFT is the time to first token a request would get from the
 	// cluster's engines now, in seconds: the larger of what its engines
 	// measured over the last interval (their TTFT histogram) and the wait
-	// of its queue (waiting / admission rate, Little's law). Meaningful
-	// when TTFTKnown.
+	// of its queue (waiting / admission rate, Little's law), or of this
+	// router's requests awaiting their first token there (PredictTTFT).
+	// Meaningful when TTFTKnown; without it, graded steering by queue
+	// pressure stands in for balancing's engine view (see grade).
 	TTFT      float64
 	TTFTKnown bool
+	// QueueWait is how long the requests its engines queue take to be
+	// admitted, in seconds (≥ 0): the requests waiting at its serving
+	// replicas over the rate they give first tokens (Little's law), as
+	// the last signals round saw them. It counts every router's requests,
+	// where Work counts only this one's; 0 when no queue is known.
+	QueueWait float64
 	// Queued: requests wait there — its engines report a queue, it is
 	// overloaded or saturated, or more of this router's requests await a
 	// first token there than its engines' figure explains (TTFT is then
-	// Little's law's). Steering by TTFT moves requests only off a queued
-	// cluster: an idle one's TTFT is the prefill time of the few prompts
-	// it served last interval, not load, and steering on it moved half
-	// of the requests at light load, across regions, for nothing.
+	// Little's law's). Balancing moves a request abroad only off a queued
+	// cluster: at light load a move abroad on a small difference of waits
+	// costs a round trip for nothing.
 	Queued bool
 	// Serving is how many replicas may take requests there now.
 	Serving int
@@ -239,8 +249,8 @@ type Request struct {
 	// false).
 	NoSteer bool
 	// Cost is the request's own estimated cost, in token-cost units
-	// (≥ 0): balancing compares the time each candidate needs for the
-	// work ahead of it plus its own.
+	// (≥ 0): what the tenant table counts of its tenant's demand
+	// (tenant.Table.Route). Balancing leaves it out (see wait).
 	Cost float64
 	// Tenanted: ShedFraction, in [0, 1], is the planned shed fraction of
 	// this request's tenant in place of the cell's for its priority: the
@@ -283,25 +293,23 @@ type Decision struct {
 	// targets are the spill targets (weight 0), drawn among with equal
 	// odds (RedrawSlot is then the index among them).
 	Spill bool
-	// Steered: the target drawn (or redrawn), SteeredFrom, is slower or
-	// under more pressure than another; the request was drawn again among
-	// the SteerAmong targets with headroom (faster, or with less pressure),
-	// at SteerSlot (0 when moved by predicted TTFT, which draws by what
-	// each target saves).
+	// Steered: the target chosen, SteeredFrom, whose engines give no
+	// TTFT, is under more queue pressure than another; the request was
+	// drawn again among the SteerAmong targets with less, at SteerSlot
+	// (see grade).
 	Steered bool
 	// Keep is the probability the steering gave the chosen target of
-	// keeping the request: k of graded steering (see predict and grade), 1
-	// when no steering applied.
+	// keeping the request: k of graded steering (see grade), 1 when no
+	// steering applied.
 	Keep        float64
 	SteeredFrom int
 	SteerAmong  int
 	SteerSlot   uint64
-	// Compared: a second draw among the targets not excluded,
-	// Alternative (another target), was compared with the chosen one by their waits, WaitFirst
-	// and WaitAlternative (seconds; see balance). Balanced: it was
-	// sooner, round trip included, and took the request from
-	// BalancedFrom (the drawn or redrawn target): the power of two
-	// choices.
+	// Compared: Alternative, the target that would begin the request
+	// soonest, round trip included, was compared with the chosen one by
+	// their waits, WaitFirst and WaitAlternative (seconds; see balance).
+	// Balanced: it took the request from BalancedFrom (the drawn or
+	// redrawn target). Compared only when some target is sooner.
 	Compared, Balanced         bool
 	Alternative, BalancedFrom  int
 	WaitFirst, WaitAlternative float64
@@ -422,97 +430,99 @@ func (c *Cell) choose(d *Decision, rem []int, live []Signal, req Request, satura
 	if req.NoSteer {
 		return
 	}
-	// Steering is graded, never all-or-nothing: a saturated cluster's
-	// predicted TTFT includes its queue's wait (and its pressure is high),
-	// so the graded rules move most of its draws, in proportion to how much
-	// slower it is. Moving every draw on a saturation flag an interval old
-	// herded them onto the other clusters, which then filled in turn (on
-	// bursty code-completion traffic it cost 2.7 points of goodput within
-	// the SLO, and made a proportional plan worse than with no steering).
+	// Nothing moves while every cluster the request may use is saturated
+	// (moving it would only trade one queue for another), and graded
+	// steering (grade) is never all-or-nothing: moving every draw on a
+	// saturation flag an interval old herded them onto the other
+	// clusters, which then filled in turn (on bursty code-completion
+	// traffic it cost 2.7 points of goodput within the SLO, and made a
+	// proportional plan worse than with no steering).
 	if !saturated {
-		c.balance(d, live, req)
-		if live[d.Chosen].TTFTKnown {
-			if live[d.Chosen].Queued {
-				c.predict(d, live, req.Draw)
-			}
-		} else {
+		c.balance(d, live)
+		if !live[d.Chosen].TTFTKnown {
 			c.grade(d, rem, live, req.Draw)
 		}
 	}
 }
 
-// balance is the power of two choices: a second target, drawn with equal
-// odds among every target of the cell not excluded (spill targets
-// included) and independently of the first, is compared with the chosen
-// one by when each would begin the request — the work this router sent
-// there that has no first token yet, spread over its serving replicas,
-// counted only while those requests are at least as many as the replicas
-// (fewer leave a replica free) — plus how long the request's own work
-// takes on one replica: wait = Work / (Capacity × Serving) + cost /
-// Capacity. The second takes the request when it is both sooner (wait)
-// and sooner round trip included (RTT + wait). Where the clusters are
-// equally loaded for their capacity nothing moves, so the weights'
-// shares stand; a burst that piles onto one cluster moves, request by
-// request, to the other draw, as a join-the-shortest-queue router would.
-// Sampling two and keeping the better is the classic result of load
-// balancing (Mitzenmacher, "The power of two choices in randomized load
-// balancing", 2001): the longest queue falls from logarithmic to doubly
-// logarithmic in the number of servers. The second draw ranges over the
-// clusters the weights give nothing too: the plan keeps a source's
-// traffic near home while the fleet is light, so each region takes its
-// own source's bursts alone, while a router that pools them (proportional
-// spreading, least-work routing) absorbs them; a burst then goes abroad
-// only while that is faster round trip included, and only off a queued
-// cluster (Signal.Queued: the engines or this router's own count confirm
-// a queue there). The waits are a coarse scale — a request's whole cost
-// over the mix's sustainable throughput, longer than its prefill — so
-// within a region they only rank the clusters, while a move abroad, which
-// costs a round trip if the estimate is wrong, waits for that evidence:
-// without it, long-prompt traffic past saturation went abroad three times
-// as often and kept 96.0% within the SLO against 99.3%. The second draw
-// is a hash of the first, so a session moves only when the loads change.
-func (c *Cell) balance(d *Decision, live []Signal, req Request) {
-	n := 0
+// balance moves the request to the target that would begin it soonest:
+// every target of the cell not excluded or saturated (spill targets,
+// weight 0, included) is compared with the chosen one by its wait — when
+// a request sent now would begin there (see wait) — and the request goes
+// to the one with the least round trip plus wait, when that one is both
+// sooner (wait) and sooner round trip included (RTT + wait) than the
+// chosen one. It is join-the-shortest-queue over the cell's clusters, by
+// work over capacity, as least-work routers do. Where no queue is ahead
+// anywhere (an idle or evenly loaded fleet) nothing moves, so the
+// weights' shares stand; a burst that piles onto one cluster moves,
+// request by request, to the others while their queues are shorter. The
+// plan keeps a source's traffic near home while the fleet is light, so
+// each region would take its own source's bursts alone, while a router
+// that pools them absorbs them: a request goes abroad only while that is
+// faster round trip included, and only off a queued cluster
+// (Signal.Queued: the engines or this router's own count confirm a queue
+// there) — a move abroad costs a round trip if the estimate is wrong
+// (without that evidence, long-prompt traffic past saturation went
+// abroad three times as often and kept 96.0% within the SLO against
+// 99.3%).
+//
+// Comparing every target, not a second one drawn at random (the power of
+// two choices), is what the light-load tail needed: on the Azure code
+// trace at 0.2 and 0.3 of the fleet's throughput, two choices left the
+// p99 TTFT 10% above a least-work router's (0.60 s against 0.54 s), all
+// targets brought it below (0.53 s). The engines' queue in the wait
+// (Signal.QueueWait) keeps it safe where this router sees only part of
+// the traffic: several ILB replicas, each counting only its own
+// requests, would otherwise all send to the cluster that looks empty to
+// each.
+//
+// The chosen target is compared on the same terms, so a request moves
+// only off a queue. Nothing here is random: a session moves only when
+// the loads change.
+func (c *Cell) balance(d *Decision, live []Signal) {
+	wa, ok := c.wait(d.Chosen, live)
+	if !ok {
+		return
+	}
+	best, bestAt, bestWait := -1, c.rtt[d.Chosen]+wa, wa
 	for i := range c.weights {
-		if !live[i].Excluded {
-			n++
+		if i == d.Chosen || live[i].Excluded || live[i].Saturated {
+			continue
+		}
+		if c.rtt[i] > c.rtt[d.Chosen] && !live[d.Chosen].Queued {
+			continue // farther away: only off a queued cluster
+		}
+		wb, okb := c.wait(i, live)
+		if !okb || wb >= wa {
+			continue
+		}
+		if at := c.rtt[i] + wb; at < bestAt {
+			best, bestAt, bestWait = i, at, wb
 		}
 	}
-	if n < 2 {
+	if best < 0 {
 		return
 	}
-	k := mix(req.Draw^0x2545f4914f6cdd1d) % uint64(n)
-	alt := -1
-	for i := range c.weights {
-		if !live[i].Excluded {
-			if k == 0 {
-				alt = i
-				break
-			}
-			k--
-		}
-	}
-	if alt == d.Chosen {
-		return
-	}
-	wa, oka := c.wait(d.Chosen, live, req.Cost)
-	wb, okb := c.wait(alt, live, req.Cost)
-	if !oka || !okb || live[alt].Saturated {
-		return
-	}
-	if c.rtt[alt] > c.rtt[d.Chosen] && !live[d.Chosen].Queued {
-		return // farther away: only off a queued cluster
-	}
-	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, alt, wa, wb
-	if wb < wa && c.rtt[alt]+wb < c.rtt[d.Chosen]+wa {
-		d.BalancedFrom, d.Chosen, d.Balanced = d.Chosen, alt, true
-	}
+	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, best, wa, bestWait
+	d.BalancedFrom, d.Chosen, d.Balanced = d.Chosen, best, true
 }
 
-// wait is when target i would begin a request of the given cost and end
-// its prefill, in seconds (see balance), and whether it is known (a
-// capacity and a serving replica).
-func (c *Cell) wait(i int, live []Signal, cost float64) (float64, bool) {
+// wait is when a request sent to target i now would begin there, in
+// seconds, and whether it is known (a capacity and a serving replica):
+// the larger of two views of the queue ahead of it. This router's: the
+// work it sent there that has no first token yet, spread over the
+// serving replicas' capacity (Work / (Capacity × Serving)), counted only
+// while those requests are at least as many as the replicas (fewer leave
+// a replica free: counting them moved long prompts off a busy fast
+// cluster onto an idle slow one, and the long-prompt workload's p99 TTFT
+// at 0.3 load rose from 0.91 to 1.21 s). The engines': the queue they
+// reported, an interval old (Signal.QueueWait), which counts every
+// router's requests. The request's own prefill is left out: on this
+// coarse scale (a request's whole cost over the mix's sustainable
+// throughput, many times its prefill time) it let the fast clusters keep
+// queues as long as it, and on long prompts at 1.1 load ILB kept 73% of
+// requests within the SLO instead of 99%.
+func (c *Cell) wait(i int, live []Signal) (float64, bool) {
 	l := live[i]
 	if l.Excluded || l.Serving <= 0 || !(c.capacity[i] > 0) {
 		return 0, false
@@ -521,61 +531,10 @@ func (c *Cell) wait(i int, live []Signal, cost float64) (float64, bool) {
 	if l.Awaiting >= int64(l.Serving) {
 		ahead = max(l.Work, 0) / (c.capacity[i] * float64(l.Serving))
 	}
-	return ahead + max(cost, 0)/c.capacity[i], true
-}
-
-// predict is graded steering by predicted time to first token. A target
-// is faster than the chosen one c when its engines give a first token
-// sooner (TTFT_j < TTFT_c) and the request gains, round trip included
-// (RTT_j + TTFT_j < RTT_c + TTFT_c); candidates are any cluster of the
-// cell not excluded or saturated, spill targets (weight 0) included. The
-// request stays with probability k = TTFT_min / TTFT_c (the fastest
-// candidate's engine TTFT over the chosen one's) and otherwise moves to a
-// faster target, each with odds in proportion to what it saves. Equal
-// engines move nothing, whatever their round trips: the plan already
-// priced those, and steering corrects the load between ticks, not the
-// plan. A burst that queues a region's clusters spills to another region
-// while that is faster round trip included, in the share the slowdown
-// justifies: the signals are an interval old, and moving every request
-// would herd them onto the other clusters. The move and the destination
-// are hashes of the draw: a session moves only when the signals change.
-func (c *Cell) predict(d *Decision, live []Signal, draw uint64) {
-	ch := live[d.Chosen]
-	sc := c.rtt[d.Chosen] + ch.TTFT
-	faster := func(i int) bool {
-		l := live[i]
-		return !l.Excluded && !l.Saturated && l.TTFTKnown && l.TTFT < ch.TTFT && c.rtt[i]+l.TTFT < sc
+	if l.QueueWait > 0 && !math.IsInf(l.QueueWait, 0) {
+		ahead = max(ahead, l.QueueWait)
 	}
-	fastest := ch.TTFT
-	var total float64
-	n := 0
-	for i := range c.weights {
-		if faster(i) {
-			fastest = min(fastest, live[i].TTFT)
-			total += sc - (c.rtt[i] + live[i].TTFT)
-			n++
-		}
-	}
-	if n == 0 || ch.TTFT <= 0 {
-		return
-	}
-	k := fastest / ch.TTFT
-	d.Keep = k
-	if unit(mix(draw)) < k {
-		return
-	}
-	u := unit(mix(draw^0x5851f42d4c957f2d)) * total
-	from := d.Chosen
-	for i := range c.weights {
-		if faster(i) {
-			u -= sc - (c.rtt[i] + live[i].TTFT)
-			d.Chosen = i
-			if u < 0 {
-				break
-			}
-		}
-	}
-	d.SteeredFrom, d.Steered, d.SteerAmong, d.SteerSlot = from, true, n, 0
+	return ahead, true
 }
 
 // grade is graded steering: a request drawn to a target with a queue

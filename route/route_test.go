@@ -350,55 +350,16 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-// TestPredictedTTFTSteering: a local cluster whose engines are slow sheds
-// to remote spill targets (weight 0) in the share the scores justify, by
-// what each saves; a fast local cluster keeps everything.
-func TestPredictedTTFTSteering(t *testing.T) {
-	c := route.NewCell([]route.Target{{Weight: 10000, RTT: 0.001}, {Weight: 0, RTT: 0.08}, {Weight: 0, RTT: 0.22}}, weights.ShedFractions{})
-	known := func(ttft float64) route.Signal { return route.Signal{TTFT: ttft, TTFTKnown: true, Queued: true} }
-	tests := []struct {
-		name string
-		live []route.Signal
-		want []float64 // share of requests per target
-	}{
-		{"local fast: nothing moves", []route.Signal{known(0.04), known(0.01), known(0.01)}, []float64{1, 0, 0}},
-		// Engines: 1.5 s locally, 0.05 s elsewhere: keep 0.05/1.5 = 3.3%;
-		// the rest by savings, round trips included (1.501 − 0.13 = 1.371
-		// and 1.501 − 0.27 = 1.231).
-		{"local slow: spills by savings", []route.Signal{known(1.5), known(0.05), known(0.05)}, []float64{1.0 / 30, 29.0 / 30 * 1.371 / 2.602, 29.0 / 30 * 1.231 / 2.602}},
-		{"a saturated or excluded spill target is never used", []route.Signal{known(1.5), {TTFT: 0.05, TTFTKnown: true, Saturated: true}, {TTFT: 0.05, TTFTKnown: true, Excluded: true}}, []float64{1, 0, 0}},
-		{"unknown TTFT elsewhere: nothing moves", []route.Signal{known(1.5), {}, {}}, []float64{1, 0, 0}},
-		{"local slow without a queue: its prompts' prefill, nothing moves", []route.Signal{{TTFT: 1.5, TTFTKnown: true}, known(0.05), known(0.05)}, []float64{1, 0, 0}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			const n = 200000
-			got := make([]float64, 3)
-			for i := range n {
-				d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: uint64(i) * 0x9e3779b97f4a7c15})
-				if d.Outcome != route.Routed {
-					t.Fatalf("outcome %v", d.Outcome)
-				}
-				got[d.Chosen]++
-			}
-			for i := range got {
-				if got[i] /= n; math.Abs(got[i]-tt.want[i]) > 0.01 {
-					t.Errorf("target %d got %.3f; want %.3f", i, got[i], tt.want[i])
-				}
-			}
-		})
-	}
-}
-
 // TestPlannedRemoteTargetStays: the plan sends a cell to a remote cluster
 // (for capacity); a closer cluster whose engines are no faster does not
 // take its requests back.
 func TestPlannedRemoteTargetStays(t *testing.T) {
-	c := route.NewCell([]route.Target{{Weight: 10000, RTT: 0.08}, {Weight: 0, RTT: 0.001}}, weights.ShedFractions{})
-	live := []route.Signal{{TTFT: 0.05, TTFTKnown: true}, {TTFT: 0.05, TTFTKnown: true}}
+	c := route.NewCell([]route.Target{{Weight: 10000, RTT: 0.08, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}, weights.ShedFractions{})
+	idle := route.Signal{TTFT: 0.05, TTFTKnown: true, Serving: 2}
+	live := []route.Signal{idle, idle}
 	for i := range uint64(1000) {
-		if d := route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: i * 0x9e3779b97f4a7c15}); d.Chosen != 0 || d.Steered {
-			t.Fatalf("draw %d: chose %d (steered %v); want the planned remote target", i, d.Chosen, d.Steered)
+		if d := route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: i * 0x9e3779b97f4a7c15}); d.Chosen != 0 || d.Steered || d.Balanced {
+			t.Fatalf("draw %d: chose %d (steered %v, balanced %v); want the planned remote target", i, d.Chosen, d.Steered, d.Balanced)
 		}
 	}
 }
@@ -429,41 +390,53 @@ func TestPredictTTFT(t *testing.T) {
 	}
 }
 
-// TestBalance: the power of two choices. A second target, drawn among
-// all those not excluded, takes the request only when it would begin and
-// end the request's prefill sooner, round trip included; equal loads move
-// nothing, so the weights' shares stand.
+// TestBalance: join the shortest queue. Every target not excluded or
+// saturated is compared with the chosen one by when it would begin the
+// request (the larger of this router's work ahead there and the engines'
+// reported queue); the soonest, round trip included, takes the request
+// when it is sooner. Equal loads move nothing, so the weights' shares
+// stand.
 func TestBalance(t *testing.T) {
-	const cost = 1000 // token-cost units; 1 s on one replica of capacity 1000
 	at := func(w uint64, rtt float64) route.Target { return route.Target{Weight: w, RTT: rtt, Capacity: 1000} }
 	idle := route.Signal{PressureKnown: true, Serving: 2}
 	busy := idle
 	busy.Work, busy.Awaiting = 8000, 4 // 4 s of work over its two replicas
+	half := idle
+	half.Work, half.Awaiting = 4000, 2 // 2 s
 	queued := busy
 	queued.Queued = true
+	engineQueue := idle // the engines queue 3 s of other routers' requests
+	engineQueue.QueueWait, engineQueue.Queued = 3, true
 	tests := []struct {
 		name      string
 		ts        []route.Target
 		live      []route.Signal
-		balanced  bool    // some draw moves to its second draw
+		balanced  bool    // some draw moves
 		compared  bool    // some draw compares two targets
 		wantWaits string  // the waits compared when the first draw is target 0
 		share0    float64 // the share of the draws target 0 keeps
 	}{
-		{"equal loads move nothing", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{idle, idle}, false, true, "1.000 1.000", 0.5},
-		{"a burst on one cluster moves its draws to the other", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.25},
-		{"fewer of ours than replicas: one is free, nothing ahead", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{{PressureKnown: true, Serving: 2, Awaiting: 1, Work: 8000}, idle}, false, true, "1.000 1.000", 0.5},
-		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{queued, idle}, false, true, "5.000 1.000", 0.5},
-		{"farther away, off a queued cluster, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{queued, idle}, true, true, "5.000 1.000", 0.25},
+		{"equal loads move nothing", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{idle, idle}, false, false, "", 0.5},
+		{"a burst on one cluster moves its draws to the other", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, idle}, true, true, "4.000 0.000", 0},
+		{"the soonest of several takes it", []route.Target{at(400, 0.001), at(300, 0.001), at(300, 0.001)}, []route.Signal{busy, half, idle}, true, true, "4.000 0.000", 0},
+		{"fewer of ours than replicas: one is free, nothing ahead", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{{PressureKnown: true, Serving: 2, Awaiting: 1, Work: 8000}, idle}, false, false, "", 0.5},
+		{"the engines' queue counts where this router sent nothing", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{engineQueue, idle}, true, true, "3.000 0.000", 0},
+		// Target 1 looks empty to this router, but its engines queue 5 s:
+		// target 0's draws stay, and target 1's move to target 0 (4 s).
+		{"the engines' queue keeps a burst off a cluster that looks empty to this router", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {PressureKnown: true, Serving: 2, QueueWait: 5}}, true, true, "", 1},
+		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{queued, idle}, false, false, "", 0.5},
+		{"farther away, off a queued cluster, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{queued, idle}, true, true, "4.000 0.000", 0},
 		// Without a queue confirmed there, the coarse wait estimate does not
 		// send a request abroad (the farther cluster's draws are compared
 		// with the nearer one, which is slower: they stay).
-		{"farther away, not off a cluster without a queue", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, false, true, "", 0.5},
+		{"farther away, not off a cluster without a queue", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, false, false, "", 0.5},
 		// The weights give target 1 nothing: every draw is target 0's, and
-		// the half whose second draw is target 1 move.
-		{"a spill target takes a burst when it is sooner", []route.Target{at(1000, 0.001), at(0, 0.001)}, []route.Signal{busy, idle}, true, true, "5.000 1.000", 0.5},
-		{"a faster engine ends a request's prefill sooner", []route.Target{at(500, 0.001), {Weight: 500, RTT: 0.001, Capacity: 2000}}, []route.Signal{idle, idle}, true, true, "1.000 0.500", 0.25},
-		{"never to a saturated cluster", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {Saturated: true, PressureKnown: true, Serving: 2}}, false, true, "", 0.5},
+		// all of them move.
+		{"a spill target takes a burst when it is sooner", []route.Target{at(1000, 0.001), at(0, 0.001)}, []route.Signal{busy, idle}, true, true, "4.000 0.000", 0},
+		// The request's own work is left out: a faster engine with nothing
+		// ahead takes nothing from an idle slower one.
+		{"an idle faster engine takes nothing from an idle slower one", []route.Target{at(500, 0.001), {Weight: 500, RTT: 0.001, Capacity: 2000}}, []route.Signal{idle, idle}, false, false, "", 0.5},
+		{"never to a saturated cluster", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {Saturated: true, PressureKnown: true, Serving: 2}}, false, false, "", 0.5},
 		{"never without a capacity", []route.Target{at(500, 0.001), {Weight: 500, RTT: 0.001}}, []route.Signal{busy, idle}, false, false, "", 0.5},
 		{"never without a serving replica", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {PressureKnown: true}}, false, false, "", 0.5},
 	}
@@ -475,7 +448,7 @@ func TestBalance(t *testing.T) {
 			counts := make([]int, len(tt.ts))
 			const n = 4000
 			for draw := range uint64(n) {
-				d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: draw * 0x9e3779b97f4a7c15, Cost: cost})
+				d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: draw * 0x9e3779b97f4a7c15, Cost: 1000})
 				if d.Outcome != route.Routed {
 					t.Fatalf("draw %d: %v", draw, d.Outcome)
 				}

@@ -89,7 +89,7 @@ func TestExplainStory(t *testing.T) {
 			[]string{
 				"steered     " + drawn + " has 3.00 queued requests per running one, others less: moved (probability 1 − 0.25)",
 				"saturated; <- slot 4242 falls here, passed over (steered)",
-				"chosen      " + steered.Chosen + " (reason steered: the drawn cluster's engines are slower now",
+				"chosen      " + steered.Chosen + " (reason steered: the drawn cluster's engines (without a TTFT histogram) queue more per running request",
 			},
 			nil,
 		},

@@ -132,11 +132,8 @@ func TestDecisionParity(t *testing.T) {
 				t.Fatalf("%s (source %s, %s, draw %d, u %.3f): ext_proc %s; benchmark %s", id, f.Sources[si].Name, prio, draw, u, got, want)
 			}
 			branch := rec.Reason
-			switch {
-			case strings.Contains(rec.Redrawn, "queued requests per running one"):
+			if strings.Contains(rec.Redrawn, "queued requests per running one") {
 				branch = "graded"
-			case strings.Contains(rec.Redrawn, "give a first token in"):
-				branch = "predicted"
 			}
 			seen[strings.Fields(want)[0]+" "+branch]++
 		}
@@ -145,7 +142,7 @@ func TestDecisionParity(t *testing.T) {
 		}
 	}
 	// Every branch of the decision was taken, or the comparison proves little.
-	for _, b := range []string{"routed weighted", "routed redrawn", "routed balanced", "routed graded", "routed predicted", "429 shed", "429 overloaded", "503 no_capacity"} {
+	for _, b := range []string{"routed weighted", "routed redrawn", "routed balanced", "routed graded", "429 shed", "429 overloaded", "503 no_capacity"} {
 		if seen[b] == 0 {
 			t.Errorf("no request took the branch %q (seen %v)", b, seen)
 		}
@@ -156,8 +153,9 @@ func TestDecisionParity(t *testing.T) {
 // cluster has up to four replicas in random states with random engine
 // metrics, and in some rounds every replica of a cluster is out or
 // saturated, so that every branch of the decision is reached. No engine
-// reports a first-token rate: what ext_proc's own requests in flight
-// add to a predicted TTFT is tested in extproc.
+// reports a first-token rate: the wait of a queue the engines report is
+// then the replicas' rate at their TTFT (live.Cluster.Signal), and what
+// ext_proc's own requests in flight add to it is tested in extproc.
 func randomSnapshot(f Fleet, rng *rand.Rand, now time.Time) *signals.Snapshot {
 	states := []signals.State{signals.StateReady, signals.StateWarming, signals.StateStale, signals.StateStarting, signals.StateDraining, signals.StateUnhealthy}
 	pOut, pSaturated := rng.Float64(), rng.Float64()

@@ -27,8 +27,8 @@ type Record struct {
 	// it had of staying on Drawn (1 when no steering applied).
 	Steered bool
 	Keep    float64
-	// Balanced: moved to the second draw by balancing (the power of two
-	// choices); WaitDrawn and WaitAlternative the waits it compared
+	// Balanced: moved by balancing to the cluster that begins it
+	// soonest; WaitDrawn and WaitAlternative the waits it compared
 	// (seconds; 0 when it compared none).
 	Balanced                   bool
 	WaitDrawn, WaitAlternative float64
