@@ -241,9 +241,15 @@ func (c Cluster) Signal(awaiting int64, work float64) route.Signal {
 // be admitted, in seconds: Waiting over the rate they give first tokens
 // (Little's law), or, when they gave none over the last interval, over
 // what the serving replicas give at the engines' own TTFT, one prompt at
-// a time each (as route.PredictTTFT). 0 without a queue or a rate.
+// a time each (as route.PredictTTFT). 0 without a queue or a rate, and 0
+// while fewer requests wait than replicas serve: a queue is a request or
+// more waiting per serving replica, as for Queued and the capacity
+// estimator (fewer are the moment between two steps of a replica that
+// admits them; counting them, a second old, moved requests at light load
+// onto slower clusters, and the synthetic day's p99 TTFT at 0.5 of the
+// fleet rose from 0.32 s to 0.37 s).
 func (c Cluster) queueWait() float64 {
-	if !(c.Waiting > 0) {
+	if !(c.Waiting > 0) || c.Waiting < float64(max(c.Serving, 1)) {
 		return 0
 	}
 	rate := c.FirstTokensPerSecond

@@ -82,6 +82,8 @@ func TestSignal(t *testing.T) {
 	idle := live.Cluster{TTFT: 0.4, TTFTKnown: true, FirstTokensPerSecond: 5, Serving: 4}
 	queued := idle
 	queued.Waiting, queued.Pressure, queued.PressureKnown = 4, 0.5, true
+	short := queued
+	short.Waiting = 3
 	stalled := queued
 	stalled.FirstTokensPerSecond = 0
 	blind := stalled
@@ -106,6 +108,8 @@ func TestSignal(t *testing.T) {
 		// 10 a second, so the 4 waiting take 0.4 s.
 		{"a queue without first tokens: the replicas' rate at the engines' TTFT", stalled, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4, QueueWait: 0.4}},
 		{"a queue without a rate: no wait known", blind, 0, 0, route.Signal{Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4}},
+		// 3 waiting at 4 replicas: the moment between two steps, no queue.
+		{"fewer waiting than serving replicas: no queue, no wait", short, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Serving: 4}},
 		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true, Serving: 4, Awaiting: 4}},
 		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4, Awaiting: 4}},
 		{"the work of ours awaiting passes through", idle, 3, 1500, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3, Work: 1500}},
