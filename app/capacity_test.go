@@ -65,7 +65,7 @@ func TestCapacityLearnedFromSignals(t *testing.T) {
 	for _, e := range view.Capacity {
 		if e.Cluster == "us-east-vllm" {
 			found = true
-			if e.Prior != prior || e.From != capacity.FromOverload || e.Confidence < 0.9 || !strings.Contains(e.Evidence, "queued two intervals") {
+			if e.Prior != prior || e.From != capacity.FromOverload || e.Confidence < 0.9 || !strings.Contains(e.Evidence, "of first tokens over the 2s TTFT target") {
 				t.Errorf("/debug/signals estimate %+v", e)
 			}
 		}

@@ -274,7 +274,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	est := &st.est
 	est.Pressure = pressure
 	if first {
-		st.mean, st.ttftKnown = x, o.TTFTKnown
+		st.mean, st.waitPer, st.ttftKnown = x, o.Waiting/n, o.TTFTKnown
 		if o.TTFTKnown {
 			st.first, st.slow = o.FirstTokensPerSecond, min(o.SlowFirstTokensPerSecond, o.FirstTokensPerSecond)
 		}
@@ -312,11 +312,6 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		st.busy += w * (x - st.busy)
 		st.busyTime = min(st.busyTime+dt, 8*e.s.SmoothTime)
 	}
-	if queued {
-		st.calm = 0
-	} else {
-		st.calm += dt
-	}
 	est.Measured, est.SlowShare = st.mean, -1
 	est.Backlog = 0
 	if st.first > 0 {
@@ -329,8 +324,27 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		slowShare = st.slow / st.first
 		est.SlowShare = slowShare
 	}
-	tooSlow := ttftJudged && slowShare > 1-e.s.TTFTQuantile
 	overTarget := ttftJudged && config.CapacityLearning{TTFTQuantile: e.s.TTFTQuantile}.OverTarget(st.first, st.slow, st.waitPer)
+	// Overload is judged in the SLO's terms wherever the engines' first
+	// tokens can be judged: first tokens over the target while requests
+	// wait (config.CapacityLearning.OverTarget). A long queue alone is
+	// overload only for engines without a TTFT histogram, or a window
+	// with too few first tokens to judge: the queue per running request
+	// says nothing of the wait where few requests run at once (an engine
+	// of 4 sequences with 2 waiting is "saturated" by saturation_queue
+	// 0.5 while its queue waits 0.3 s against a 2 s target, and taking
+	// that for overload lowered the capacity at 87% of the load the
+	// engines serve within the target, then held it there: a plan at the
+	// capacity never shows the headroom that raises it).
+	overload, long := overTarget, overTarget // long: this interval breaks a calm window
+	if !ttftJudged {
+		overload, long = queued && wasQueued, queued
+	}
+	if long {
+		st.calm = 0
+	} else {
+		st.calm += dt
+	}
 	alpha := 1 - math.Exp(-dt.Seconds()/e.s.TimeConstant.Seconds())
 	step := math.Pow(e.s.MaxChangePerMinute, dt.Minutes())
 	lo, hi := st.c.Prior/e.s.Range, st.c.Prior*e.s.Range
@@ -352,10 +366,6 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	case lowMean > est.Saturation:
 		est.Saturation = move(est.Saturation, lowMean)
 	}
-	// Overload: a long queue two intervals in a row, or first tokens over
-	// the target while requests wait, over the window
-	// (config.CapacityLearning.OverTarget).
-	overload := (queued && wasQueued) || overTarget
 	var kind, why string
 	switch {
 	case overload:
@@ -373,7 +383,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		at = max(at-est.Backlog/e.s.DrainTime.Seconds(), at/2)
 		if at < est.PerReplica {
 			kind = FromOverload
-			if tooSlow && (!queued || !wasQueued) {
+			if ttftJudged {
 				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, at)
 			} else {
 				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at a sustained %.0f token-cost/s per replica: capacity at most that", pressure, at)
@@ -381,11 +391,15 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 			est.PerReplica = min(est.PerReplica, move(est.PerReplica, at))
 		}
 	case st.calm >= e.s.SmoothTime:
-		// A calm window: the cluster served lowMean (at least) without a
-		// queue, so it can.
+		// A calm window: the cluster served lowMean (at least) without
+		// overload, so it can.
 		if lowMean > est.PerReplica {
 			kind = FromHeadroom
-			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v without a queue, more than the %.0f planned with: capacity at least that", st.mean, lowMean, e.s.SmoothTime, est.PerReplica)
+			calm := "without a queue"
+			if ttftJudged {
+				calm = fmt.Sprintf("within the %v TTFT target", e.s.TTFTTarget)
+			}
+			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v %s, more than the %.0f planned with: capacity at least that", st.mean, lowMean, e.s.SmoothTime, calm, est.PerReplica)
 			est.PerReplica = max(est.PerReplica, move(est.PerReplica, lowMean))
 		}
 	}

@@ -80,6 +80,11 @@ func TestEstimate(t *testing.T) {
 			}
 			return obs(i, mu/5, 0, 2)
 		}, bounds{0.5 * mu, 0.7 * mu}, near(mu), capacity.FromOverload},
+		// 4 sequences per replica, 2 of them waiting: "saturated" by
+		// saturation_queue 0.5, every first token within the target.
+		{"a long queue with first tokens within the target is not overload", 3000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 8), 10, 0) }, exactly(3000), near(1200), capacity.FromPrior},
+		{"a long queue with first tokens within the target is calm: headroom", 1000, 300, func(i int) capacity.Observation { return withTTFT(obs(i, 1200, 4, 8), 10, 0) }, bounds{1190, 1200}, near(1200), capacity.FromHeadroom},
+		{"the same queue without a TTFT histogram is overload", 3000, 300, func(i int) capacity.Observation { return obs(i, 1200, 4, 8) }, near(1200), near(1200), capacity.FromOverload},
 		{"one request waiting per replica at max_num_seqs is busy", 3 * mu, 300, func(i int) capacity.Observation { return obs(i, mu, 4, 512) }, exactly(3 * mu), near(mu), capacity.FromPrior},
 		{"p99 within the target is headroom", 1000, 300, func(i int) capacity.Observation {
 			return withTTFT(obs(i, 1200, 0, 10), 10, float64(i%200/199)) // one slow first token in 200

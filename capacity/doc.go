@@ -13,14 +13,18 @@
 // per token: attention grows with the context), so it is measured
 // continuously rather than assumed.
 //
-// Overload is a long queue (waiting ≥ saturation_queue × running, or the
-// KV cache ≥ saturation_kv) two intervals in a row, or more than
-// 1 − ttft_quantile of a window's first tokens over the TTFT target while
-// at least one request per replica waits on average (engines that export
-// a TTFT histogram; a replica at its max_num_seqs queues whatever its
-// queue per running request). First tokens over the target with nothing
-// waiting are the prompts' own prefill time, which no routing shortens:
-// not overload. A calm window is SmoothTime (15 s) without a long queue.
+// Overload is judged in the SLO's terms where the engines export a TTFT
+// histogram: more than 1 − ttft_quantile of a window's first tokens over
+// the TTFT target while at least one request per replica waits on
+// average (a replica at its max_num_seqs queues whatever its queue per
+// running request). First tokens over the target with nothing waiting
+// are the prompts' own prefill time, which no routing shortens: not
+// overload. Only without a histogram (or with too few first tokens in
+// the window to judge) is overload a long queue (waiting ≥
+// saturation_queue × running, or the KV cache ≥ saturation_kv) two
+// intervals in a row: where few requests run at once, a queue long per
+// running request can wait well within the target. A calm window is
+// SmoothTime (15 s) without overload in the same terms.
 // Two numbers are learned per cluster:
 //
 //   - Saturation, μ: during overload the GPU was busy throughout, so X

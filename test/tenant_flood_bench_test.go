@@ -143,7 +143,7 @@ func floodRun(b *testing.B, load float64) {
 			}
 			for _, e := range s.App.Capacity.Estimates() {
 				if e.Cluster == "eu-west-vllm" {
-					line += fmt.Sprintf("; capacity %.0f/replica (%s), measured %.0f", e.PerReplica, e.From, e.Measured)
+					line += fmt.Sprintf("; capacity %.0f/replica (%s), measured %.0f, saturation %.0f, backlog %.0f, slow first tokens %.1f%%", e.PerReplica, e.From, e.Measured, e.Saturation, e.Backlog, 100*e.SlowShare)
 				}
 			}
 			plan = append(plan, fmt.Sprintf("%3.0fs %s", time.Since(start).Seconds(), line))
