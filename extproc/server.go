@@ -171,7 +171,7 @@ func New(o Options) (*Server, error) {
 		}
 		tenants[src.Name] = map[string]*tenant.Table{}
 		for _, mdl := range o.Config.Models {
-			tenants[src.Name][mdl.Name] = tenant.New(o.Config.Tenants, o.Config.Controller.DemandHalfLife.Std(), o.Now())
+			tenants[src.Name][mdl.Name] = tenant.New(o.Config.Tenants, o.Config.Controller.Tick.Std(), o.Now())
 		}
 	}
 	return &Server{

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
 	"github.com/ilbproject/ilb/internal/promtest"
+	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -244,5 +247,72 @@ func TestTenantBudgetTwoReplicas(t *testing.T) {
 	}
 	if got, want := float64(admitted)*tok, 2000.0; got > want || got < want-2*tok {
 		t.Errorf("two replicas admitted %d requests of %v tokens (%v) under a budget of %v; want at most it, within a request each", admitted, tok, got, want)
+	}
+}
+
+// TestTenantFloodSeenWithinATick: three tenants ask alike for a minute;
+// then one triples its demand and, two ticks (10 s) later, the plan sheds
+// 30% of the priority under measured overload. The table decays demand
+// over the controller's tick (5 s), not its demand half-life (30 s), so
+// it already sees the flood as more than its fair share and sheds it
+// alone: over the 30 s demand half-life the flood's tenant was still near
+// an equal share and the others lost a fifth of their requests. Through
+// real gRPC streams, on an injected clock.
+func TestTenantFloodSeenWithinATick(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var clock atomic.Int64 // nanoseconds since the epoch
+	epoch := time.Unix(1700000000, 0)
+	at := func() time.Time { return epoch.Add(time.Duration(clock.Load())) }
+	h := startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Sources {
+			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
+		}
+		o.Config.Controller.Tick = config.Duration(5 * time.Second)
+		o.Config.Controller.DemandHalfLife = config.Duration(30 * time.Second)
+		o.Rand, o.Now = rng.Uint64, at
+	})
+	publishQwen(t, h, weights.ShedFractions{})
+	// One round a second: each tenant's requests of that second.
+	run := func(phase string, seconds int, perRound map[string]int, live func() *live.State) map[string][2]int {
+		out := map[string][2]int{}
+		id := 0
+		for range seconds {
+			h.srv.SetLive(live())
+			for _, tn := range []string{"flood", "team-a", "team-b"} {
+				for range perRound[tn] {
+					id++
+					resps := h.run(t, "edge-us", tenantRequest(fmt.Sprintf("%s-%d", phase, id), tn)...)
+					c := out[tn]
+					if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
+						c[1]++
+					} else {
+						c[0]++
+					}
+					out[tn] = c
+				}
+			}
+			clock.Add(int64(time.Second))
+		}
+		return out
+	}
+	calm := func() *live.State {
+		return &live.State{At: at(), Clusters: map[string]live.Cluster{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}}
+	}
+	saturated := func() *live.State { s := allSaturated(); s.At = at(); return s }
+	alike := map[string]int{"flood": 2, "team-a": 2, "team-b": 2}
+	if got := run("before", 60, alike, calm); got["team-a"][1]+got["team-b"][1]+got["flood"][1] != 0 {
+		t.Fatalf("no plan, no overload: %v refused; want none", got)
+	}
+	flood := map[string]int{"flood": 6, "team-a": 2, "team-b": 2}
+	run("onset", 10, flood, calm)
+	publishQwen(t, h, weights.ShedFractions{weights.Standard: 0.3})
+	got := run("during", 5, flood, saturated)
+	for _, tn := range []string{"team-a", "team-b"} {
+		if c := got[tn]; c[1] != 0 {
+			t.Errorf("tenant %s, below its fair share: %d of %d shed; want none", tn, c[1], c[0]+c[1])
+		}
+	}
+	if c := got["flood"]; c[1] < 6 {
+		t.Errorf("the flood: %d of %d shed; want it to take the plan's shed", c[1], c[0]+c[1])
 	}
 }

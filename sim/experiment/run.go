@@ -330,7 +330,7 @@ func newRunner(o Options) (*runner, error) {
 		r.tenants = make([][]*tenant.Table, len(f.Sources))
 		for si := range r.tenants {
 			for range cfg.Models {
-				r.tenants[si] = append(r.tenants[si], tenant.New(cfg.Tenants, cfg.Controller.DemandHalfLife.Std(), epoch))
+				r.tenants[si] = append(r.tenants[si], tenant.New(cfg.Tenants, cfg.Controller.Tick.Std(), epoch))
 			}
 		}
 	}
