@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -374,94 +373,6 @@ func (s *Server) admit(x *exchange) error {
 	return nil
 }
 
-func (s *Server) onRequestBody(ctx context.Context, x *exchange, m *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	began := time.Now()
-	if x.done || x.st == nil || x.rec.Chosen != "" {
-		return bodyResponse(nil, false)
-	}
-	if len(x.body)+len(m.GetBody()) > s.opts.Config.ExtProc.MaxBodyBytes {
-		s.dropBody(x)
-		return s.reject(x, s.tooLarge(), began)
-	}
-	data := m.GetBody()
-	if x.streamed {
-		if !m.GetEndOfStream() || x.body != nil {
-			if err := s.hold(x, len(data)); err != nil {
-				return s.reject(x, err, began)
-			}
-		}
-		x.body = append(x.body, data...)
-		if !m.GetEndOfStream() {
-			return bodyResponse(nil, false) // a chunk: wait for the rest
-		}
-		data = x.body
-	}
-	x.stage = awaitResponse
-	x.body = nil
-	defer s.dropBody(x) // once decided on
-	mut, err := s.decideBody(ctx, x, data, began)
-	if err != nil {
-		return s.reject(x, err, began)
-	}
-	return x.answer.bodyResponse(mut, x.rematch())
-}
-
-// decideBody decides on the whole request body data; an error is the
-// request's refusal.
-func (s *Server) decideBody(ctx context.Context, x *exchange, data []byte, began time.Time) (*extprocv3.HeaderMutation, error) {
-	b, err := openai.ParseBody(x.h.endpoint, data)
-	if err != nil && x.h.endpoint != openai.EndpointOther {
-		return nil, err
-	}
-	if err != nil {
-		// Not an OpenAI endpoint ILB knows: the body need not be JSON;
-		// route by the default model.
-		b = openai.Body{}
-	}
-	mut, err := s.decide(x, &b)
-	if err != nil {
-		return nil, err
-	}
-	s.spanDecided(ctx, x, mut)
-	s.decided(x, began)
-	return mut, nil
-}
-
-// hold accounts n more bytes of x's body against
-// extproc.max_held_body_bytes, or refuses the request (503 body_memory)
-// and drops what x held.
-func (s *Server) hold(x *exchange, n int) error {
-	if s.held.Add(int64(n)) > s.opts.Config.ExtProc.MaxHeldBodyBytes {
-		s.held.Add(-int64(n))
-		s.dropBody(x)
-		return &RequestError{
-			Status: 503, Type: "service_unavailable", Code: "body_memory", RetryAfter: 1,
-			Msg: fmt.Sprintf("the router holds extproc.max_held_body_bytes (%d) of request bodies arriving in chunks; retry in a second", s.opts.Config.ExtProc.MaxHeldBodyBytes),
-		}
-	}
-	x.heldBytes += int64(n)
-	s.metrics.heldBytes.Add(float64(n))
-	return nil
-}
-
-// dropBody releases x's held body and its account.
-func (s *Server) dropBody(x *exchange) {
-	if x.heldBytes != 0 {
-		s.held.Add(-x.heldBytes)
-		s.metrics.heldBytes.Sub(float64(x.heldBytes))
-		x.heldBytes = 0
-	}
-	x.body = nil
-}
-
-// tooLarge is the refusal of a body over extproc.max_body_bytes.
-func (s *Server) tooLarge() *RequestError {
-	return &RequestError{
-		Status: 413, Type: "invalid_request_error", Code: "request_too_large",
-		Msg: fmt.Sprintf("the request body is over %d bytes", s.opts.Config.ExtProc.MaxBodyBytes),
-	}
-}
-
 // decided logs and counts a routing decision.
 func (s *Server) decided(x *exchange, began time.Time) {
 	d := time.Since(began)
@@ -570,60 +481,4 @@ func (s *Server) reject(x *exchange, err error, began time.Time) *extprocv3.Proc
 	}
 	s.log.Add(x.rec)
 	return resp
-}
-
-func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *corev3.Metadata) *extprocv3.ProcessingResponse {
-	s.answered(x)
-	x.responded = true
-	var hs [len(responseHeaders)]string
-	pickHeaders(m.GetHeaders(), responseHeaders[:], hs[:])
-	code, _ := strconv.Atoi(hs[0])
-	var mode *extprocfilterv3.ProcessingMode
-	if x.rec != nil && !x.done && x.rec.Chosen == "" && x.rec.Reason == "" {
-		// Envoy answered before ILB decided (its response runs through
-		// the filter chain): a body over its buffer limit, a timeout.
-		// The client got that answer: record it so it can be explained.
-		r := x.rec
-		r.Reason, r.Status, r.Complete = reasonLocalReply, code, true
-		r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
-		s.log.Add(r)
-		s.spanServed(x)
-		return stripReport
-	}
-	if x.rec != nil && !x.done {
-		mode = s.follow(x, code, hs[4], m.GetEndOfStream())
-		x.rec = s.log.Update(x.rec, func(r *decision.Record) {
-			if x.unfollowed {
-				r.Generated = &decision.Generated{From: "none", Outcome: followUnfollowed}
-			}
-			r.Status = code
-			r.ServedCluster = bound.String(hs[1], bound.Name)
-			r.ServedVersion = bound.String(hs[2], bound.Name)
-			r.UpstreamHost = bound.String(hs[3], bound.Name)
-			if r.UpstreamHost == "" { // the override_host policy's selected_host_key, when forwarded
-				r.UpstreamHost = bound.String(servedHost(md), bound.Name)
-			}
-			r.Mismatch = r.Chosen != "" && r.ServedCluster != r.Chosen
-			if r.Replica != nil && r.Replica.Chosen != "" {
-				r.Replica = x.pick.copyOf(r.Replica) // records are copied on write
-				s.replicaServed(r)
-			}
-			r.TotalMillis = float64(s.opts.Now().Sub(r.Start).Microseconds()) / 1000
-			r.Complete = true
-		})
-		if x.rec.Mismatch {
-			s.mismatchCounter(x).Inc()
-		}
-		s.spanServed(x)
-	}
-	switch {
-	case (!x.debug || x.rec == nil) && mode == nil:
-		return stripReport
-	case !x.debug || x.rec == nil:
-		return stripReportFollow
-	}
-	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw(header.Decision, decisionHeader(x.rec))}}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mut}},
-	}, ModeOverride: mode}
 }
