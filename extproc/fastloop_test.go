@@ -260,6 +260,19 @@ func TestEngineQueueBalances(t *testing.T) {
 	if rec := chosen(); rec.Chosen == "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-vllm would begin it in 4000 ms") {
 		t.Errorf("with the engines' queue at eu-west-vllm: %s (%s, %q); want balanced away, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
+	// The same queue, but the others prefill this prompt far slower
+	// (their engines' TTFT per prompt token): the queue saves less than
+	// their prefill loses, and the draw stands.
+	slow := calm
+	slow.PrefillPerToken = 1 // s per prompt token
+	ls = allClusters(h.cfg, slow)
+	queued.PrefillPerToken = 1e-5
+	ls.Clusters["eu-west-vllm"] = queued
+	h.srv.SetLive(ls)
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
+		t.Errorf("with the queue, the others' prefill slower: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	}
 	h.srv.SetLive(allClusters(h.cfg, calm))
 	h.run(t, "edge-us", append(qwenRequest(""), done)...)
 	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {

@@ -65,6 +65,13 @@ type Cluster struct {
 	// await their response, Little's law predicts the TTFT of the next
 	// one before the engines' metrics show a burst.
 	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
+	// PrefillPerToken is the time its engines take per prompt token to
+	// give a first token, queue aside, in seconds (signals.Cluster's
+	// PrefillSecondsPerToken), kept from the previous view through an
+	// interval without first tokens; 0: unknown. Balancing does not move
+	// a request to a cluster whose prefill of its prompt loses more than
+	// the queue it saves (route.Signal.PrefillPerToken).
+	PrefillPerToken float64 `json:"prefill_per_token,omitempty"`
 	// Serving is how many of Replicas may be picked (Out == ""): with
 	// TTFT, the rate at which they give first tokens when the engines
 	// gave none over the last interval (route.PredictTTFT).
@@ -153,6 +160,10 @@ func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning, prev *Stat
 			}
 		}
 		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
+		cl.PrefillPerToken = c.PrefillSecondsPerToken
+		if !c.PrefillKnown && prev != nil {
+			cl.PrefillPerToken = prev.Clusters[name].PrefillPerToken
+		}
 		for _, r := range snap.Endpoints(name) {
 			rl := replicaOf(r)
 			if rl.Out == "" {
@@ -222,7 +233,7 @@ func (c Cluster) Signal(awaiting int64, work float64) route.Signal {
 	s := route.Signal{
 		Excluded: c.Excluded != "", Saturated: c.Saturated, Overloaded: c.Overloaded, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
 		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
-		Serving: c.Serving, Work: max(work, 0), Awaiting: max(awaiting, 0),
+		Serving: c.Serving, Work: max(work, 0), Awaiting: max(awaiting, 0), PrefillPerToken: c.PrefillPerToken,
 	}
 	// A request or more waiting per serving replica, at the engines or
 	// among this router's own requests (then more than the engines'

@@ -267,3 +267,50 @@ func TestOverloadHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefillPerToken: a cluster's prefill time per prompt token is its
+// engines' mean TTFT less their queue's wait, over the prompt tokens per
+// first token; an interval without first tokens keeps the last figure.
+func TestPrefillPerToken(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	rep := func(addr string, waiting, ttft, first, prompt float64) signals.Replica {
+		return signals.Replica{Address: addr, State: signals.StateReady, Ramp: 1, LastScrape: at, Metrics: signals.Metrics{
+			Waiting: waiting, Running: 4, TTFTKnown: true, FirstTokensPerSecond: first, TTFTMeanSeconds: ttft, TTFTMeanKnown: true,
+			RatesKnown: true, PromptTokensPerSecond: prompt,
+		}}
+	}
+	cfg := config.Default().Controller.Capacity
+	tests := []struct {
+		name string
+		reps []signals.Replica
+		want float64
+	}{
+		// 2,000 prompt tokens per first token, 0.4 s each.
+		{"no queue: the mean TTFT per prompt token", []signals.Replica{rep("a:1", 0, 0.4, 5, 10000), rep("a:2", 0, 0.4, 5, 10000)}, 0.4 / 2000},
+		// 10 waiting at 10 first tokens a second: 1 s of the 1.4 s is the queue.
+		{"the queue's wait left out", []signals.Replica{rep("a:1", 5, 1.4, 5, 10000), rep("a:2", 5, 1.4, 5, 10000)}, 0.4 / 2000},
+		{"a queue longer than the mean: 0, not negative", []signals.Replica{rep("a:1", 50, 1.4, 5, 10000), rep("a:2", 50, 1.4, 5, 10000)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{tt.reps})
+			c := snap.Clusters["c"]
+			if !c.PrefillKnown || math.Abs(c.PrefillSecondsPerToken-tt.want) > 1e-12 {
+				t.Errorf("signals: %v (known %v); want %v", c.PrefillSecondsPerToken, c.PrefillKnown, tt.want)
+			}
+			l := live.FromSignals(snap, cfg, nil)
+			if got := l.Clusters["c"].Signal(0, 0).PrefillPerToken; math.Abs(got-tt.want) > 1e-12 {
+				t.Errorf("route signal: %v; want %v", got, tt.want)
+			}
+		})
+	}
+	// Then an interval without first tokens: the last figure stands.
+	first := live.FromSignals(signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{rep("a:1", 0, 0.4, 5, 10000)}}), cfg, nil)
+	quiet := signals.NewSnapshot(at.Add(time.Second), []string{"c"}, [][]signals.Replica{{rep("a:1", 0, 0.4, 0, 0)}})
+	if quiet.Clusters["c"].PrefillKnown {
+		t.Fatalf("prefill known without first tokens: %+v", quiet.Clusters["c"])
+	}
+	if got := live.FromSignals(quiet, cfg, first).Clusters["c"].PrefillPerToken; math.Abs(got-0.4/2000) > 1e-12 {
+		t.Errorf("after a quiet interval: %v; want the last figure %v", got, 0.4/2000)
+	}
+}

@@ -191,6 +191,12 @@ type Signal struct {
 	// cluster: at light load a move abroad on a small difference of waits
 	// costs a round trip for nothing.
 	Queued bool
+	// PrefillPerToken is how long its engines take per prompt token to
+	// give a first token, their queue aside, in seconds (≥ 0; 0:
+	// unknown): a slower GPU, or a busier batch, shows a larger figure.
+	// Balancing adds a request's prompt times it to the wait of each of
+	// the two clusters it compares (see balance).
+	PrefillPerToken float64
 	// Serving is how many replicas may take requests there now.
 	Serving int
 	// Awaiting is how many of this router's requests await a first
@@ -251,6 +257,9 @@ type Request struct {
 	// (≥ 0): what the tenant table counts of its tenant's demand
 	// (tenant.Table.Route). Balancing leaves it out (see wait).
 	Cost float64
+	// Prompt is its prompt's estimated tokens (≥ 0): with each cluster's
+	// Signal.PrefillPerToken, how long its prefill takes there.
+	Prompt float64
 	// Tenanted: ShedFraction, in [0, 1], is the planned shed fraction of
 	// this request's tenant in place of the cell's for its priority: the
 	// cell's spread over its tenants, those above their weighted fair

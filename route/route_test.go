@@ -471,3 +471,44 @@ func TestBalance(t *testing.T) {
 		})
 	}
 }
+
+// TestBalancePrefill: balancing does not move a request to a cluster
+// whose prefill of its prompt (Signal.PrefillPerToken) loses more than
+// the queue it saves, and never moves one for its prefill alone.
+func TestBalancePrefill(t *testing.T) {
+	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}
+	fast := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}
+	busyFast := fast
+	busyFast.Work, busyFast.Awaiting = 8000, 4 // 4 s ahead
+	slow := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-4}
+	unknown := slow
+	unknown.PrefillPerToken = 0
+	busySlow := slow
+	busySlow.Work, busySlow.Awaiting = 8000, 4
+	tests := []struct {
+		name   string
+		live   []route.Signal
+		prompt float64
+		moves  bool
+	}{
+		{"a long prompt stays: 8 s more of prefill for 4 s of queue", []route.Signal{busyFast, slow}, 20000, false},
+		{"a short prompt moves: 0.4 s more of prefill for 4 s of queue", []route.Signal{busyFast, slow}, 1000, true},
+		{"just as long either way: it stays", []route.Signal{busyFast, slow}, 10000, false},
+		{"the slower cluster's prefill unknown: it moves by the queue", []route.Signal{busyFast, unknown}, 20000, true},
+		{"the prompt unknown: it moves by the queue", []route.Signal{busyFast, slow}, 0, true},
+		{"to a faster cluster with a shorter queue: it moves", []route.Signal{busySlow, fast}, 20000, true},
+		{"never for the prefill alone: no queue, it stays on the slower", []route.Signal{slow, fast}, 20000, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := route.NewCell(ts, weights.ShedFractions{})
+			d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: 7, Cost: 1000, Prompt: tt.prompt})
+			if d.Outcome != route.Routed || d.Drawn != 0 {
+				t.Fatalf("decision %+v; want routed, drawn to target 0", d)
+			}
+			if d.Balanced != tt.moves || (d.Chosen == 1) != tt.moves {
+				t.Errorf("balanced %v, chosen %d; want moved %v", d.Balanced, d.Chosen, tt.moves)
+			}
+		})
+	}
+}

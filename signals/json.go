@@ -23,6 +23,7 @@ func (c Cluster) MarshalJSON() ([]byte, error) {
 		PromptTokensPerSecond, GenerationTokensPerSecond *float64
 		FirstTokensPerSecond, SlowFirstTokensPerSecond   *float64
 		TTFTSeconds, KVUsage                             *float64
+		PrefillSecondsPerToken                           *float64
 	}{
 		plain:   plain(c),
 		Waiting: known(c.Waiting, c.LoadKnown > 0), Running: known(c.Running, c.LoadKnown > 0),
@@ -30,6 +31,7 @@ func (c Cluster) MarshalJSON() ([]byte, error) {
 		PromptTokensPerSecond: known(c.PromptTokensPerSecond, c.RatesKnown > 0), GenerationTokensPerSecond: known(c.GenerationTokensPerSecond, c.RatesKnown > 0),
 		FirstTokensPerSecond: known(c.FirstTokensPerSecond, c.TTFTKnown > 0), SlowFirstTokensPerSecond: known(c.SlowFirstTokensPerSecond, c.TTFTKnown > 0),
 		TTFTSeconds: known(c.TTFTSeconds, c.TTFTSecondsKnown), KVUsage: known(c.KVUsage, c.KVKnown),
+		PrefillSecondsPerToken: known(c.PrefillSecondsPerToken, c.PrefillKnown),
 	})
 }
 

@@ -181,14 +181,22 @@ func summarize(name string, reps []Replica) Cluster {
 		c.KVUsage /= float64(kvN)
 		c.KVKnown = true
 	}
-	c.TTFTSeconds, c.TTFTSecondsKnown = clusterTTFT(reps, c.Waiting, c.FirstTokensPerSecond)
+	if mean, ok := clusterTTFT(reps); ok {
+		c.TTFTSeconds, c.TTFTSecondsKnown = TTFTNow(mean, c.Waiting, c.FirstTokensPerSecond), true
+		if c.FirstTokensPerSecond > 0 && c.PromptTokensPerSecond > 0 {
+			perFirst := c.PromptTokensPerSecond / c.FirstTokensPerSecond
+			c.PrefillSecondsPerToken = max(mean-c.Waiting/c.FirstTokensPerSecond, 0) / perFirst
+			c.PrefillKnown = true
+		}
+	}
 	c.Saturated = serving > 0 && c.SaturatedReplicas == serving
 	return c
 }
 
-// clusterTTFT is a cluster's TTFT now (see Cluster.TTFTSeconds) from its
-// serving replicas with known load.
-func clusterTTFT(reps []Replica, waiting, rate float64) (float64, bool) {
+// clusterTTFT is the mean TTFT its serving replicas with known load
+// measured: weighted by their first tokens, or the plain mean of their
+// last ones when none came (see Cluster.TTFTSeconds).
+func clusterTTFT(reps []Replica) (float64, bool) {
 	var weighted, plain, meanRate float64
 	n := 0
 	for _, r := range reps {
@@ -203,11 +211,10 @@ func clusterTTFT(reps []Replica, waiting, rate float64) (float64, bool) {
 	if n == 0 {
 		return 0, false
 	}
-	mean := plain / float64(n)
 	if meanRate > 0 {
-		mean = weighted / meanRate
+		return weighted / meanRate, true
 	}
-	return TTFTNow(mean, waiting, rate), true
+	return plain / float64(n), true
 }
 
 // TTFTNow is the time to first token a cluster's engines give now, in

@@ -155,6 +155,15 @@ type Cluster struct {
 	// serving replica measured one.
 	TTFTSeconds      float64
 	TTFTSecondsKnown bool
+	// PrefillSecondsPerToken is the time its engines take to give a first
+	// token per prompt token, their queue aside (≥ 0): their measured
+	// mean TTFT less the wait of their queue, over the prompt tokens per
+	// first token (prompt tokens ÷ first tokens, each per second) of the
+	// interval. It is how fast the cluster prefills the prompts it gets,
+	// batch contention included, so a slower GPU shows a larger figure.
+	// PrefillKnown when first tokens and prompt tokens came this interval.
+	PrefillSecondsPerToken float64
+	PrefillKnown           bool
 	// KVUsage is the mean over those replicas that report it; KVKnown is
 	// false when none does.
 	KVUsage float64
