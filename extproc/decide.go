@@ -184,6 +184,9 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		}
 		rec.Reason = reasonRedrawn
 	}
+	if d.Kept {
+		rec.Redrawn = keptWhy(rec.Redrawn, c.targets[d.Chosen].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative, d.PrefillFirst, d.PrefillAlternative)
+	}
 	if d.Balanced {
 		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)
 		rec.Reason = reasonBalanced
@@ -365,6 +368,18 @@ func (c *cell) noCapacityWhy(ls *live.State, ar *adapterRoute) string {
 func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
 	why := fmt.Sprintf("%s would begin it in %.0f ms (the queue ahead: the work ILB sent there that its engines have not begun, or the queue they report), %s in %.0f ms, the soonest of the clusters the request may use, round trip included: moved there",
 		from, 1000*waitFrom, to, 1000*waitTo)
+	if before != "" {
+		return before + "; then " + why
+	}
+	return why
+}
+
+// keptWhy says why a request stayed on at although to would begin it
+// sooner: its prompt's prefill there is longer by more than the queue
+// saves.
+func keptWhy(before, at, to string, waitAt, waitTo, prefillAt, prefillTo float64) string {
+	why := fmt.Sprintf("%s would begin it in %.0f ms, %s in %.0f ms, but its engines prefill this prompt in %.0f ms against %.0f ms here: kept on %s",
+		at, 1000*waitAt, to, 1000*waitTo, 1000*prefillTo, 1000*prefillAt, at)
 	if before != "" {
 		return before + "; then " + why
 	}

@@ -270,8 +270,8 @@ func TestEngineQueueBalances(t *testing.T) {
 	ls.Clusters["eu-west-vllm"] = queued
 	h.srv.SetLive(ls)
 	h.run(t, "edge-us", append(qwenRequest(""), done)...)
-	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {
-		t.Errorf("with the queue, the others' prefill slower: %s (%s); want eu-west-vllm by weight", rec.Chosen, rec.Reason)
+	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" || !strings.Contains(rec.Redrawn, "but its engines prefill this prompt in") || !strings.Contains(rec.Redrawn, "kept on eu-west-vllm") {
+		t.Errorf("with the queue, the others' prefill slower: %s (%s, %q); want eu-west-vllm by weight, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
 	h.srv.SetLive(allClusters(h.cfg, calm))
 	h.run(t, "edge-us", append(qwenRequest(""), done)...)

@@ -67,6 +67,7 @@ func (c *Cell) balance(d *Decision, live []Signal, prompt float64) {
 		return
 	}
 	best, bestAt, bestWait := -1, c.rtt[d.Chosen]+wa, wa
+	kept, keptAt, keptWait := -1, bestAt, wa // the soonest passed over for its prefill
 	for i := range c.weights {
 		if i == d.Chosen || live[i].Excluded || live[i].Saturated {
 			continue
@@ -75,7 +76,13 @@ func (c *Cell) balance(d *Decision, live []Signal, prompt float64) {
 			continue // farther away: only off a queued cluster
 		}
 		wb, okb := c.wait(i, live)
-		if !okb || wb >= wa || slower(prompt, live[d.Chosen], live[i], wa-wb) {
+		if !okb || wb >= wa {
+			continue
+		}
+		if slower(prompt, live[d.Chosen], live[i], wa-wb) {
+			if at := c.rtt[i] + wb; at < keptAt {
+				kept, keptAt, keptWait = i, at, wb
+			}
 			continue
 		}
 		if at := c.rtt[i] + wb; at < bestAt {
@@ -83,6 +90,10 @@ func (c *Cell) balance(d *Decision, live []Signal, prompt float64) {
 		}
 	}
 	if best < 0 {
+		if kept >= 0 {
+			d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative, d.Kept = true, kept, wa, keptWait, true
+			d.PrefillFirst, d.PrefillAlternative = prompt*live[d.Chosen].PrefillPerToken, prompt*live[kept].PrefillPerToken
+		}
 		return
 	}
 	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, best, wa, bestWait

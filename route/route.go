@@ -321,6 +321,12 @@ type Decision struct {
 	Compared, Balanced         bool
 	Alternative, BalancedFrom  int
 	WaitFirst, WaitAlternative float64
+	// Kept: Alternative was sooner by its queue but stayed out, its
+	// prefill of the request's prompt longer by more than the queue it
+	// saved: PrefillFirst and PrefillAlternative (seconds) are the
+	// prompt's prefill on the chosen target and on it.
+	Kept                             bool
+	PrefillFirst, PrefillAlternative float64
 	// OverShare: refused (Overloaded) as part of its tenant's demand
 	// above an equal share, under measured overload (Request.OverShare).
 	OverShare bool

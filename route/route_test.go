@@ -509,6 +509,10 @@ func TestBalancePrefill(t *testing.T) {
 			if d.Balanced != tt.moves || (d.Chosen == 1) != tt.moves {
 				t.Errorf("balanced %v, chosen %d; want moved %v", d.Balanced, d.Chosen, tt.moves)
 			}
+			// Kept for its prefill: it says so, with the prefill on both.
+			if wantKept := !tt.moves && tt.live[0].Awaiting > 0; d.Kept != wantKept || wantKept && (d.Alternative != 1 || !(d.PrefillAlternative > d.PrefillFirst)) {
+				t.Errorf("kept %v (alternative %d, prefill %v against %v); want kept %v", d.Kept, d.Alternative, d.PrefillAlternative, d.PrefillFirst, wantKept)
+			}
 		})
 	}
 }
