@@ -42,9 +42,10 @@ type Table struct {
 	fair    [len(weights.Priorities)]level
 	plan    [len(weights.Priorities)]planned
 	// sum is every tracked tenant's demand per priority, decayed as of
-	// sumAt, and wsum the weights of the tracked tenants that asked for
+	// sumAt, cnt their requests (its mean cost: sum / cnt), and wsum the weights of the tracked tenants that asked for
 	// some of it.
 	sum   [len(weights.Priorities)]float64
+	cnt   [len(weights.Priorities)]float64 // requests of cost > 0, decayed
 	wsum  [len(weights.Priorities)]float64
 	sumAt float64
 }
@@ -55,31 +56,33 @@ type entry struct {
 	weight float64
 	at     float64
 	mass   [len(weights.Priorities)]float64 // token cost, decayed
-	// sq is the sum of the squared costs, decayed by the square of the
-	// demand's factor: the variance of mass, were the tenant's arrivals
-	// Poisson at their rate of the moment (see lower).
-	sq [len(weights.Priorities)]float64
+	n      [len(weights.Priorities)]float64 // requests of cost > 0, decayed
 }
 
 // noiseSE is how many standard errors of its demand estimate a tenant
-// must ask above its fair level to be shed: the table's demand is a
-// count of arrivals over a few seconds (a decay half-life of one tick),
-// whose Poisson noise is 1/√n of it — 18% for a tenant of 11 requests a
+// must ask above its fair level to be shed: the table's demand is a count
+// of arrivals over a few seconds (a decay half-life of one tick), whose
+// Poisson noise is about 1/√n of it — 18% for a tenant of 11 requests a
 // second under a 2 s tick. Shed on the point estimate, a tenant asking
 // its fair share lost requests whenever its count of the moment came out
 // high: end to end at load 1.0 (make bench-tenants-e2e), the other
-// tenants, all near the level, were refused 3–12% of their requests while
+// tenants, all near the level, were refused 2–12% of their requests while
 // a tenant flooded at 3×. Two standard errors, as for the capacity
 // estimator's evidence that only raises an estimate: a tenant is shed
 // only when its demand is above the level beyond its noise; a flood,
-// many times its share, is at once.
+// many times its share, is at once. Only the tenants clearly above give
+// up what that spares the others (level.heavy): the plan's total holds.
 const noiseSE = 2
 
-// lower is the tenant's demand of priority p at decay factor g since e.at
-// less noiseSE standard errors of it (at least 0).
-func (e *entry) lower(p weights.Priority, g float64) float64 {
-	d := e.mass[p] * g
-	return max(d-noiseSE*math.Sqrt(max(e.sq[p], 0))*g, 0)
+// lower is demand d (token cost) less noiseSE standard errors of it, at
+// least 0: the noise of a steady stream of requests of the priority's
+// mean cost (meanCost) counted under the table's exponential decay, whose
+// variance is meanCost × d / 2. The priority's mean, not the tenant's own
+// requests': a tenant cannot widen its margin with few, huge requests;
+// the most a tenant is spared above the level is noiseSE standard errors
+// of an honest stream at it.
+func lower(d, meanCost float64) float64 {
+	return max(d-noiseSE*math.Sqrt(max(meanCost*d/2, 0)), 0)
 }
 
 // level is a priority's fair level, cached: a tenant of weight w is
@@ -187,8 +190,11 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 		t.wsum[p] += e.weight
 	}
 	e.mass[p] += cost
-	e.sq[p] += cost * cost
 	t.sum[p] += cost
+	if cost > 0 {
+		e.n[p]++
+		t.cnt[p]++
+	}
 	total := t.sum[p]
 	if total <= 0 || e.mass[p] <= 0 || t.wsum[p] <= 0 {
 		return Share{Fair: 1, Heavy: true}
@@ -218,7 +224,7 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 	}
 	admit := e.weight * lv.lambda * g
 	if !math.IsNaN(lv.heavy) {
-		if e.lower(p, 1) <= admit {
+		if lower(e.mass[p], t.meanCost(p)) <= admit {
 			// Within its noise of the level: served whole (noiseSE).
 			s.Fair = min(max(admit, e.mass[p])/total, 1)
 			return s
@@ -257,6 +263,7 @@ func (t *Table) entry(tenant string, at float64) *entry {
 		g := t.decayFactor(at - least.at)
 		for i, m := range least.mass {
 			t.sum[i] = max(t.sum[i]-m*g, 0)
+			t.cnt[i] = max(t.cnt[i]-least.n[i]*g, 0)
 			if m > 0 {
 				t.wsum[i] = max(t.wsum[i]-least.weight, 0)
 			}
@@ -275,14 +282,10 @@ func (t *Table) decayFactor(dt float64) float64 {
 	return math.Exp2(-dt / t.halfLife)
 }
 
-// decay brings e's demand (and its variance) to at.
+// decay brings e's demand and request count to at.
 func (t *Table) decay(e *entry, at float64) {
-	if at > e.at {
-		g := t.decayFactor(at - e.at)
-		for i := range e.sq {
-			e.sq[i] *= g * g
-		}
-	}
+	since := e.at
+	t.decayTo(&e.n, &since, at)
 	t.decayTo(&e.mass, &e.at, at)
 }
 
@@ -307,8 +310,21 @@ func (t *Table) demandOf(e *entry, at float64) float64 {
 	return m * t.decayFactor(at-e.at)
 }
 
-// decaySum brings the demand sums to at.
-func (t *Table) decaySum(at float64) { t.decayTo(&t.sum, &t.sumAt, at) }
+// decaySum brings the demand sums and counts to at.
+func (t *Table) decaySum(at float64) {
+	since := t.sumAt
+	t.decayTo(&t.cnt, &since, at)
+	t.decayTo(&t.sum, &t.sumAt, at)
+}
+
+// meanCost is priority p's mean cost of a request, as of sumAt (0 when
+// none is counted).
+func (t *Table) meanCost(p weights.Priority) float64 {
+	if !(t.cnt[p] > 0) {
+		return 0
+	}
+	return t.sum[p] / t.cnt[p]
+}
 
 // level water-fills priority p: it finds lambda such that Σ min(d_i, w_i
 // × lambda) = serve over the tenants i (demand d_i, weight w_i); lambda
@@ -321,10 +337,10 @@ func (t *Table) level(p weights.Priority, serve, at float64) level {
 	type dw struct{ d, lo, w float64 }
 	ts := make([]dw, 0, len(t.entries))
 	var total, weight float64
+	mean := t.meanCost(p)
 	for _, e := range t.entries {
-		g := t.decayFactor(at - e.at)
-		if d := e.mass[p] * g; d > 0 {
-			ts = append(ts, dw{d, e.lower(p, g), e.weight})
+		if d := e.mass[p] * t.decayFactor(at-e.at); d > 0 {
+			ts = append(ts, dw{d, lower(d, mean), e.weight})
 			total += d
 			weight += e.weight
 		}
