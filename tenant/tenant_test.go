@@ -289,3 +289,79 @@ func BenchmarkShed(b *testing.B) {
 		}
 	})
 }
+
+// TestShedSparesTheNoise: a tenant is shed for asking above the fair
+// level only beyond the noise of its demand estimate (noiseSE standard
+// errors of a steady stream of the priority's mean cost); the tenants
+// clearly above give up what that spares, so the plan's total holds.
+func TestShedSparesTheNoise(t *testing.T) {
+	type stream struct {
+		n    int
+		cost float64
+	}
+	tests := []struct {
+		name    string
+		streams map[string]stream
+		serve   float64            // of the demand: 1 − f
+		want    map[string]float64 // shed fraction per tenant
+	}{
+		{
+			// The level is 2600: b asks 2640, 1.5% above it, on 33
+			// requests (2 standard errors are 25%); the flood, 2.8×
+			// the level on 90 requests, gives up what b keeps.
+			name:    "a tenant within its noise of the level is served whole, the flood gives it up",
+			streams: map[string]stream{"a": {30, 80}, "b": {33, 80}, "c": {30, 80}, "flood": {90, 80}},
+			serve:   10000,
+			want:    map[string]float64{"a": 0, "b": 0, "c": 0, "flood": 1 - 2560.0/7200},
+		},
+		{
+			// The same demand counted over a hundred times the
+			// requests: b, 11% above the level, is so beyond its
+			// noise (2.4%), and shed to the level as the flood is.
+			name:    "a tenant beyond its noise is shed to the level",
+			streams: map[string]stream{"a": {3000, 0.8}, "b": {3600, 0.8}, "c": {3000, 0.8}, "flood": {9000, 0.8}},
+			serve:   10000,
+			want:    map[string]float64{"a": 0, "b": 1 - 2600.0/2880, "c": 0, "flood": 1 - 2600.0/7200},
+		},
+		{
+			name:    "equal tenants near the level share the shed",
+			streams: map[string]stream{"a": {30, 80}, "b": {30, 80}, "c": {30, 80}, "d": {30, 80}},
+			serve:   7680,
+			want:    map[string]float64{"a": 0.2, "b": 0.2, "c": 0.2, "d": 0.2},
+		},
+		{
+			// big asks 4000 in 4 requests: its own requests' spread
+			// would make it all noise; an honest stream's at the
+			// priority's mean cost (104) puts it clearly above the
+			// level of 2600, with the flood.
+			name:    "few huge requests widen no margin",
+			streams: map[string]stream{"a": {30, 80}, "b": {30, 80}, "big": {4, 1000}, "flood": {90, 80}},
+			serve:   10000,
+			want:    map[string]float64{"a": 0, "b": 0, "big": 1 - 2600.0/4000, "flood": 1 - 2600.0/7200},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := tenant.New(config.DefaultTenants(), 2*time.Second, t0)
+			var total float64
+			for name, s := range tt.streams {
+				for range s.n {
+					tb.Shed(t0, name, weights.Standard, s.cost, 0)
+				}
+				total += float64(s.n) * s.cost
+			}
+			f := 1 - tt.serve/total
+			var shed float64
+			for name, s := range tt.streams {
+				got := tb.Shed(t0, name, weights.Standard, 0, f).Fraction
+				if math.Abs(got-tt.want[name]) > 1e-6 {
+					t.Errorf("%s shed %.4f, want %.4f", name, got, tt.want[name])
+				}
+				shed += got * float64(s.n) * s.cost
+			}
+			if math.Abs(shed-f*total) > 1e-6*total {
+				t.Errorf("shed %.2f of %.2f, want the plan's %.2f", shed, total, f*total)
+			}
+		})
+	}
+}
