@@ -8,7 +8,10 @@
 // and spreads the cell's fraction over the tenants by weighted max-min
 // fairness: a tenant asking for no more than its fair share of what the
 // cell serves is not shed; the others are shed down to a common level,
-// scaled by their weights. The total shed is the plan's.
+// scaled by their weights. A tenant above that level within the noise of
+// its demand estimate (a few seconds' count of arrivals) is served whole
+// when others ask above it beyond theirs: those give up what that takes.
+// The total shed is the plan's.
 //
 // ext_proc and the routing benchmark (sim/experiment) share the Table:
 // the benchmark's ILB is the product's.

@@ -167,7 +167,8 @@ type Share struct {
 // fell since f first came, 1 − f of the demand then (planned); spread over
 // the tenants in proportion to their demand, the fractions shed what
 // exceeds it, none of it from a tenant asking for less than its weighted
-// fair share.
+// fair share, nor, while others ask above it beyond their noise, from one
+// above it within its own (noiseSE).
 func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f float64) Share {
 	if int(p) >= len(weights.Priorities) {
 		return Share{Fraction: f, Demand: 1, Fair: 1}
