@@ -109,3 +109,86 @@ type Rollout struct {
 	// forgotten; default 5m.
 	NodeTTL Duration `yaml:"node_ttl" json:"node_ttl"`
 }
+
+// Protocol is an upstream HTTP protocol.
+type Protocol string
+
+// Protocols.
+const (
+	ProtocolHTTP1 Protocol = "http1"
+	ProtocolHTTP2 Protocol = "http2"
+)
+
+// Service names a Kubernetes service.
+type Service struct {
+	Host string `yaml:"host" json:"host"`
+	Port int    `yaml:"port" json:"port"`
+}
+
+// Envoy configures the Envoy resources ILB serves and renders.
+type Envoy struct {
+	// Listener is the address the generated listener binds, host:port.
+	// Default 127.0.0.1:10000; use 0.0.0.0 in a container.
+	Listener string `yaml:"listener" json:"listener"`
+	// ExtProcCluster is the name of the bootstrap cluster that reaches the
+	// ILB ext_proc service; default "ilb_extproc".
+	ExtProcCluster string `yaml:"extproc_cluster" json:"extproc_cluster"`
+	// XDSCluster is the name of the bootstrap cluster that reaches the ILB
+	// xDS server; default "ilb_xds".
+	XDSCluster string `yaml:"xds_cluster" json:"xds_cluster"`
+	// MessageTimeout bounds each ext_proc exchange; default 1s, in
+	// (0, 1h] (Envoy's limit); it must fit the parse of the largest prompt.
+	MessageTimeout Duration `yaml:"message_timeout" json:"message_timeout"`
+	// UseRemoteAddress makes the listener an edge proxy (default true):
+	// Envoy trusts the peer address rather than a client's
+	// x-forwarded-for, and replaces the x-request-id of external requests,
+	// so a client cannot choose the id that keys decision records. Set
+	// false behind another proxy that already sets these headers.
+	UseRemoteAddress bool `yaml:"use_remote_address" json:"use_remote_address"`
+	// PathPrefixes are the request paths that reach the engines: the
+	// OpenAI API by default (["/v1/"]). Any other path (an engine's
+	// /metrics or /health) is answered 404 path_not_found by ext_proc and,
+	// when ext_proc cannot decide, by the listener's last route.
+	PathPrefixes []string `yaml:"path_prefixes" json:"path_prefixes"`
+	// RequestBufferBytes caps a buffered request body (the OpenAI JSON);
+	// a larger body gets 413 from Envoy. Default 8 MiB.
+	RequestBufferBytes uint32 `yaml:"request_buffer_bytes" json:"request_buffer_bytes"`
+	// ConnectTimeout is the upstream connect timeout; default 2s.
+	ConnectTimeout Duration `yaml:"connect_timeout" json:"connect_timeout"`
+	// RouteIdleTimeout ends a stream that sent nothing for this long
+	// (generation stalled); routes have no overall timeout, as answers
+	// stream for minutes. Default 5m.
+	RouteIdleTimeout Duration `yaml:"route_idle_timeout" json:"route_idle_timeout"`
+	// SlowStart ramps a new engine host's share of least-request picks
+	// over this window; default 30s, 0 turns it off.
+	SlowStart Duration `yaml:"slow_start" json:"slow_start"`
+	// EDSMinInterval is the least time between two endpoint (EDS) pushes
+	// that only add traffic (a warming replica's weight grows, a replica
+	// joins or recovers): such changes are batched, so that replicas
+	// restarting do not send a new EDS version to every Envoy at every
+	// signals interval. A change that takes traffic away (a replica
+	// unhealthy, draining or gone), or gives a cluster its first healthy
+	// replica, is pushed at once. Default 5s; 0 pushes
+	// every change at once.
+	EDSMinInterval Duration `yaml:"eds_min_interval" json:"eds_min_interval"`
+	// XDSAPIType is the ADS protocol the generated bootstraps ask for:
+	// GRPC (state of the world, the default) or DELTA_GRPC (incremental:
+	// an EDS change sends only the clusters that changed). ILB serves
+	// both on the same port, so Envoys of either kind may mix.
+	XDSAPIType string `yaml:"xds_api_type" json:"xds_api_type"`
+	// HealthyPanicThreshold, in percent [0, 100]: below this share of
+	// healthy hosts Envoy balances over every host, dead ones included.
+	// Default 0 (never): ext_proc and the controller already steer away
+	// from a cluster with few serving replicas, and a dead replica only
+	// fails requests.
+	HealthyPanicThreshold float64         `yaml:"healthy_panic_threshold" json:"healthy_panic_threshold"`
+	Retry                 Retry           `yaml:"retry" json:"retry"`
+	HealthCheck           HealthCheck     `yaml:"health_check" json:"health_check"`
+	Outlier               Outlier         `yaml:"outlier" json:"outlier"`
+	CircuitBreakers       CircuitBreakers `yaml:"circuit_breakers" json:"circuit_breakers"`
+	// ExtProcMaxStreams bounds concurrent ext_proc streams (one per
+	// request in flight) per Envoy: the ext_proc cluster's circuit
+	// breakers. Default 100000.
+	ExtProcMaxStreams uint32  `yaml:"extproc_max_streams" json:"extproc_max_streams"`
+	Rollout           Rollout `yaml:"rollout" json:"rollout"`
+}
