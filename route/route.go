@@ -44,7 +44,8 @@
 // fair share first); then (2b), under measured overload as rule 2 judges
 // it, a standard or sheddable request is refused with the probability that cuts
 // its tenant to an equal share by weight (Request.OverShare: nothing for
-// a tenant at or below it, nor when all ask alike); and rule 3 refuses
+// a tenant at or below it or within the noise of its demand above it,
+// nor when all ask alike); and rule 3 refuses
 // only the tenants asking for at least an equal share.
 package route
 

@@ -156,7 +156,8 @@ type Share struct {
 	Heavy bool
 	// Over is the part of the tenant's requests above an equal share, by
 	// weight, of the priority's demand, in [0, 1): what measured overload
-	// refuses of it (route.Request.OverShare); 0 at or below that share.
+	// refuses of it (route.Request.OverShare); 0 at or below that share,
+	// and within the noise of the tenant's demand estimate (noiseSE).
 	Over float64
 }
 
@@ -202,7 +203,7 @@ func (t *Table) Shed(now time.Time, tenant string, p weights.Priority, cost, f f
 	}
 	equal := total / t.wsum[p] * e.weight // an equal share's demand
 	s := Share{Demand: e.mass[p] / total, Fair: 1, Heavy: e.mass[p] >= (1-1e-9)*equal}
-	if e.mass[p] > equal*(1+1e-9) {
+	if lower(e.mass[p], t.meanCost(p)) > equal*(1+1e-9) { // beyond its noise (noiseSE)
 		s.Over = 1 - equal/e.mass[p]
 	}
 	pl := &t.plan[p]

@@ -15,12 +15,15 @@ import (
 
 var t0 = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 
-// demand books each tenant's demand (token cost) of priority p at t0,
-// with nothing planned, and returns the table.
+// demand books each tenant's demand (token cost) of priority p at t0 as
+// a stream of 1000 requests (evidence well beyond its noise: see
+// TestShedSparesTheNoise), with nothing planned, and returns the table.
 func demand(cfg config.Tenants, p weights.Priority, d map[string]float64) *tenant.Table {
 	tb := tenant.New(cfg, 30*time.Second, t0)
 	for name, cost := range d {
-		tb.Shed(t0, name, p, cost, 0)
+		for range 1000 {
+			tb.Shed(t0, name, p, cost/1000, 0)
+		}
 	}
 	return tb
 }
@@ -361,6 +364,37 @@ func TestShedSparesTheNoise(t *testing.T) {
 			}
 			if math.Abs(shed-f*total) > 1e-6*total {
 				t.Errorf("shed %.2f of %.2f, want the plan's %.2f", shed, total, f*total)
+			}
+		})
+	}
+}
+
+// TestOverShareBeyondNoise: under measured overload, before a plan sized
+// it, a tenant is cut to an equal share only when it asks above it
+// beyond the noise of its demand estimate.
+func TestOverShareBeyondNoise(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int     // requests of a and c; b sends 1.2 n
+		cost float64 // of each request
+		want float64 // b's part above an equal share
+	}{
+		// Equal is 2560: b asks 2880 on 36 requests, 12.5% above, within
+		// two standard errors (24%).
+		{"within its noise", 30, 80, 0},
+		// The same demand on 3,600 requests: beyond its noise (2.4%).
+		{"beyond its noise", 3000, 0.8, 1 - 2560.0/2880},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := tenant.New(config.DefaultTenants(), 2*time.Second, t0)
+			for name, n := range map[string]int{"a": tt.n, "b": tt.n * 6 / 5, "c": tt.n} {
+				for range n {
+					tb.Shed(t0, name, weights.Standard, tt.cost, 0)
+				}
+			}
+			if got := tb.Shed(t0, "b", weights.Standard, 0, 0).Over; math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("b over an equal share %.4f, want %.4f", got, tt.want)
 			}
 		})
 	}
