@@ -42,8 +42,8 @@ type Table struct {
 	fair    [len(weights.Priorities)]level
 	plan    [len(weights.Priorities)]planned
 	// sum is every tracked tenant's demand per priority, decayed as of
-	// sumAt, cnt their requests (its mean cost: sum / cnt), and wsum the weights of the tracked tenants that asked for
-	// some of it.
+	// sumAt, cnt their requests (the mean cost: sum / cnt), and wsum the
+	// weights of the tracked tenants that asked for some of it.
 	sum   [len(weights.Priorities)]float64
 	cnt   [len(weights.Priorities)]float64 // requests of cost > 0, decayed
 	wsum  [len(weights.Priorities)]float64
@@ -381,10 +381,9 @@ func (t *Table) level(p weights.Priority, serve, at float64) level {
 	var within, clearW float64
 	left = max(serve, 0)
 	for _, x := range ts {
-		switch {
-		case x.lo > x.w*lv.lambda:
+		if x.lo > x.w*lv.lambda {
 			clearW += x.w
-		default:
+		} else {
 			within += x.d
 		}
 	}
