@@ -316,3 +316,65 @@ func TestTenantFloodSeenWithinATick(t *testing.T) {
 		t.Errorf("the flood: %d of %d shed; want it to take the plan's shed", c[1], c[0]+c[1])
 	}
 }
+
+// TestTenantWithinItsNoiseNotShed: through real streams on an injected
+// clock, a tenant asking a fifth above the fair level on a few requests a
+// second (within the noise of its count: two standard errors are ~30%) is
+// served whole while a flood, clearly above, gives up what that takes;
+// shed on the point estimate, it lost a sixth of its requests.
+func TestTenantWithinItsNoiseNotShed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var clock atomic.Int64 // nanoseconds since the epoch
+	epoch := time.Unix(1700000000, 0)
+	at := func() time.Time { return epoch.Add(time.Duration(clock.Load())) }
+	h := startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Sources {
+			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
+		}
+		o.Config.Controller.Tick = config.Duration(5 * time.Second)
+		o.Rand, o.Now = rng.Uint64, at
+	})
+	publishQwen(t, h, weights.ShedFractions{})
+	rates := map[string]int{"flood": 6, "team-a": 3, "team-b": 2} // requests a second
+	run := func(phase string, seconds int, live func() *live.State) map[string][2]int {
+		out := map[string][2]int{}
+		id := 0
+		for range seconds {
+			h.srv.SetLive(live())
+			for _, tn := range []string{"flood", "team-a", "team-b"} {
+				for range rates[tn] {
+					id++
+					resps := h.run(t, "edge-us", tenantRequest(fmt.Sprintf("%s-%d", phase, id), tn)...)
+					c := out[tn]
+					if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
+						c[1]++
+					} else {
+						c[0]++
+					}
+					out[tn] = c
+				}
+			}
+			clock.Add(int64(time.Second))
+		}
+		return out
+	}
+	calm := func() *live.State {
+		return &live.State{At: at(), Clusters: map[string]live.Cluster{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}}
+	}
+	saturated := func() *live.State { s := allSaturated(); s.At = at(); return s }
+	run("before", 60, calm)
+	// 11 asked, 7 served: the fair level is 2.5, team-a asks 3.
+	publishQwen(t, h, weights.ShedFractions{weights.Standard: 4.0 / 11})
+	got := run("during", 5, saturated)
+	t.Logf("served and shed per tenant: %v", got)
+	for _, tn := range []string{"team-a", "team-b"} {
+		if c := got[tn]; c[1] != 0 {
+			t.Errorf("tenant %s, within its noise of the fair level: %d of %d shed; want none", tn, c[1], c[0]+c[1])
+		}
+	}
+	// The flood keeps what is left, 7 − 3 − 2 = 2 of its 6 a second: two
+	// thirds shed (each request drawn), at least half.
+	if c := got["flood"]; 2*c[1] < c[0]+c[1] {
+		t.Errorf("the flood: %d of %d shed; want it to give up what team-a keeps (two thirds)", c[1], c[0]+c[1])
+	}
+}
