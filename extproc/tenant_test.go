@@ -259,41 +259,11 @@ func TestTenantBudgetTwoReplicas(t *testing.T) {
 // an equal share and the others lost a fifth of their requests. Through
 // real gRPC streams, on an injected clock.
 func TestTenantFloodSeenWithinATick(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 10))
-	var clock atomic.Int64 // nanoseconds since the epoch
-	epoch := time.Unix(1700000000, 0)
-	at := func() time.Time { return epoch.Add(time.Duration(clock.Load())) }
-	h := startWith(t, true, func(o *extproc.Options) {
-		for i := range o.Config.Sources {
-			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
-		}
-		o.Config.Controller.Tick = config.Duration(5 * time.Second)
+	h, clock, at := startTenantClock(t, 9, func(o *extproc.Options) {
 		o.Config.Controller.DemandHalfLife = config.Duration(30 * time.Second)
-		o.Rand, o.Now = rng.Uint64, at
 	})
-	publishQwen(t, h, weights.ShedFractions{})
-	// One round a second: each tenant's requests of that second.
 	run := func(phase string, seconds int, perRound map[string]int, live func() *live.State) map[string][2]int {
-		out := map[string][2]int{}
-		id := 0
-		for range seconds {
-			h.srv.SetLive(live())
-			for _, tn := range []string{"flood", "team-a", "team-b"} {
-				for range perRound[tn] {
-					id++
-					resps := h.run(t, "edge-us", tenantRequest(fmt.Sprintf("%s-%d", phase, id), tn)...)
-					c := out[tn]
-					if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
-						c[1]++
-					} else {
-						c[0]++
-					}
-					out[tn] = c
-				}
-			}
-			clock.Add(int64(time.Second))
-		}
-		return out
+		return tenantRounds(t, h, clock, phase, seconds, perRound, live)
 	}
 	calm := func() *live.State {
 		return &live.State{At: at(), Clusters: map[string]live.Cluster{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}}
@@ -323,40 +293,10 @@ func TestTenantFloodSeenWithinATick(t *testing.T) {
 // served whole while a flood, clearly above, gives up what that takes;
 // shed on the point estimate, it lost a sixth of its requests.
 func TestTenantWithinItsNoiseNotShed(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	var clock atomic.Int64 // nanoseconds since the epoch
-	epoch := time.Unix(1700000000, 0)
-	at := func() time.Time { return epoch.Add(time.Duration(clock.Load())) }
-	h := startWith(t, true, func(o *extproc.Options) {
-		for i := range o.Config.Sources {
-			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
-		}
-		o.Config.Controller.Tick = config.Duration(5 * time.Second)
-		o.Rand, o.Now = rng.Uint64, at
-	})
-	publishQwen(t, h, weights.ShedFractions{})
+	h, clock, at := startTenantClock(t, 11, nil)
 	rates := map[string]int{"flood": 6, "team-a": 3, "team-b": 2} // requests a second
 	run := func(phase string, seconds int, live func() *live.State) map[string][2]int {
-		out := map[string][2]int{}
-		id := 0
-		for range seconds {
-			h.srv.SetLive(live())
-			for _, tn := range []string{"flood", "team-a", "team-b"} {
-				for range rates[tn] {
-					id++
-					resps := h.run(t, "edge-us", tenantRequest(fmt.Sprintf("%s-%d", phase, id), tn)...)
-					c := out[tn]
-					if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
-						c[1]++
-					} else {
-						c[0]++
-					}
-					out[tn] = c
-				}
-			}
-			clock.Add(int64(time.Second))
-		}
-		return out
+		return tenantRounds(t, h, clock, phase, seconds, rates, live)
 	}
 	calm := func() *live.State {
 		return &live.State{At: at(), Clusters: map[string]live.Cluster{"us-east-vllm": free, "eu-west-vllm": free, "eu-west-tgi": free}}
@@ -377,4 +317,57 @@ func TestTenantWithinItsNoiseNotShed(t *testing.T) {
 	if c := got["flood"]; 2*c[1] < c[0]+c[1] {
 		t.Errorf("the flood: %d of %d shed; want it to give up what team-a keeps (two thirds)", c[1], c[0]+c[1])
 	}
+}
+
+// tenantRounds sends, for seconds rounds of one simulated second each
+// (clock, nanoseconds since the epoch, moves by a second after each),
+// perRound[tenant] requests of the tenants flood, team-a and team-b from
+// edge-us, the live state of each round from live; it returns, per
+// tenant, how many were answered and how many refused.
+func tenantRounds(t *testing.T, h *harness, clock *atomic.Int64, phase string, seconds int, perRound map[string]int, live func() *live.State) map[string][2]int {
+	t.Helper()
+	out := map[string][2]int{}
+	id := 0
+	for range seconds {
+		h.srv.SetLive(live())
+		for _, tn := range []string{"flood", "team-a", "team-b"} {
+			for range perRound[tn] {
+				id++
+				resps := h.run(t, "edge-us", tenantRequest(fmt.Sprintf("%s-%d", phase, id), tn)...)
+				c := out[tn]
+				if ir := resps[len(resps)-1].GetImmediateResponse(); ir != nil {
+					c[1]++
+				} else {
+					c[0]++
+				}
+				out[tn] = c
+			}
+		}
+		clock.Add(int64(time.Second))
+	}
+	return out
+}
+
+// startTenantClock starts a server whose source edge-us trusts the tenant
+// header, with a 5 s tick, randomness seeded by seed and an injected
+// clock (nanoseconds since an epoch; at reads it), opt adjusting the
+// options further (nil: none), and publishes qwen without a shed.
+func startTenantClock(t *testing.T, seed uint64, opt func(*extproc.Options)) (h *harness, clock *atomic.Int64, at func() time.Time) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	clock = new(atomic.Int64)
+	epoch := time.Unix(1700000000, 0)
+	at = func() time.Time { return epoch.Add(time.Duration(clock.Load())) }
+	h = startWith(t, true, func(o *extproc.Options) {
+		for i := range o.Config.Sources {
+			o.Config.Sources[i].TrustTenantHeader = o.Config.Sources[i].Name == "edge-us"
+		}
+		o.Config.Controller.Tick = config.Duration(5 * time.Second)
+		o.Rand, o.Now = rng.Uint64, at
+		if opt != nil {
+			opt(o)
+		}
+	})
+	publishQwen(t, h, weights.ShedFractions{})
+	return h, clock, at
 }
