@@ -399,3 +399,27 @@ func TestOverShareBeyondNoise(t *testing.T) {
 		})
 	}
 }
+
+// TestShedJudgesTheDemandBeforeTheRequest: a tenant's noise test at its
+// own request counts its demand before that request (Poisson arrivals
+// see time averages; counted with the request, a tenant at a few
+// requests a second looks a request heavier at every one of its own
+// arrivals). b's 42nd request takes its demand less two standard errors
+// from 2,556 to 2,627 over the level of 2,600: judged before it, b is
+// within its noise and served whole, and the flood gives it up.
+func TestShedJudgesTheDemandBeforeTheRequest(t *testing.T) {
+	tb := tenant.New(config.DefaultTenants(), 2*time.Second, t0)
+	for name, n := range map[string]int{"a": 30, "c": 30, "flood": 90, "b": 41} {
+		for range n {
+			tb.Shed(t0, name, weights.Standard, 80, 0)
+		}
+	}
+	f := 1 - 10000.0/(2400+2400+7200+3360) // serve 10,000 of 15,360
+	if got := tb.Shed(t0, "b", weights.Standard, 80, f).Fraction; got != 0 {
+		t.Errorf("b's 42nd request: shed %.4f, want 0", got)
+	}
+	// The flood keeps 10,000 − 2,400 − 2,400 − 3,360.
+	if got, want := tb.Shed(t0, "flood", weights.Standard, 0, f).Fraction, 1-1840.0/7200; math.Abs(got-want) > 1e-6 {
+		t.Errorf("flood shed %.4f, want %.4f", got, want)
+	}
+}
