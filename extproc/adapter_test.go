@@ -2,6 +2,7 @@ package extproc_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -35,14 +36,21 @@ func TestAdapterRouting(t *testing.T) {
 	tests := []struct {
 		name, source, model string
 		loaded              string // replica whose engine reports the adapter running ("" none)
+		saturated           bool   // and reports saturation
+		before              int    // requests of the base model from the source first
 		wantCluster         string // "" any
 		wantReplica         string // "" any
 		wantTier            string
 		wantStatus          int
 	}{
-		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", "eu-west-vllm", "", picker.AdapterSlot, 0},
-		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0},
-		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0},
+		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", false, 0, "eu-west-vllm", "", picker.AdapterSlot, 0},
+		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", false, 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0},
+		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", false, 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0},
+		// A fifth of the cluster's requests: one replica of two is what
+		// its share asks for, so it waits where it is loaded.
+		{"saturated with it, a small share: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, 4, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0},
+		// Its only request so far: its share asks for both replicas.
+		{"saturated with it, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", true, 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSlot, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,9 +58,17 @@ func TestAdapterRouting(t *testing.T) {
 			h.srv.SetLive(replicaLive(h, func(r *live.Replica) {
 				r.ScrapedAt, r.LoRA = now, &signals.LoRA{Max: 4}
 				if r.Address == tc.loaded {
-					r.LoRA = &signals.LoRA{Running: []string{tc.model}, Max: 4}
+					r.LoRA, r.Saturated = &signals.LoRA{Running: []string{tc.model}, Max: 4}, tc.saturated
 				}
 			}))
+			for i := range tc.before {
+				id := "base-" + strconv.Itoa(i)
+				h.run(t, tc.source, chatHeaders(id), reqBody(`{"model":"llama-3.1-8b-instruct","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`))
+				waitStreamsClosed(t, h)
+				if rec, ok := h.srv.Decisions().Get(id); !ok || rec.Chosen != tc.wantCluster {
+					t.Fatalf("base-model request %d went to %v, want %s (the adapter's cluster)", i, rec.Chosen, tc.wantCluster)
+				}
+			}
 			id := "a-" + strings.ReplaceAll(tc.name, " ", "-")
 			body := `{"model":"` + tc.model + `","max_tokens":20,"messages":[{"role":"user","content":"` + strings.Repeat("x", 600) + `"}]}`
 			resps := h.run(t, tc.source, chatHeaders(id), reqBody(body))

@@ -1,14 +1,17 @@
 package picker
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
 
 // TestAdapterTiers: a request for a LoRA adapter goes to a replica that
-// has it loaded and is not saturated, else to one that may load it now
-// (a free slot), and to a replica whose slots other adapters take only
-// when every replica is so; within a tier, the least cost wins.
+// has it loaded and is not saturated, else to one that has it but is
+// saturated while the adapter's share of the requests asks for no more
+// replicas than hold it, else to one that may load it now (a free slot),
+// and to a replica whose slots other adapters take only when every
+// replica is so; within a tier, the least cost wins.
 func TestAdapterTiers(t *testing.T) {
 	at := time.Unix(1000, 0)
 	rep := func(slots int, running ...string) Adapters {
@@ -17,7 +20,7 @@ func TestAdapterTiers(t *testing.T) {
 	tests := []struct {
 		name      string
 		cands     []Replica
-		busy      map[string]int // base-model requests already on a replica (its load)
+		busy      map[string]int // requests already on a replica (its load): of the base model, or "addr/adapter"'s
 		adapter   string
 		want      string
 		wantTier  string
@@ -36,10 +39,18 @@ func TestAdapterTiers(t *testing.T) {
 			}, map[string]int{"a": 3}, "sql", "a", AdapterLoaded, 1,
 		},
 		{
-			"loaded but saturated competes with a free slot by cost", []Replica{
+			"loaded but saturated keeps an adapter of a small share", []Replica{
 				{Address: "a", Ramp: 1, Saturated: true, ScrapedAt: at, Adapters: rep(4, "sql")},
 				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
-			}, map[string]int{"a": 3}, "sql", "b", AdapterSlot, 2,
+			}, map[string]int{"a": 3}, "sql", "a", AdapterBusy, 1,
+		},
+		{
+			// Every request so far was sql's: its share of two replicas
+			// asks for both, and one holds it.
+			"loaded but saturated spills an adapter whose share asks for more replicas", []Replica{
+				{Address: "a", Ramp: 1, Saturated: true, ScrapedAt: at, Adapters: rep(4, "sql")},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a/sql": 3}, "sql", "b", AdapterSlot, 2,
 		},
 		{
 			"never a full replica while another has a slot", []Replica{
@@ -69,9 +80,10 @@ func TestAdapterTiers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCluster(Options{CacheTokens: 1 << 16})
-			for addr, n := range tc.busy {
+			for key, n := range tc.busy {
+				addr, adapter, _ := strings.Cut(key, "/") // "a/sql": requests of sql on a
 				for range n {
-					c.Pick([]Replica{{Address: addr, Ramp: 1}}, Request{PromptTokens: 100})
+					c.Pick([]Replica{{Address: addr, Ramp: 1}}, Request{PromptTokens: 100, Adapter: adapter})
 				}
 			}
 			d, tk := c.Pick(tc.cands, Request{PromptTokens: 100, Adapter: tc.adapter})
@@ -144,5 +156,58 @@ func TestAdapterMemory(t *testing.T) {
 	}
 	if d := pick(cands, "sql"); d.Chosen.Address != first || d.Adapter != AdapterCached {
 		t.Errorf("with its slot busy: sql went to %s (%s), want %s (cached: a wait for the slot, not a load from disk)", d.Chosen.Address, d.Adapter, first)
+	}
+}
+
+// TestAdapterShares: an adapter's share follows the recent requests
+// (half-life adapterHalfLife), stays exact through the weights'
+// rescaling, and past maxAdapterShares adapters a new one reads 0 while
+// its requests still count in the total.
+func TestAdapterShares(t *testing.T) {
+	tests := []struct {
+		name     string
+		requests func(a *adapterShares)
+		adapter  string
+		lo, hi   float64
+	}{
+		{"none yet", func(*adapterShares) {}, "sql", 0, 0},
+		{"half and half", func(a *adapterShares) {
+			for i := range 4000 {
+				a.add([]string{"sql", ""}[i%2])
+			}
+		}, "sql", 0.49, 0.51},
+		{"a change of mix is followed", func(a *adapterShares) {
+			for range 5000 {
+				a.add("sql")
+			}
+			for range 5 * adapterHalfLife {
+				a.add("chat")
+			}
+		}, "sql", 0.02, 0.04}, // 2^-5
+		{"through many rescalings", func(a *adapterShares) {
+			for i := range 200_000 {
+				a.add([]string{"sql", "chat", "code", ""}[i%4])
+			}
+		}, "code", 0.24, 0.26},
+		{"past the bound a new adapter reads 0", func(a *adapterShares) {
+			for i := range maxAdapterShares {
+				a.add(strings.Repeat("x", 1+i%7) + string(rune('a'+i%26)) + string(rune(i)))
+			}
+			for range 100 {
+				a.add("late")
+			}
+		}, "late", 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var a adapterShares
+			tc.requests(&a)
+			if got := a.share(tc.adapter); got < tc.lo || got > tc.hi {
+				t.Errorf("share of %q = %v, want in [%v, %v]", tc.adapter, got, tc.lo, tc.hi)
+			}
+			if len(a.weight) > maxAdapterShares {
+				t.Errorf("%d adapters followed, more than %d", len(a.weight), maxAdapterShares)
+			}
+		})
 	}
 }

@@ -18,6 +18,9 @@ type Cluster struct {
 	replicas    map[string]*replicaState
 	terms       []Term   // scratch, under mu
 	sessChain   []uint64 // scratch, under mu
+	// shares are the adapters' shares of the requests picked for (see
+	// AdapterBusy), under mu.
+	shares adapterShares
 }
 
 type replicaState struct {
@@ -103,9 +106,9 @@ type Decision struct {
 	Chosen, RunnerUp Term
 	// Reason is ReasonPrefix, ReasonSession, ReasonLoad or ReasonOnly.
 	Reason string
-	// Adapter is the adapter tier the candidates were taken from
-	// (AdapterLoaded, AdapterCached, AdapterSlot, AdapterFull); "" for a request of the
-	// base model.
+	// Adapter is the adapter tier of the chosen replica (AdapterLoaded,
+	// AdapterBusy, AdapterCached, AdapterSlot, AdapterFull): the best any
+	// candidate had; "" for a request of the base model.
 	Adapter string
 }
 
@@ -183,24 +186,39 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	// that replica would never shed its load.
 	// A request for an adapter has the replicas of its best adapter tier
 	// for candidates (tier stays 0 for the base model: all are).
-	tier := 0
+	// A saturated replica holding the adapter keeps its requests while
+	// the replicas holding it are no fewer than the adapter's share of
+	// the cluster's requests asks for (AdapterBusy); past that, the
+	// adapter may spread to a replica with a free slot.
+	c.shares.add(req.Adapter)
+	tier, spill := 0, false
 	if req.Adapter != "" {
 		tier = len(adapterTiers)
+		holders := 0
+		for _, cand := range candidates {
+			st := c.state(cand.Address)
+			st.scrapedAt(cand)
+			if st.holds(cand, req.Adapter) {
+				holders++
+			}
+		}
+		spill = c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders)
 	}
 	shortest := math.MaxInt
 	for _, cand := range candidates {
 		st := c.state(cand.Address)
 		st.scrapedAt(cand)
 		if req.Adapter != "" {
-			tier = min(tier, st.adapterTier(cand, req.Adapter))
+			t, _ := st.adapterTier(cand, req.Adapter, spill)
+			tier = min(tier, t)
 		} else {
 			shortest = min(shortest, st.queued)
 		}
 	}
 	if req.Adapter != "" {
 		for _, cand := range candidates {
-			if st := c.replicas[cand.Address]; st.adapterTier(cand, req.Adapter) == tier {
-				shortest = min(shortest, st.queued)
+			if t, _ := c.replicas[cand.Address].adapterTier(cand, req.Adapter, spill); t == tier {
+				shortest = min(shortest, c.replicas[cand.Address].queued)
 			}
 		}
 	}
@@ -217,10 +235,11 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 		st := c.replicas[cand.Address]
 		var at string
 		if req.Adapter != "" {
-			if st.adapterTier(cand, req.Adapter) != tier {
+			t, name := st.adapterTier(cand, req.Adapter, spill)
+			if t != tier {
 				continue // a better tier has a replica
 			}
-			at = adapterTiers[tier]
+			at = name
 		}
 		if c.maxSkew > 0 && st.queued-shortest > c.maxSkew {
 			continue // the shortest queue's replica always stays
@@ -244,7 +263,7 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	chosen, runnerUp, reason := score(terms, int(req.Draw%uint64(len(terms))))
 	d := Decision{Chosen: terms[chosen], Reason: reason}
 	if req.Adapter != "" {
-		d.Adapter = adapterTiers[tier]
+		d.Adapter = terms[chosen].Adapter
 	}
 	hosts = append(hosts[:0], terms[chosen].Address)
 	d.Hosts = hosts

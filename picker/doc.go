@@ -29,11 +29,15 @@
 // a GPU slot as far as ILB can tell (their engine reports requests of it
 // running or waiting, or it is among the last max_lora adapters ILB sent
 // there: vLLM's slots are an LRU) and are not saturated; else replicas
-// ILB sent it to before that have a free slot (the engine's CPU cache
-// likely holds it: a copy into a slot, not a load from disk); else those
-// with a free slot or the adapter but saturated; else all (every slot
-// taken by other adapters: it waits for one). The cost rule decides
-// within the tier. See [Adapters].
+// that have it but are saturated, while those holding it are no fewer
+// than the adapter's share of the cluster's recent requests asks for
+// (its share × the candidates), and replicas ILB sent it to before that
+// are not saturated (the engine's CPU cache likely holds it: a copy
+// into a slot, not a load from disk); else those with a free slot (a hot
+// adapter spreads so, over as many replicas as its load takes) or the
+// adapter but saturated; else all (every slot taken by other adapters:
+// it waits for one). The cost rule decides within the tier. See
+// [Adapters].
 //
 // The decision reaches Envoy as an ordered host list (override-host
 // load balancing): a retry takes the next host, and Envoy's own
