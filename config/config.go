@@ -268,6 +268,13 @@ type ReplicaPicking struct {
 	// trade of cache hits against queues to the cost rule. At most
 	// MaxReplicaQueueSkew.
 	MaxQueueSkew int `yaml:"max_queue_skew" json:"max_queue_skew"`
+	// MaxCPULoras is the LoRA adapters its engines keep in CPU memory
+	// (vLLM's --max-cpu-loras): ILB counts an adapter it sent a replica
+	// as still there, a copy into a GPU slot rather than a load from
+	// disk, only while it is among the last MaxCPULoras distinct adapters
+	// it sent. 0, the default: the last MaxReplicaCPULoras. At most
+	// MaxReplicaCPULoras.
+	MaxCPULoras int `yaml:"max_cpu_loras" json:"max_cpu_loras"`
 }
 
 // Replica picking bounds.
@@ -278,6 +285,9 @@ const (
 	// MaxReplicaCacheTokens bounds the index: 16M tokens a replica, about
 	// 18 MiB of index each.
 	MaxReplicaCacheTokens = 1 << 24
+	// MaxReplicaCPULoras bounds max_cpu_loras: the adapters ILB
+	// remembers sending each replica.
+	MaxReplicaCPULoras = 64
 	// MaxReplicaQueueSkew bounds max_queue_skew: past it the guard would
 	// never bind (an engine admits 256 sequences or so at once).
 	MaxReplicaQueueSkew = 4096

@@ -123,16 +123,19 @@ func TestValidate(t *testing.T) {
 			[]string{`clusters[0].name: cluster name "ilb_extproc" is reserved`},
 		},
 		{
-			"replica picking cache and queue skew out of range", func(c *config.Config) {
-				c.Clusters[0].ReplicaPicking = config.ReplicaPicking{Enabled: true, CacheTokens: -1, MaxQueueSkew: -2}
+			"replica picking cache, queue skew and CPU adapters out of range", func(c *config.Config) {
+				c.Clusters[0].ReplicaPicking = config.ReplicaPicking{Enabled: true, CacheTokens: -1, MaxQueueSkew: -2, MaxCPULoras: -3}
 				c.Clusters[1].ReplicaPicking.CacheTokens = config.MaxReplicaCacheTokens + 1
 				c.Clusters[1].ReplicaPicking.MaxQueueSkew = config.MaxReplicaQueueSkew + 1
+				c.Clusters[1].ReplicaPicking.MaxCPULoras = config.MaxReplicaCPULoras + 1
 			},
 			[]string{
 				`clusters[0].replica_picking.cache_tokens: -1 is out of range: want 0 (the default, 131072) to 16777216 tokens`,
 				`clusters[1].replica_picking.cache_tokens: 16777217 is out of range`,
 				`clusters[0].replica_picking.max_queue_skew: -2 is out of range: want 0 (no bound) to 4096 requests`,
 				`clusters[1].replica_picking.max_queue_skew: 4097 is out of range`,
+				`clusters[0].replica_picking.max_cpu_loras: -3 is out of range: want 0 (the default, 64) to 64 adapters`,
+				`clusters[1].replica_picking.max_cpu_loras: 65 is out of range`,
 			},
 		},
 		{

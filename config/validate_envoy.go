@@ -110,6 +110,9 @@ func (c *Config) validateEnvoyKnobs(p *problems) {
 		if n := e.ReplicaPicking.MaxQueueSkew; n < 0 || n > MaxReplicaQueueSkew {
 			p.addf(path+".replica_picking.max_queue_skew", "%d is out of range: want 0 (no bound) to %d requests", n, MaxReplicaQueueSkew)
 		}
+		if n := e.ReplicaPicking.MaxCPULoras; n < 0 || n > MaxReplicaCPULoras {
+			p.addf(path+".replica_picking.max_cpu_loras", "%d is out of range: want 0 (the default, %d) to %d adapters", n, MaxReplicaCPULoras, MaxReplicaCPULoras)
+		}
 		if e.Service != nil && (!validDNSName(e.Service.Host) || e.Service.Port < 1 || e.Service.Port > 65535) {
 			p.addf(path+".service", "%+v: want a DNS host and a port in 1..65535", *e.Service)
 		}

@@ -49,7 +49,7 @@ func newPickers(c *config.Config, m *metrics) map[string]*replicaPicker {
 			continue
 		}
 		p := &replicaPicker{
-			Cluster: picker.NewCluster(picker.Options{CacheTokens: e.ReplicaPicking.CacheTokensOrDefault(), MaxQueueSkew: e.ReplicaPicking.MaxQueueSkew}),
+			Cluster: picker.NewCluster(picker.Options{CacheTokens: e.ReplicaPicking.CacheTokensOrDefault(), MaxQueueSkew: e.ReplicaPicking.MaxQueueSkew, MaxCPULoras: e.ReplicaPicking.MaxCPULoras}),
 			picks:   map[string]prometheus.Counter{},
 			prompt:  m.replicaPrompt.WithLabelValues(e.Name), cached: m.replicaCached.WithLabelValues(e.Name),
 			servedChosen: m.replicaServed.WithLabelValues(e.Name, "chosen"), servedX: m.replicaServed.WithLabelValues(e.Name, "other"),

@@ -211,3 +211,41 @@ func TestAdapterShares(t *testing.T) {
 		})
 	}
 }
+
+// TestAdapterCPUMemory: an adapter ILB sent a replica further back is
+// cached there (a copy from CPU memory, not a load from disk) only while
+// it is among the last MaxCPULoras distinct adapters ILB sent it: the
+// engine's CPU cache is an LRU of --max-cpu-loras.
+func TestAdapterCPUMemory(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name     string
+		cpu      int // Options.MaxCPULoras
+		wantTier string
+	}{
+		{"unknown: the last 64 it sent", 0, AdapterCached},
+		{"three in CPU memory: sql is the third last", 3, AdapterCached},
+		{"two in CPU memory: sql is evicted", 2, AdapterSlot},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCluster(Options{CacheTokens: 1 << 16, MaxCPULoras: tc.cpu})
+			a := []Replica{{Address: "a", Ramp: 1, ScrapedAt: t0, Adapters: Adapters{Known: true, Max: 1}}}
+			for _, ad := range []string{"sql", "chat", "code"} {
+				_, tk := c.Pick(a, Request{PromptTokens: 100, Adapter: ad})
+				tk.Done()
+			}
+			// A newer scrape: nothing runs, one slot each, "a" last held code.
+			t1 := t0.Add(time.Second)
+			both := []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: t1, Adapters: Adapters{Known: true, Max: 1}},
+				{Address: "b", Ramp: 1, ScrapedAt: t1, Adapters: Adapters{Known: true, Max: 1}},
+			}
+			d, tk := c.Pick(both, Request{PromptTokens: 100, Adapter: "sql"})
+			tk.Done()
+			if d.Adapter != tc.wantTier || tc.wantTier == AdapterCached && d.Chosen.Address != "a" {
+				t.Errorf("sql went to %s (tier %q), want tier %q (on a when cached)", d.Chosen.Address, d.Adapter, tc.wantTier)
+			}
+		})
+	}
+}

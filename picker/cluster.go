@@ -15,6 +15,7 @@ type Cluster struct {
 	mu          sync.Mutex
 	cacheBlocks int
 	maxSkew     int
+	cpuLoras    int // adapters an engine keeps in CPU memory (Options.MaxCPULoras)
 	replicas    map[string]*replicaState
 	terms       []Term   // scratch, under mu
 	sessChain   []uint64 // scratch, under mu
@@ -54,12 +55,22 @@ type Options struct {
 	// balance threshold, as a hard guard over the cost rule. 0: the cost
 	// rule alone.
 	MaxQueueSkew int
+	// MaxCPULoras is the LoRA adapters each replica's engine keeps in CPU
+	// memory (vLLM's --max-cpu-loras): an adapter ILB sent a replica is
+	// AdapterCached there only while among the last MaxCPULoras distinct
+	// adapters it sent it. 0 or more than maxSentAdapters: the last
+	// maxSentAdapters.
+	MaxCPULoras int
 }
 
 // NewCluster returns the picker of one engine cluster.
 func NewCluster(o Options) *Cluster {
 	blocks := max(1, (o.CacheTokens+BlockTokens-1)/BlockTokens)
-	return &Cluster{cacheBlocks: blocks, maxSkew: max(o.MaxQueueSkew, 0), replicas: map[string]*replicaState{}}
+	cpu := o.MaxCPULoras
+	if cpu <= 0 || cpu > maxSentAdapters {
+		cpu = maxSentAdapters
+	}
+	return &Cluster{cacheBlocks: blocks, maxSkew: max(o.MaxQueueSkew, 0), cpuLoras: cpu, replicas: map[string]*replicaState{}}
 }
 
 // Request is what a decision needs of a request.
@@ -209,7 +220,7 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 		st := c.state(cand.Address)
 		st.scrapedAt(cand)
 		if req.Adapter != "" {
-			t, _ := st.adapterTier(cand, req.Adapter, spill)
+			t, _ := st.adapterTier(cand, req.Adapter, spill, c.cpuLoras)
 			tier = min(tier, t)
 		} else {
 			shortest = min(shortest, st.queued)
@@ -217,7 +228,7 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	}
 	if req.Adapter != "" {
 		for _, cand := range candidates {
-			if t, _ := c.replicas[cand.Address].adapterTier(cand, req.Adapter, spill); t == tier {
+			if t, _ := c.replicas[cand.Address].adapterTier(cand, req.Adapter, spill, c.cpuLoras); t == tier {
 				shortest = min(shortest, c.replicas[cand.Address].queued)
 			}
 		}
@@ -235,7 +246,7 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 		st := c.replicas[cand.Address]
 		var at string
 		if req.Adapter != "" {
-			t, name := st.adapterTier(cand, req.Adapter, spill)
+			t, name := st.adapterTier(cand, req.Adapter, spill, c.cpuLoras)
 			if t != tier {
 				continue // a better tier has a replica
 			}

@@ -270,7 +270,7 @@ func newRunner(o Options) (*runner, error) {
 		}
 		// The picker's cache per replica: the engine's KV cache, as an
 		// operator reads it from vLLM's cache config.
-		sc := &simCluster{idx: ci, region: regions[c.Region], capacity: o.Capacity[c.Profile], models: make([]bool, len(f.Models)), picker: picker.NewCluster(picker.Options{CacheTokens: p.KVTokens()})}
+		sc := &simCluster{idx: ci, region: regions[c.Region], capacity: o.Capacity[c.Profile], models: make([]bool, len(f.Models)), picker: picker.NewCluster(picker.Options{CacheTokens: p.KVTokens(), MaxCPULoras: c.LoRA.MaxCPULoras})}
 		for _, m := range c.Models {
 			sc.models[r.models[m]] = true
 		}
