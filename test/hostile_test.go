@@ -163,6 +163,7 @@ func TestInflatedDemandShedsNoOne(t *testing.T) {
 	for _, r := range results {
 		if r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
 			shed++
+			t.Logf("refused: %d %s %q (request %s)", r.Status, r.Reason, r.Body, r.RequestID)
 		}
 	}
 	if shed > 0 || len(results) == 0 {
