@@ -153,12 +153,14 @@ bench-replicas:
 	$(GO) run ./cmd/ilb bench-replicas --report docs/benchmarks.md
 	$(GO) test -run '^$$' -bench Decision -benchtime 20000x ./picker/
 
-## bench-lora: LoRA adapters (64 per model, Zipf popularity, vLLM's
-## max_loras 4 per engine): the same replica policies, the GIE-style scorer
-## with its LoRA affinity scorer; rewrites the "lora" section of
+## bench-lora: LoRA adapters (64 per model, Zipf popularity) on engines
+## with vLLM's --max-loras 8 (16 in CPU memory), then 4 (8 in CPU memory):
+## the same replica policies, the GIE-style scorer with its LoRA affinity
+## scorer; rewrites the "lora" and "lora-4-slots" sections of
 ## docs/benchmarks.md (virtual time; a few minutes on 2 cores)
 bench-lora:
 	$(GO) run ./cmd/ilb bench-replicas --scenario lora --section lora --loads 0.3,0.5,0.7,0.9,1.1,1.3 --report docs/benchmarks.md
+	$(GO) run ./cmd/ilb bench-replicas --scenario lora --section lora-4-slots --max-loras 4 --loads 0.3,0.5,0.7,0.9,1.1,1.3 --report docs/benchmarks.md
 
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:

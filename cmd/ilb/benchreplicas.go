@@ -29,8 +29,16 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	duration := fs.Duration("duration", 10*time.Minute, "simulated time per run")
 	report := fs.String("report", "", "write the tables into this Markdown file's section (--section; e.g. docs/benchmarks.md) instead of stdout")
 	section := fs.String("section", "replicas", "the report's section to rewrite")
+	def := experiment.DefaultLoRASetup()
+	maxLoras := fs.Int("max-loras", def.MaxLoras, "lora workload: every engine's adapter slots (vLLM's --max-loras)")
+	cpuLoras := fs.Int("max-cpu-loras", 0, "lora workload: the adapters every engine keeps in CPU memory (vLLM's --max-cpu-loras; ILB's picker is told it); 0: twice --max-loras")
+	zipf := fs.Float64("zipf", def.Zipf, "lora workload: the exponent s of the adapters' Zipf popularity")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
+	}
+	lora := experiment.LoRASetup{MaxLoras: *maxLoras, MaxCPULoras: *cpuLoras, Zipf: *zipf}
+	if lora.MaxCPULoras == 0 {
+		lora.MaxCPULoras = 2 * lora.MaxLoras
 	}
 	loads, errs := parseLoads(*loadList)
 	var seeds []uint64
@@ -49,6 +57,19 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *duration <= 0 {
 		errs = append(errs, fmt.Errorf("--duration %s: want a positive duration", *duration))
 	}
+	hasLoRA := slices.ContainsFunc(names, func(n string) bool { return slices.Contains(experiment.LoRAScenarioNames(), strings.TrimSpace(n)) })
+	var loraFlags []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "max-loras" || f.Name == "max-cpu-loras" || f.Name == "zipf" {
+			loraFlags = append(loraFlags, fmt.Sprintf("--%s %s", f.Name, f.Value))
+		}
+	})
+	if len(loraFlags) > 0 && !hasLoRA {
+		errs = append(errs, fmt.Errorf("%s: only the lora workload has adapters: add --scenario lora", strings.Join(loraFlags, " ")))
+	}
+	if err := lora.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--max-loras, --max-cpu-loras, --zipf: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -65,13 +86,16 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 		"Figures are means over the seeds. Two SLOs, MLPerf Inference's for Llama-3.1-8B applied to each request: goodput and *within SLO* count requests whose time to first token is within 2 s (its server scenario); " +
 		"*interactive* counts those within 500 ms to the first token and 30 ms per output token after it (its interactive scenario). TPOT p99 is the 99th percentile of requests' time per output token. Hit is the share of prompt tokens the engines' prefix caches held; " +
 		"imbalance is the busiest replica's requests over its cluster's mean. Ratios are to Envoy's least request.\n\n")
-	if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(experiment.LoRAScenarioNames(), strings.TrimSpace(n)) }) {
+	if hasLoRA {
 		b.WriteString("With LoRA adapters, the GIE-style scorer adds GIE's lora-affinity-scorer (weight 1 beside queue 2, KV 2 and prefix 3: 1 when the adapter runs on the replica, 0.8 when it has a free adapter slot, 0.6 when the adapter only waits there, else 0), reading the engines' `vllm:lora_requests_info` live; ILB's picker reads it through the 1 s scrape. " +
 			"*Adapter load* is, per completed request of an adapter, the mean time its engine spent loading adapters (from disk, or into a GPU slot) in the steps that scheduled it; *slot wait* the mean time it waited for an adapter slot (vLLM's `max_loras`); *past a replica with it* the share of adapter requests sent to a replica whose engine did not hold the adapter in a GPU slot while another replica of the cluster did and was not saturated (read live at the decision).\n\n")
 	}
 	start := time.Now()
 	for _, name := range names {
 		s, err := experiment.LookupReplicaScenario(strings.TrimSpace(name), *duration)
+		if strings.TrimSpace(name) == "lora" {
+			s, err = experiment.LookupLoRAScenario(*duration, lora)
+		}
 		if err != nil {
 			return err
 		}
@@ -90,7 +114,11 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *section != "replicas" {
 		target = "bench-" + *section
 	}
-	fmt.Fprintf(&b, "Reproduce: `make %s` (%s here). The request-path cost of a decision: `go test ./picker -run '^$' -bench Decision`.\n", target, time.Since(start).Round(time.Second))
+	repro := "make " + target
+	if len(loraFlags) > 0 {
+		repro = fmt.Sprintf("go run ./cmd/ilb bench-replicas --scenario %s --loads %s --seeds %s --duration %s %s", *scen, *loadList, *seedList, *duration, strings.Join(loraFlags, " "))
+	}
+	fmt.Fprintf(&b, "Reproduce: `%s` (%s here). The request-path cost of a decision: `go test ./picker -run '^$' -bench Decision`.\n", repro, time.Since(start).Round(time.Second))
 	if *report == "" {
 		_, err := io.WriteString(stdout, b.String())
 		return err

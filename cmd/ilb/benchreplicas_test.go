@@ -23,6 +23,13 @@ func TestBenchReplicas(t *testing.T) {
 			[]string{`--loads: "x" is not a load`, `--seeds: "-2" is not a seed`, "--duration 0s: want a positive duration"},
 		},
 		{"unknown workload", []string{"--scenario", "chat"}, []string{`unknown replica scenario "chat"`}},
+		{"adapter flags without adapters", []string{"--scenario", "rag", "--max-loras", "4", "--zipf", "1.2"}, []string{"--max-loras 4 --zipf 1.2: only the lora workload has adapters"}},
+		{
+			"adapter setup out of range",
+			[]string{"--scenario", "lora", "--max-loras", "0", "--max-cpu-loras", "65", "--zipf", "-1"},
+			[]string{"MaxLoras 0: want 1 to 64", "MaxCPULoras 65: want MaxLoras (0) to 64", "Zipf -1: want 0 to 10"},
+		},
+		{"CPU cache below the slots", []string{"--scenario", "lora", "--max-loras", "8", "--max-cpu-loras", "4"}, []string{"MaxCPULoras 4: want MaxLoras (8) to 64"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runCmd(t, append([]string{"bench-replicas"}, tc.args...)...)
@@ -47,6 +54,17 @@ func TestBenchReplicas(t *testing.T) {
 	for _, w := range []string{"# head", "kept", sectionMarker + "replicas -->", "### no-reuse", "| 0.5 | **ilb** |"} {
 		if !strings.Contains(string(b), w) {
 			t.Errorf("report lacks %q:\n%s", w, b)
+		}
+	}
+	// The adapter setup reaches the engines, the workload and the
+	// report, whose reproduce line repeats it.
+	out, _, err := runCmd(t, "bench-replicas", "--scenario", "lora", "--loads", "0.5", "--seeds", "1", "--duration", "20s", "--max-loras", "2", "--zipf", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"s = 0: the first takes 2% of them", "2 adapter slots (--max-loras 2)", "4 adapters cached in CPU memory (--max-cpu-loras 4", "| 0.5 | **ilb** |", "--max-loras 2 --zipf 0`"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("lora report lacks %q:\n%s", w, out)
 		}
 	}
 }

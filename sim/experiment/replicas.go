@@ -26,13 +26,13 @@ func replicaWorld() Fleet {
 	}
 }
 
-// loraWorld is replicaWorld with vLLM's LoRA on every engine and 64
-// adapters declared for the model.
-func loraWorld() Fleet {
+// loraWorld is replicaWorld with vLLM's LoRA on every engine, set up
+// by l, and 64 adapters declared for the model.
+func loraWorld(l LoRASetup) Fleet {
 	f := replicaWorld()
 	f.Adapters = 64
 	for i := range f.Clusters {
-		f.Clusters[i].LoRA = replica.LoRA{MaxLoras: 8, MaxCPULoras: 16, LoadTime: 100 * time.Millisecond, ActivateTime: 5 * time.Millisecond}
+		f.Clusters[i].LoRA = replica.LoRA{MaxLoras: l.MaxLoras, MaxCPULoras: l.MaxCPULoras, LoadTime: 100 * time.Millisecond, ActivateTime: 5 * time.Millisecond}
 	}
 	return f
 }
@@ -46,23 +46,13 @@ func LoRAScenarioNames() []string { return []string{"lora"} }
 func ReplicaScenarioNames() []string { return []string{"multi-turn", "agent", "rag", "no-reuse"} }
 
 // LookupReplicaScenario builds the named replica-picking workload over d
-// (0: ten minutes), at a rate to be scaled by AtLoad.
+// (0: ten minutes), at a rate to be scaled by AtLoad; "lora" is
+// LookupLoRAScenario's with DefaultLoRASetup.
 func LookupReplicaScenario(name string, d time.Duration) (Scenario, error) {
-	if d <= 0 {
-		d = 10 * time.Minute
+	if name == "lora" {
+		return LookupLoRAScenario(d, DefaultLoRASetup())
 	}
-	// The SLOs are MLPerf Inference's for Llama-3.1-8B (loadgen's
-	// mlperf.conf): its server scenario's time to first token (2 s; its
-	// 100 ms per output token never binds here) and its interactive
-	// scenario, 500 ms to the first token and 30 ms per output token,
-	// which the replica choice moves at loads the fleet sustains.
-	s := Scenario{
-		Name: name, Fleet: replicaWorld(), Duration: d, SLO: 2 * time.Second,
-		Strict: SLOClass{Name: "interactive", TTFT: 500 * time.Millisecond, TPOT: 30 * time.Millisecond},
-	}
-	src := workload.SourceSpec{
-		Name: "edge-us", MeanRate: 10, Models: []workload.Share{{Name: model, Weight: 1}}, Priorities: priorities,
-	}
+	s, src := replicaScenario(name, d)
 	switch name {
 	case "multi-turn":
 		s.Summary = "long multi-turn conversations resending their history: 90% of requests are turns of sessions (8 turns on average, 30 s apart), each adding a message of ~2k tokens (documents, code, pasted text; p99 10k) and an answer of ~300 to a context that starts with a 2k-token system prompt"
@@ -78,20 +68,35 @@ func LookupReplicaScenario(name string, d time.Duration) (Scenario, error) {
 		src.SharedPrefixTokens = 1024
 		src.Documents, src.DocumentTokens, src.DocumentsPerRequest, src.DocumentZipf = 500, 1500, 3, 1.1
 		src.SessionShare, src.SessionTurns, src.SessionThink = 0.2, 2, 20*time.Second
-	case "lora":
-		s.Summary = "LoRA adapters: 90% of requests name one of 64 adapters of the model, by Zipf popularity (s = 1: the first takes a fifth of them), with Azure-conversation sizes after a 512-token system prompt of their adapter; every engine runs vLLM's LoRA with 8 adapter slots (--max-loras 8), 16 adapters cached in CPU memory (--max-cpu-loras 16), 100 ms to load an adapter from disk and 5 ms to copy one into a GPU slot"
-		s.Fleet = loraWorld()
-		src.Lengths = conversation
-		src.SharedPrefixTokens = 512
-		src.Adapters = workload.AdapterSpec{Share: 0.9, Count: 64, Zipf: 1}
 	case "no-reuse":
 		s.Summary = "no reuse: independent requests of Azure-conversation sizes with no shared prefix, where a prefix-aware picker has nothing to gain and must not lose"
 		src.Lengths = conversation
 	default:
 		return Scenario{}, fmt.Errorf("unknown replica scenario %q: want one of %v", name, append(ReplicaScenarioNames(), LoRAScenarioNames()...))
 	}
-	generate(&s, d, d, src)
+	generate(&s, s.Duration, s.Duration, src)
 	return s, nil
+}
+
+// replicaScenario is a replica-picking workload's frame: the world, the
+// SLOs and one source of requests, over d (0: ten minutes).
+func replicaScenario(name string, d time.Duration) (Scenario, workload.SourceSpec) {
+	if d <= 0 {
+		d = 10 * time.Minute
+	}
+	// The SLOs are MLPerf Inference's for Llama-3.1-8B (loadgen's
+	// mlperf.conf): its server scenario's time to first token (2 s; its
+	// 100 ms per output token never binds here) and its interactive
+	// scenario, 500 ms to the first token and 30 ms per output token,
+	// which the replica choice moves at loads the fleet sustains.
+	s := Scenario{
+		Name: name, Fleet: replicaWorld(), Duration: d, SLO: 2 * time.Second,
+		Strict: SLOClass{Name: "interactive", TTFT: 500 * time.Millisecond, TPOT: 30 * time.Millisecond},
+	}
+	src := workload.SourceSpec{
+		Name: "edge-us", MeanRate: 10, Models: []workload.Share{{Name: model, Weight: 1}}, Priorities: priorities,
+	}
+	return s, src
 }
 
 // HostRow is one host policy's result at one load.
