@@ -191,7 +191,7 @@ func writeHostTable(b *strings.Builder, loads []float64, rows []experiment.HostR
 			if lr.strict > 0 {
 				strictRatio = fmt.Sprintf("%.2f", (m.strict/n)/(lr.strict/float64(lr.n)))
 			}
-			fmt.Fprintf(b, "| %.1f | %s | %.2f | %.1f%% | %.1f%% | %.3f s | %.3f s | %.1f ms | %.1f%% | %.2f | %.2f | %s | %.2f |", l, name,
+			fmt.Fprintf(b, "| %g | %s | %.2f | %.1f%% | %.1f%% | %.3f s | %.3f s | %.1f ms | %.1f%% | %.2f | %.2f | %s | %.2f |", l, name,
 				m.goodput/n, 100*m.share/n, 100*m.strict/n, m.p50/n, m.p99/n, 1000*m.tpot/n, 100*m.hit/n, m.imbalance/n, m.goodput/lr.goodput, strictRatio, (m.p50/n)/(lr.p50/float64(lr.n)))
 			if lora {
 				fmt.Fprintf(b, " %.1f ms | %.1f ms | %.2f%% |", 1000*m.adapterCost/n, 1000*m.adapterWait/n, 100*float64(m.adapterMisses)/float64(max(m.adapterReqs, 1)))
