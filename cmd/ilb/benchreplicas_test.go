@@ -27,9 +27,9 @@ func TestBenchReplicas(t *testing.T) {
 		{
 			"adapter setup out of range",
 			[]string{"--scenario", "lora", "--max-loras", "0", "--max-cpu-loras", "65", "--zipf", "-1"},
-			[]string{"MaxLoras 0: want 1 to 64", "MaxCPULoras 65: want MaxLoras (0) to 64", "Zipf -1: want 0 to 10"},
+			[]string{"max_loras 0: want 1 to 64", "max_cpu_loras 65: want max_loras (0) to 64", "zipf -1: want 0 to 10"},
 		},
-		{"CPU cache below the slots", []string{"--scenario", "lora", "--max-loras", "8", "--max-cpu-loras", "4"}, []string{"MaxCPULoras 4: want MaxLoras (8) to 64"}},
+		{"CPU cache below the slots", []string{"--scenario", "lora", "--max-loras", "8", "--max-cpu-loras", "4"}, []string{"max_cpu_loras 4: want max_loras (8) to 64"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runCmd(t, append([]string{"bench-replicas"}, tc.args...)...)

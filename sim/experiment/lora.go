@@ -31,17 +31,18 @@ type LoRASetup struct {
 // memory, Zipf s = 1.
 func DefaultLoRASetup() LoRASetup { return LoRASetup{MaxLoras: 8, MaxCPULoras: 16, Zipf: 1} }
 
-// Validate reports every field out of range, each with its value.
+// Validate reports every field out of range, each with its value (named
+// as vLLM names the engine flag: max_loras, max_cpu_loras; zipf).
 func (l LoRASetup) Validate() error {
 	var errs []error
 	if l.MaxLoras < 1 || l.MaxLoras > config.MaxReplicaCPULoras {
-		errs = append(errs, fmt.Errorf("MaxLoras %d: want 1 to %d", l.MaxLoras, config.MaxReplicaCPULoras))
+		errs = append(errs, fmt.Errorf("max_loras %d: want 1 to %d", l.MaxLoras, config.MaxReplicaCPULoras))
 	}
 	if l.MaxCPULoras < max(l.MaxLoras, 1) || l.MaxCPULoras > config.MaxReplicaCPULoras {
-		errs = append(errs, fmt.Errorf("MaxCPULoras %d: want MaxLoras (%d) to %d", l.MaxCPULoras, l.MaxLoras, config.MaxReplicaCPULoras))
+		errs = append(errs, fmt.Errorf("max_cpu_loras %d: want max_loras (%d) to %d", l.MaxCPULoras, l.MaxLoras, config.MaxReplicaCPULoras))
 	}
 	if !(l.Zipf >= 0 && l.Zipf <= workload.MaxDocumentZipf) {
-		errs = append(errs, fmt.Errorf("Zipf %g: want 0 to %g", l.Zipf, workload.MaxDocumentZipf))
+		errs = append(errs, fmt.Errorf("zipf %g: want 0 to %g", l.Zipf, workload.MaxDocumentZipf))
 	}
 	return errors.Join(errs...)
 }
