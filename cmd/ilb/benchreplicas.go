@@ -29,6 +29,7 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	duration := fs.Duration("duration", 10*time.Minute, "simulated time per run")
 	report := fs.String("report", "", "write the tables into this Markdown file's section (--section; e.g. docs/benchmarks.md) instead of stdout")
 	section := fs.String("section", "replicas", "the report's section to rewrite")
+	requests := fs.String("requests", "", "write every request of each run (its cluster decision, replica, adapter tier, outcome) as CSV into this directory: SCENARIO-POLICY-LOAD-seedN.csv")
 	def := experiment.DefaultLoRASetup()
 	maxLoras := fs.Int("max-loras", def.MaxLoras, "lora workload: every engine's adapter slots (vLLM's --max-loras)")
 	cpuLoras := fs.Int("max-cpu-loras", 0, "lora workload: the adapters every engine keeps in CPU memory (vLLM's --max-cpu-loras; ILB's picker is told it); 0: twice --max-loras")
@@ -101,9 +102,18 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		var rows []experiment.HostRow
 		for _, seed := range seeds {
-			rs, err := experiment.CompareHosts(ctx, s, loads, experiment.HostPolicies(), seed)
+			rs, err := experiment.CompareHostsRecorded(ctx, s, loads, experiment.HostPolicies(), seed, *requests != "")
 			if err != nil {
 				return err
+			}
+			for _, r := range rs {
+				if *requests == "" {
+					break
+				}
+				if err := writeRecords(*requests, r.Result, "-seed"+strconv.FormatUint(seed, 10)); err != nil {
+					return err
+				}
+				r.Result.Records = nil // written: the tables need only the figures
 			}
 			rows = append(rows, rs...)
 		}

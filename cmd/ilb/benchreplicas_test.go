@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,9 +59,51 @@ func TestBenchReplicas(t *testing.T) {
 	}
 	// The adapter setup reaches the engines, the workload and the
 	// report, whose reproduce line repeats it.
-	out, _, err := runCmd(t, "bench-replicas", "--scenario", "lora", "--loads", "0.5", "--seeds", "1", "--duration", "20s", "--max-loras", "2", "--zipf", "0")
+	dir := t.TempDir()
+	out, _, err := runCmd(t, "bench-replicas", "--scenario", "lora", "--loads", "0.5", "--seeds", "1", "--duration", "20s", "--max-loras", "2", "--zipf", "0", "--requests", dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// --requests: every request of every run, with its replica and, for
+	// ILB's picker alone, the adapter tier it chose.
+	for _, tc := range []struct {
+		policy    string
+		wantTiers bool
+	}{{"ilb", true}, {"prefix_scorer", false}, {"least_request", false}} {
+		f, err := os.Open(filepath.Join(dir, "lora-"+tc.policy+"-0.5-seed1.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		_ = f.Close()
+		if err != nil || len(rows) < 2 {
+			t.Fatalf("%s: %d rows, %v", tc.policy, len(rows), err)
+		}
+		col := map[string]int{}
+		for i, name := range rows[0] {
+			col[name] = i
+		}
+		tiers, adapters := 0, 0
+		for _, r := range rows[1:] {
+			if r[col["outcome"]] != "routed" {
+				continue
+			}
+			if r[col["replica"]] == "" {
+				t.Fatalf("%s: a routed request without its replica: %q", tc.policy, r)
+			}
+			if r[col["adapter"]] != "" {
+				adapters++
+			}
+			if r[col["adapter_tier"]] != "" {
+				tiers++
+				if r[col["adapter"]] == "" {
+					t.Fatalf("%s: an adapter tier for the base model: %q", tc.policy, r)
+				}
+			}
+		}
+		if adapters == 0 || tc.wantTiers != (tiers == adapters) || !tc.wantTiers && tiers > 0 {
+			t.Errorf("%s: %d routed adapter requests, %d with an adapter tier; want tiers on all: %v", tc.policy, adapters, tiers, tc.wantTiers)
+		}
 	}
 	for _, w := range []string{"s = 0: the first takes 2% of them", "2 adapter slots (--max-loras 2)", "4 adapters cached in CPU memory (--max-cpu-loras 4", "| 0.5 | **ilb** |", "--max-loras 2 --zipf 0`"} {
 		if !strings.Contains(out, w) {

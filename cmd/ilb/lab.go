@@ -14,7 +14,7 @@ func labCommands() []command {
 		{"engines", "--config FILE [--profile P]", "serve a simulated engine on every endpoint of a configuration (each cluster's kind and models)", runEngines},
 		{"ha-demo", "[--replicas 3] [--etcd-members 3] [--lease-ttl 2s]", "run ILB as replicas on a local etcd (Debian's etcd-server), stop the leader under load and report", runHADemo},
 		{"bench-xds", "[--streams 100,1000,10000] [--modes sotw,delta] [--waves N]", "measure ILB's xDS server (its own process) against N simulated Envoys: time to full config, to ACK a new version, CPU and memory per Envoy", runBenchXDS},
-		{"bench-replicas", "[--scenario S|all] [--loads 0.5,0.7,...] [--seeds 1,2,3] [--report F] [--max-loras N] [--max-cpu-loras N] [--zipf S]", "compare replica picking (least request, round robin, session hash, a GIE-style prefix scorer, ILB) on multi-turn, agent, RAG and no-reuse workloads in virtual time", runBenchReplicas},
+		{"bench-replicas", "[--scenario S|all] [--loads 0.5,0.7,...] [--seeds 1,2,3] [--report F] [--max-loras N] [--max-cpu-loras N] [--zipf S] [--requests DIR]", "compare replica picking (least request, round robin, session hash, a GIE-style prefix scorer, ILB) on multi-turn, agent, RAG and no-reuse workloads in virtual time", runBenchReplicas},
 		{"envoysim", "--bootstrap FILE", "run one Envoy model (envoysim) from an ilb envoy-config bootstrap, when no Envoy is at hand", runEnvoySim},
 	}
 }

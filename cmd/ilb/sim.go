@@ -256,7 +256,7 @@ func (o *simOptions) runOne(ctx context.Context, stdout io.Writer, s experiment.
 	for _, r := range results {
 		r.Load = load
 		if o.requests != "" {
-			if err := writeRecords(o.requests, r); err != nil {
+			if err := writeRecords(o.requests, r, ""); err != nil {
 				return nil, err
 			}
 			r.Records = nil

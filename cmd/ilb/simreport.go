@@ -142,8 +142,9 @@ func writeSweeps(b *strings.Builder, o simOptions, sweeps []experiment.Sweep) {
 }
 
 // writeRecords writes r's requests into dir as SCENARIO-POLICY.csv, or
-// SCENARIO-POLICY-LOAD.csv for a run at a load.
-func writeRecords(dir string, r *experiment.Result) error {
+// SCENARIO-POLICY-LOAD.csv for a run at a load, the name ending in
+// suffix when there is one (e.g. "-seed2").
+func writeRecords(dir string, r *experiment.Result, suffix string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--requests: %w", err)
 	}
@@ -151,7 +152,7 @@ func writeRecords(dir string, r *experiment.Result) error {
 	if r.Load > 0 {
 		name += "-" + strconv.FormatFloat(r.Load, 'f', -1, 64)
 	}
-	f, err := os.Create(filepath.Join(dir, name+".csv"))
+	f, err := os.Create(filepath.Join(dir, name+suffix+".csv"))
 	if err != nil {
 		return fmt.Errorf("--requests: %w", err)
 	}

@@ -90,6 +90,7 @@ func (r *runner) gieBlocks(prefix []uint64) []uint64 {
 type hostPick struct {
 	replica, alt int
 	ticket       picker.Ticket
+	tier         string // ILB's adapter tier of the replica ("" none)
 }
 
 // pickFor picks the replica of cluster for request i by the run's host
@@ -222,7 +223,7 @@ func (r *runner) ilbPick(cluster int, q *workload.Request) hostPick {
 		p.Session = extproc.SessionDraw(q.Session)
 	}
 	d, t := c.picker.Pick(cands, live.PickerRequest(r.cfg.Models[r.models[q.Model]], r.cfg.ExtProc, p, r.rng.Uint64))
-	hp := hostPick{replica: r.addrs[d.Chosen.Address], alt: -1, ticket: t}
+	hp := hostPick{replica: r.addrs[d.Chosen.Address], alt: -1, ticket: t, tier: d.Adapter}
 	if d.RunnerUp.Address != "" {
 		hp.alt = r.addrs[d.RunnerUp.Address]
 	}

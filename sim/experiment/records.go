@@ -45,6 +45,15 @@ type Record struct {
 	Outcome string
 	TTFT    time.Duration
 	Good    bool
+	// Replica is the replica it was sent to ("" when refused, or none
+	// was up); Adapter its LoRA adapter ("" the base model); AdapterTier
+	// ILB's picker's adapter tier of that replica (picker.Decision.Adapter;
+	// "" for another host policy or the base model); PastHolder: sent to
+	// a replica whose engine did not hold the adapter in a GPU slot while
+	// another replica of the cluster did and was not saturated (read live
+	// at the decision: the replica benchmark's "past a replica with it").
+	Replica, Adapter, AdapterTier string
+	PastHolder                    bool
 }
 
 var outcomeNames = [...]string{routed: "routed", shedPlanned: "shed", shedSat: "overloaded", noCapacity: "no_capacity", failed: "failed"}
@@ -52,13 +61,14 @@ var outcomeNames = [...]string{routed: "routed", shedPlanned: "shed", shedSat: "
 // WriteRecords writes records as CSV with a header line.
 func WriteRecords(w io.Writer, recs []Record) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"at_s", "source", "tenant", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good"})
+	_ = cw.Write([]string{"at_s", "source", "tenant", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good", "replica", "adapter", "adapter_tier", "past_holder"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range recs {
 		_ = cw.Write([]string{
 			f(r.At.Seconds()), r.Source, r.Tenant, r.Priority, strconv.Itoa(r.Prompt), strconv.Itoa(r.Output), r.Drawn, r.Cluster,
 			strconv.FormatBool(r.Steered), f(r.Keep), strconv.FormatBool(r.Balanced), f(r.WaitDrawn), f(r.WaitAlternative), f(r.Predicted), strconv.Itoa(r.Awaiting), f(r.FirstTokensPerSecond),
 			strconv.FormatBool(r.Overloaded), r.Outcome, f(r.TTFT.Seconds()), strconv.FormatBool(r.Good),
+			r.Replica, r.Adapter, r.AdapterTier, strconv.FormatBool(r.PastHolder),
 		})
 	}
 	cw.Flush()

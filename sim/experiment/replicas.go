@@ -110,6 +110,12 @@ type HostRow struct {
 // saturation throughput without prefix caching, see AtLoad) with ILB's
 // cluster routing and each host policy, on the same workload per load.
 func CompareHosts(ctx context.Context, s Scenario, loads []float64, hosts []HostPolicy, seed uint64) ([]HostRow, error) {
+	return CompareHostsRecorded(ctx, s, loads, hosts, seed, false)
+}
+
+// CompareHostsRecorded is CompareHosts, keeping every request's Record in
+// each result when records is set.
+func CompareHostsRecorded(ctx context.Context, s Scenario, loads []float64, hosts []HostPolicy, seed uint64, records bool) ([]HostRow, error) {
 	if s.gen == nil {
 		return nil, fmt.Errorf("scenario %s: its workload is not synthetic", s.Name)
 	}
@@ -129,7 +135,7 @@ func CompareHosts(ctx context.Context, s Scenario, loads []float64, hosts []Host
 		for _, h := range hosts {
 			pols = append(pols, Policy{Name: string(h), Weights: config.PolicyOptimizer, FastLoop: true, LearnCapacity: true, Hosts: h})
 		}
-		rs, err := Compare(ctx, s, pols, seed, ld.Requests)
+		rs, err := CompareRecorded(ctx, s, pols, seed, ld.Requests, records)
 		if err != nil {
 			return nil, err
 		}

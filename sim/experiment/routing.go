@@ -60,11 +60,16 @@ func (r *runner) arrive(i int) {
 		r.rec.finish(i, cluster, failed, 0, 0)
 		return
 	}
+	miss := q.Adapter != "" && r.adapterMiss(hp.replica, q.Adapter)
 	if q.Adapter != "" {
 		r.adapterReqs++
-		if r.adapterMiss(hp.replica, q.Adapter) {
+		if miss {
 			r.adapterMisses++
 		}
+	}
+	if r.records != nil {
+		x := &r.records[i]
+		x.Replica, x.Adapter, x.AdapterTier, x.PastHolder = r.replicas[hp.replica].addr, q.Adapter, hp.tier, miss
 	}
 	pi := r.send(i, hp.replica, cost, false, r.clock.now+r.rtt[si][r.replicas[hp.replica].cluster]/2)
 	r.inflight[pi].alt, r.inflight[pi].ticket = hp.alt, hp.ticket
