@@ -37,20 +37,26 @@ func TestAdapterRouting(t *testing.T) {
 		name, source, model string
 		loaded              string // replica whose engine reports the adapter running ("" none)
 		saturated           bool   // and reports saturation
+		waiting             string // and reports requests of this adapter waiting ("" none)
 		before              int    // requests of the base model from the source first
 		wantCluster         string // "" any
 		wantReplica         string // "" any
 		wantTier            string
 		wantStatus          int
 	}{
-		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", false, 0, "eu-west-vllm", "", picker.AdapterSlot, 0},
-		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", false, 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0},
-		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", false, 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0},
+		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", false, "", 0, "eu-west-vllm", "", picker.AdapterSlot, 0},
+		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", false, "", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0},
+		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", false, "", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0},
 		// A fifth of the cluster's requests: one replica of two is what
 		// its share asks for, so it waits where it is loaded.
-		{"saturated with it, a small share: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, 4, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0},
-		// Its only request so far: its share asks for both replicas.
-		{"saturated with it, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", true, 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSlot, 0},
+		{"saturated with it, a small share: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "sql-lora", 4, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0},
+		// Its only request so far: its share asks for both replicas, and
+		// its requests wait there for the batch.
+		{"saturated with it, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "sql-lora", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0},
+		{"not saturated, requests of it waiting for the batch, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", false, "sql-lora", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0},
+		// A request of another adapter waits there for a slot: spreading
+		// would take a slot another adapter lacks.
+		{"saturated with it and a request waiting for a slot, all the requests: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "chat-lora", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +65,9 @@ func TestAdapterRouting(t *testing.T) {
 				r.ScrapedAt, r.LoRA = now, &signals.LoRA{Max: 4}
 				if r.Address == tc.loaded {
 					r.LoRA, r.Saturated = &signals.LoRA{Running: []string{tc.model}, Max: 4}, tc.saturated
+					if tc.waiting != "" {
+						r.LoRA.Waiting = []string{tc.waiting}
+					}
 				}
 			}))
 			for i := range tc.before {

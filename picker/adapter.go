@@ -19,8 +19,9 @@ type Adapters struct {
 }
 
 // Where a request for an adapter may go, best first (Term.Adapter,
-// Decision.Adapter). AdapterBusy and AdapterCached are one tier: the
-// cost rule decides between them.
+// Decision.Adapter). AdapterLoaded and AdapterSpread are one tier, and
+// AdapterBusy and AdapterCached another: the cost rule decides within a
+// tier.
 const (
 	// AdapterLoaded: the replica has the adapter in a GPU slot, as far as
 	// ILB can tell — its engine reported requests of it running or
@@ -28,10 +29,27 @@ const (
 	// adapters ILB sent there (the engine's slots are an LRU cache) — and
 	// is not saturated.
 	AdapterLoaded = "loaded"
+	// AdapterSpread: the replica has a free adapter slot and is not
+	// saturated, and the adapter asks for more replicas than hold it
+	// (its share of the cluster's recent requests × the candidates) while
+	// every replica holding it is compute-bound — its engine reports
+	// requests waiting, and runs every adapter they are of (they wait for
+	// the batch, not for an adapter slot). It then ranks with the
+	// holders, by cost. An engine's throughput grows with its batch, less
+	// than in proportion: kept on its holders until their engines
+	// reported saturation, the hottest adapter ran batches of 175–213
+	// sequences on one replica per cluster while the others ran 22–33
+	// (LoRA benchmark, 8 slots, load 1.1), and ILB served 8% less than the
+	// GIE-style scorer (15% less with 16 slots at 1.3). Where the holders
+	// are slot-bound (requests of other adapters wait there for a slot),
+	// spreading takes slots the other adapters lack: with 4 slots that
+	// cost 1–5% of goodput, so the rule waits for compute-bound holders.
+	AdapterSpread = "spread"
 	// AdapterBusy: the replica has the adapter but is saturated, and the
-	// replicas that have it are no fewer than the adapter's share of the
-	// cluster's recent requests asks for (its share × the candidates):
-	// its requests wait there rather than load it on one more replica.
+	// adapter does not spread (see AdapterSpread: the replicas that have
+	// it are no fewer than its share of the cluster's recent requests asks
+	// for, or one of them is not compute-bound): its requests wait there
+	// rather than load it on one more replica.
 	// Ranked with free slots instead, a saturated replica's adapter went
 	// to whichever replica had a slot, which loaded it and evicted
 	// another; with 4 adapter slots, where most replicas are saturated,
@@ -58,8 +76,7 @@ const (
 	// adapters per replica and 178 loads).
 	AdapterCached = "cached"
 	// AdapterSlot: the replica may take the adapter now: it has it but is
-	// saturated while the adapter asks for more replicas than have it
-	// (its share of the cluster's recent requests × the candidates: a hot
+	// saturated while the adapter spreads (see AdapterSpread: a hot
 	// adapter spreads over as many replicas as its load takes), or it has
 	// fewer adapters in use than its max_lora (or an unknown max_lora).
 	AdapterSlot = "free_slot"
@@ -68,8 +85,8 @@ const (
 	AdapterFull = "full"
 )
 
-// adapterTiers are the tiers' names by index (0 best); tier 1 is
-// AdapterCached or AdapterBusy.
+// adapterTiers are the tiers' names by index (0 best); tier 0 is also
+// AdapterSpread, tier 1 AdapterCached or AdapterBusy.
 var adapterTiers = [...]string{AdapterLoaded, AdapterCached, AdapterSlot, AdapterFull}
 
 // holds reports whether the replica has adapter in a GPU slot, as far as
@@ -88,15 +105,16 @@ func (st *replicaState) holds(cand Replica, adapter string) bool {
 }
 
 // adapterTier is how well a replica suits a request for adapter: an
-// index in adapterTiers (0 best) and the tier's name. spill: the adapter
-// asks for more replicas than hold it (see AdapterBusy); cpu: the
+// index in adapterTiers (0 best) and the tier's name. spread: the adapter
+// asks for more replicas than hold it, and those are compute-bound (see
+// AdapterSpread); cpu: the
 // adapters its engine keeps in CPU memory (Options.MaxCPULoras). Under
 // mu.
-func (st *replicaState) adapterTier(cand Replica, adapter string, spill bool, cpu int) (int, string) {
+func (st *replicaState) adapterTier(cand Replica, adapter string, spread bool, cpu int) (int, string) {
 	switch has := st.holds(cand, adapter); {
 	case has && !cand.Saturated:
 		return 0, AdapterLoaded
-	case has && !spill:
+	case has && !spread:
 		return 1, AdapterBusy
 	case has:
 		return 2, AdapterSlot
@@ -115,12 +133,29 @@ func (st *replicaState) adapterTier(cand Replica, adapter string, spill bool, cp
 		free = inUse < rep.Max
 	}
 	switch {
+	case spread && free && !cand.Saturated:
+		return 0, AdapterSpread
 	case slices.Contains(st.recentAdapters[:min(cpu, len(st.recentAdapters))], adapter) && !cand.Saturated:
 		return 1, AdapterCached
 	case !free:
 		return 3, AdapterFull
 	}
 	return 2, AdapterSlot
+}
+
+// computeBound reports whether the engine's report shows requests
+// waiting for its batch and none for an adapter slot: it lists waiting
+// adapters, and runs every one of them (see AdapterSpread).
+func computeBound(rep Adapters) bool {
+	if !rep.Known || len(rep.Waiting) == 0 {
+		return false
+	}
+	for _, a := range rep.Waiting {
+		if _, ok := slices.BinarySearch(rep.Running, a); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // adapterShares follows each adapter's share of a cluster's recent

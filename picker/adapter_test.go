@@ -17,6 +17,10 @@ func TestAdapterTiers(t *testing.T) {
 	rep := func(slots int, running ...string) Adapters {
 		return Adapters{Known: true, Running: running, Max: slots}
 	}
+	// bound: requests of the running adapters wait for the batch.
+	bound := func(slots int, running ...string) Adapters {
+		return Adapters{Known: true, Running: running, Waiting: running, Max: slots}
+	}
 	tests := []struct {
 		name      string
 		cands     []Replica
@@ -46,11 +50,46 @@ func TestAdapterTiers(t *testing.T) {
 		},
 		{
 			// Every request so far was sql's: its share of two replicas
-			// asks for both, and one holds it.
+			// asks for both, and one holds it, compute-bound.
 			"loaded but saturated spills an adapter whose share asks for more replicas", []Replica{
-				{Address: "a", Ramp: 1, Saturated: true, ScrapedAt: at, Adapters: rep(4, "sql")},
+				{Address: "a", Ramp: 1, Saturated: true, ScrapedAt: at, Adapters: bound(4, "sql")},
 				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
-			}, map[string]int{"a/sql": 3}, "sql", "b", AdapterSlot, 2,
+			}, map[string]int{"a/sql": 3}, "sql", "b", AdapterSpread, 1,
+		},
+		{
+			"loaded but saturated and slot-bound keeps an adapter whose share asks for more replicas", []Replica{
+				{Address: "a", Ramp: 1, Saturated: true, ScrapedAt: at, Adapters: Adapters{Known: true, Running: []string{"sql"}, Waiting: []string{"chat", "sql"}, Max: 1}},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a/sql": 3}, "sql", "a", AdapterBusy, 1,
+		},
+		{
+			// The holder is not saturated, but its requests wait for
+			// its batch: the idle replica with a free slot ranks with it
+			// and costs less.
+			"a compute-bound holder spreads an adapter whose share asks for more replicas", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: bound(4, "sql")},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a/sql": 3}, "sql", "b", AdapterSpread, 2,
+		},
+		{
+			"a holder with nothing waiting keeps the adapter", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "sql")},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a/sql": 3}, "sql", "a", AdapterLoaded, 1,
+		},
+		{
+			"a slot-bound holder keeps the adapter", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: Adapters{Known: true, Running: []string{"sql"}, Waiting: []string{"chat", "sql"}, Max: 1}},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a/sql": 3}, "sql", "a", AdapterLoaded, 1,
+		},
+		{
+			// sql is a quarter of the requests: half of two replicas, and
+			// one holds it.
+			"a compute-bound holder keeps an adapter of a small share", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: bound(4, "sql")},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a": 3}, "sql", "a", AdapterLoaded, 1,
 		},
 		{
 			"never a full replica while another has a slot", []Replica{

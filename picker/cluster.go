@@ -117,7 +117,7 @@ type Decision struct {
 	Chosen, RunnerUp Term
 	// Reason is ReasonPrefix, ReasonSession, ReasonLoad or ReasonOnly.
 	Reason string
-	// Adapter is the adapter tier of the chosen replica (AdapterLoaded,
+	// Adapter is the adapter tier of the chosen replica (AdapterLoaded, AdapterSpread,
 	// AdapterBusy, AdapterCached, AdapterSlot, AdapterFull): the best any
 	// candidate had; "" for a request of the base model.
 	Adapter string
@@ -197,30 +197,31 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	// that replica would never shed its load.
 	// A request for an adapter has the replicas of its best adapter tier
 	// for candidates (tier stays 0 for the base model: all are).
-	// A saturated replica holding the adapter keeps its requests while
-	// the replicas holding it are no fewer than the adapter's share of
-	// the cluster's requests asks for (AdapterBusy); past that, the
-	// adapter may spread to a replica with a free slot.
+	// The adapter spreads beyond the replicas holding it while its share
+	// of the cluster's requests asks for more replicas than hold it and
+	// those are compute-bound (AdapterSpread); else a saturated holder
+	// keeps its requests (AdapterBusy).
 	c.shares.add(req.Adapter)
-	tier, spill := 0, false
+	tier, spread := 0, false
 	if req.Adapter != "" {
 		tier = len(adapterTiers)
-		holders := 0
+		holders, bound := 0, true
 		for _, cand := range candidates {
 			st := c.state(cand.Address)
 			st.scrapedAt(cand)
 			if st.holds(cand, req.Adapter) {
 				holders++
+				bound = bound && computeBound(cand.Adapters)
 			}
 		}
-		spill = c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders)
+		spread = c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders) && holders > 0 && bound
 	}
 	shortest := math.MaxInt
 	for _, cand := range candidates {
 		st := c.state(cand.Address)
 		st.scrapedAt(cand)
 		if req.Adapter != "" {
-			t, _ := st.adapterTier(cand, req.Adapter, spill, c.cpuLoras)
+			t, _ := st.adapterTier(cand, req.Adapter, spread, c.cpuLoras)
 			tier = min(tier, t)
 		} else {
 			shortest = min(shortest, st.queued)
@@ -228,7 +229,7 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	}
 	if req.Adapter != "" {
 		for _, cand := range candidates {
-			if t, _ := c.replicas[cand.Address].adapterTier(cand, req.Adapter, spill, c.cpuLoras); t == tier {
+			if t, _ := c.replicas[cand.Address].adapterTier(cand, req.Adapter, spread, c.cpuLoras); t == tier {
 				shortest = min(shortest, c.replicas[cand.Address].queued)
 			}
 		}
@@ -246,7 +247,7 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 		st := c.replicas[cand.Address]
 		var at string
 		if req.Adapter != "" {
-			t, name := st.adapterTier(cand, req.Adapter, spill, c.cpuLoras)
+			t, name := st.adapterTier(cand, req.Adapter, spread, c.cpuLoras)
 			if t != tier {
 				continue // a better tier has a replica
 			}

@@ -61,7 +61,7 @@ type Term struct {
 	Cost      float64 `json:"cost"`
 	Saturated bool    `json:"saturated,omitempty"`
 	// Adapter is the replica's adapter tier for a request of a LoRA
-	// adapter (AdapterLoaded, AdapterBusy, AdapterCached, AdapterSlot,
+	// adapter (AdapterLoaded, AdapterSpread, AdapterBusy, AdapterCached, AdapterSlot,
 	// AdapterFull); "" for the base model.
 	Adapter string `json:"adapter,omitempty"`
 }

@@ -223,6 +223,7 @@ func printReplica(p func(label, format string, args ...any), rd *decision.Replic
 			picker.AdapterCached: "ILB sent it the adapter before (its engine likely keeps it in CPU memory: a copy into a slot, not a load from disk), its slot free or not: no replica had it loaded with headroom",
 			picker.AdapterSlot:   "a free adapter slot (or the adapter, but saturated, with more of its requests than the replicas holding it take): no replica had it loaded with headroom",
 			picker.AdapterFull:   "every replica's adapter slots are taken by other adapters: it waits for one",
+			picker.AdapterSpread: "a free adapter slot, ranked with the replicas holding the adapter: its share of the cluster's requests asks for more replicas than hold it, and their engines are compute-bound (requests wait there for the batch, none for an adapter slot)",
 		}[c.Adapter]
 		p("", "adapter tier %s: %s; only replicas of that tier were candidates", c.Adapter, tier)
 	}
