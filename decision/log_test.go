@@ -309,3 +309,24 @@ func TestEncodeHintedSame(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaTiersCompact: a replica decision of every adapter tier the
+// picker names is kept compactly and read back as it was.
+func TestReplicaTiersCompact(t *testing.T) {
+	for _, tier := range []string{"", picker.AdapterLoaded, picker.AdapterSpread, picker.AdapterBusy, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull} {
+		t.Run("tier "+tier, func(t *testing.T) {
+			d := &ReplicaDecision{
+				Chosen: "10.0.0.1:8000", Hosts: []string{"10.0.0.1:8000"}, Reason: "load", PromptBlocks: 1,
+				Terms: picker.Term{Address: "10.0.0.1:8000", Cost: 10, Adapter: tier},
+			}
+			if _, ok := encodeReplica(d, &interner{}, nil); !ok {
+				t.Fatalf("tier %q is not kept compactly", tier)
+			}
+			l := NewLog(8, 0)
+			l.Add(&Record{RequestID: "req-1", Chosen: "c1", Replica: d})
+			if got, ok := l.Get("req-1"); !ok || !reflect.DeepEqual(got.Replica, d) {
+				t.Errorf("read back %+v, want %+v", got.Replica, d)
+			}
+		})
+	}
+}
