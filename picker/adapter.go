@@ -32,23 +32,27 @@ const (
 	// AdapterSpread: the replica has a free adapter slot and is not
 	// saturated, and the adapter asks for more replicas than hold it
 	// (its share of the cluster's recent requests × the candidates) while
-	// every replica holding it is compute-bound — its engine reports
-	// requests waiting, and runs every adapter they are of (they wait for
-	// the batch, not for an adapter slot). It then ranks with the
-	// holders, by cost. An engine's throughput grows with its batch, less
+	// a replica holding it is compute-bound — its engine reports requests
+	// waiting, and runs every adapter they are of (they wait for the
+	// batch, not for an adapter slot). It then ranks with the holders, by
+	// cost: a holder with compute to spare still costs less. An engine's
+	// throughput grows with its batch, less
 	// than in proportion: kept on its holders until their engines
 	// reported saturation, the hottest adapter ran batches of 175–213
 	// sequences on one replica per cluster while the others ran 22–33
 	// (LoRA benchmark, 8 slots, load 1.1), and ILB served 8% less than the
-	// GIE-style scorer (15% less with 16 slots at 1.3). Where the holders
-	// are slot-bound (requests of other adapters wait there for a slot),
-	// spreading takes slots the other adapters lack: with 4 slots that
-	// cost 1–5% of goodput, so the rule waits for compute-bound holders.
+	// GIE-style scorer (15% less with 16 slots at 1.3, 13% with Zipf 1.3).
+	// Where the holders are slot-bound (requests of other adapters wait
+	// there for a slot), spreading takes slots the other adapters lack:
+	// with 4 slots that cost 1–5% of goodput, so the rule waits for a
+	// compute-bound holder. Waiting for every holder to be compute-bound
+	// instead cost 7% with Zipf 1.3 at 1.3 (its hottest adapter holds
+	// several replicas, seldom all compute-bound at one scrape).
 	AdapterSpread = "spread"
 	// AdapterBusy: the replica has the adapter but is saturated, and the
 	// adapter does not spread (see AdapterSpread: the replicas that have
 	// it are no fewer than its share of the cluster's recent requests asks
-	// for, or one of them is not compute-bound): its requests wait there
+	// for, or none of them is compute-bound): its requests wait there
 	// rather than load it on one more replica.
 	// Ranked with free slots instead, a saturated replica's adapter went
 	// to whichever replica had a slot, which loaded it and evicted
@@ -106,8 +110,8 @@ func (st *replicaState) holds(cand Replica, adapter string) bool {
 
 // adapterTier is how well a replica suits a request for adapter: an
 // index in adapterTiers (0 best) and the tier's name. spread: the adapter
-// asks for more replicas than hold it, and those are compute-bound (see
-// AdapterSpread); cpu: the
+// asks for more replicas than hold it, and one of those is compute-bound
+// (see AdapterSpread); cpu: the
 // adapters its engine keeps in CPU memory (Options.MaxCPULoras). Under
 // mu.
 func (st *replicaState) adapterTier(cand Replica, adapter string, spread bool, cpu int) (int, string) {

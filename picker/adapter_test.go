@@ -72,6 +72,16 @@ func TestAdapterTiers(t *testing.T) {
 			}, map[string]int{"a/sql": 3}, "sql", "b", AdapterSpread, 2,
 		},
 		{
+			// sql asks for all three replicas; one of its two holders is
+			// compute-bound: the replica with a free slot ranks with both
+			// and costs least.
+			"one compute-bound holder of two spreads an adapter whose share asks for more replicas", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: bound(4, "sql")},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+				{Address: "c", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "sql")},
+			}, map[string]int{"a/sql": 3, "c/sql": 2}, "sql", "b", AdapterSpread, 3,
+		},
+		{
 			"a holder with nothing waiting keeps the adapter", []Replica{
 				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "sql")},
 				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},

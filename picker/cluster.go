@@ -199,22 +199,22 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	// for candidates (tier stays 0 for the base model: all are).
 	// The adapter spreads beyond the replicas holding it while its share
 	// of the cluster's requests asks for more replicas than hold it and
-	// those are compute-bound (AdapterSpread); else a saturated holder
-	// keeps its requests (AdapterBusy).
+	// one of those is compute-bound (AdapterSpread); else a saturated
+	// holder keeps its requests (AdapterBusy).
 	c.shares.add(req.Adapter)
 	tier, spread := 0, false
 	if req.Adapter != "" {
 		tier = len(adapterTiers)
-		holders, bound := 0, true
+		holders, bound := 0, false
 		for _, cand := range candidates {
 			st := c.state(cand.Address)
 			st.scrapedAt(cand)
 			if st.holds(cand, req.Adapter) {
 				holders++
-				bound = bound && computeBound(cand.Adapters)
+				bound = bound || computeBound(cand.Adapters)
 			}
 		}
-		spread = c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders) && holders > 0 && bound
+		spread = c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders) && bound
 	}
 	shortest := math.MaxInt
 	for _, cand := range candidates {
