@@ -313,7 +313,7 @@ func TestEncodeHintedSame(t *testing.T) {
 // TestReplicaTiersCompact: a replica decision of every adapter tier the
 // picker names is kept compactly and read back as it was.
 func TestReplicaTiersCompact(t *testing.T) {
-	for _, tier := range []string{"", picker.AdapterLoaded, picker.AdapterSpread, picker.AdapterBusy, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull} {
+	for _, tier := range []string{"", picker.AdapterLoaded, picker.AdapterSpread, picker.AdapterSlotWait, picker.AdapterBusy, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull} {
 		t.Run("tier "+tier, func(t *testing.T) {
 			d := &ReplicaDecision{
 				Chosen: "10.0.0.1:8000", Hosts: []string{"10.0.0.1:8000"}, Reason: "load", PromptBlocks: 1,

@@ -140,7 +140,7 @@ func servedOnly(a, b *ReplicaDecision) bool {
 }
 
 // adapterTiers are the values of picker.Term.Adapter, by compactTerm.adapter.
-var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterBusy, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull, picker.AdapterSpread}
+var adapterTiers = [...]string{"", picker.AdapterLoaded, picker.AdapterBusy, picker.AdapterCached, picker.AdapterSlot, picker.AdapterFull, picker.AdapterSpread, picker.AdapterSlotWait}
 
 // compact is t as the log keeps it; addrs are codes to try first for its
 // address (codeHinted).

@@ -21,13 +21,14 @@ type Adapters struct {
 // Where a request for an adapter may go, best first (Term.Adapter,
 // Decision.Adapter). AdapterLoaded and AdapterSpread are one tier, and
 // AdapterBusy and AdapterCached another: the cost rule decides within a
-// tier.
+// tier. AdapterSlotWait ranks between those two.
 const (
 	// AdapterLoaded: the replica has the adapter in a GPU slot, as far as
 	// ILB can tell — its engine reported requests of it running or
 	// waiting at its last scrape, or it is among the last max_lora
-	// adapters ILB sent there (the engine's slots are an LRU cache) — and
-	// is not saturated.
+	// adapters ILB sent there (the engine's slots are an LRU cache) —, is
+	// not saturated, and its batch did not run max_lora other adapters at
+	// that scrape (see AdapterSlotWait).
 	AdapterLoaded = "loaded"
 	// AdapterSpread: the replica has a free adapter slot and is not
 	// saturated, and the adapter asks for more replicas than hold it
@@ -49,6 +50,23 @@ const (
 	// instead cost 7% with Zipf 1.3 at 1.3 (its hottest adapter holds
 	// several replicas, seldom all compute-bound at one scrape).
 	AdapterSpread = "spread"
+	// AdapterSlotWait: the replica has the adapter's requests, as far as
+	// ILB can tell, but its engine ran max_lora other adapters at its last
+	// scrape: a batch uses at most max_lora adapters, so this one's
+	// requests there wait for a slot (vLLM's scheduler skips them while
+	// the batch's adapters fill it). It ranks below a replica that runs the
+	// adapter or may take it now (AdapterLoaded, AdapterSpread), and above
+	// the replicas that would load it (the adapter's requests already
+	// waiting there run together when it is loaded).
+	// Ranked as loaded (its requests were listed there), a third of the
+	// requests that went past a replica holding their adapter with
+	// headroom went where the last scrape showed every slot taken by
+	// other adapters: 94 of 274 (LoRA benchmark, 8 slots, loads 0.3–1.3,
+	// seeds 1–3); ranked here, 188 went past, none so. Ranked with
+	// AdapterCached instead, the adapter scattered over the replicas that
+	// had it in CPU memory: with 2 slots that served 2–3% less at 0.7
+	// and 1.3.
+	AdapterSlotWait = "slot_wait"
 	// AdapterBusy: the replica has the adapter but is saturated, and the
 	// adapter does not spread (see AdapterSpread: the replicas that have
 	// it are no fewer than its share of the cluster's recent requests asks
@@ -90,8 +108,8 @@ const (
 )
 
 // adapterTiers are the tiers' names by index (0 best); tier 0 is also
-// AdapterSpread, tier 1 AdapterCached or AdapterBusy.
-var adapterTiers = [...]string{AdapterLoaded, AdapterCached, AdapterSlot, AdapterFull}
+// AdapterSpread, tier 2 AdapterCached or AdapterBusy.
+var adapterTiers = [...]string{AdapterLoaded, AdapterSlotWait, AdapterCached, AdapterSlot, AdapterFull}
 
 // holds reports whether the replica has adapter in a GPU slot, as far as
 // ILB can tell (see AdapterLoaded). Under mu.
@@ -115,15 +133,17 @@ func (st *replicaState) holds(cand Replica, adapter string) bool {
 // adapters its engine keeps in CPU memory (Options.MaxCPULoras). Under
 // mu.
 func (st *replicaState) adapterTier(cand Replica, adapter string, spread bool, cpu int) (int, string) {
+	rep := cand.Adapters
 	switch has := st.holds(cand, adapter); {
+	case has && slotBound(rep, adapter):
+		return 1, AdapterSlotWait
 	case has && !cand.Saturated:
 		return 0, AdapterLoaded
 	case has && !spread:
-		return 1, AdapterBusy
+		return 2, AdapterBusy
 	case has:
-		return 2, AdapterSlot
+		return 3, AdapterSlot
 	}
-	rep := cand.Adapters
 	free := !rep.Known || rep.Max <= 0 // no report: nothing says its slots are taken
 	if !free {
 		// Adapters in use: those the engine runs, and those of ILB's
@@ -140,11 +160,22 @@ func (st *replicaState) adapterTier(cand Replica, adapter string, spread bool, c
 	case spread && free && !cand.Saturated:
 		return 0, AdapterSpread
 	case slices.Contains(st.recentAdapters[:min(cpu, len(st.recentAdapters))], adapter) && !cand.Saturated:
-		return 1, AdapterCached
+		return 2, AdapterCached
 	case !free:
-		return 3, AdapterFull
+		return 4, AdapterFull
 	}
-	return 2, AdapterSlot
+	return 3, AdapterSlot
+}
+
+// slotBound reports whether the engine's report shows every adapter slot
+// of its batch taken by other adapters: it ran max_lora adapters, and
+// not this one (see AdapterSlotWait).
+func slotBound(rep Adapters, adapter string) bool {
+	if !rep.Known || rep.Max <= 0 || len(rep.Running) < rep.Max {
+		return false
+	}
+	_, run := slices.BinarySearch(rep.Running, adapter)
+	return !run
 }
 
 // computeBound reports whether the engine's report shows requests

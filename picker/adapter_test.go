@@ -102,6 +102,22 @@ func TestAdapterTiers(t *testing.T) {
 			}, map[string]int{"a": 3}, "sql", "a", AdapterLoaded, 1,
 		},
 		{
+			// b's batch ran two adapters, its max_lora, at its last
+			// scrape: sql's requests there wait for a slot. a runs sql.
+			"a replica running the adapter beats one where it waits for a slot", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: rep(2, "chat", "sql")},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: Adapters{Known: true, Running: []string{"chat", "code"}, Waiting: []string{"sql"}, Max: 2}},
+			}, map[string]int{"a": 5}, "sql", "a", AdapterLoaded, 1,
+		},
+		{
+			// No replica runs sql: b, where its requests wait for a slot,
+			// beats c, which has a free slot and costs less.
+			"where the adapter waits for a slot beats where it would be loaded", []Replica{
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: Adapters{Known: true, Running: []string{"chat", "code"}, Waiting: []string{"sql"}, Max: 2}},
+				{Address: "c", Ramp: 1, ScrapedAt: at, Adapters: rep(2, "chat")},
+			}, map[string]int{"b": 5}, "sql", "b", AdapterSlotWait, 1,
+		},
+		{
 			"never a full replica while another has a slot", []Replica{
 				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: rep(2, "chat", "code")},
 				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(2, "chat")},

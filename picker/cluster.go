@@ -118,7 +118,7 @@ type Decision struct {
 	// Reason is ReasonPrefix, ReasonSession, ReasonLoad or ReasonOnly.
 	Reason string
 	// Adapter is the adapter tier of the chosen replica (AdapterLoaded, AdapterSpread,
-	// AdapterBusy, AdapterCached, AdapterSlot, AdapterFull): the best any
+	// AdapterSlotWait, AdapterBusy, AdapterCached, AdapterSlot, AdapterFull): the best any
 	// candidate had; "" for a request of the base model.
 	Adapter string
 }

@@ -61,8 +61,8 @@ type Term struct {
 	Cost      float64 `json:"cost"`
 	Saturated bool    `json:"saturated,omitempty"`
 	// Adapter is the replica's adapter tier for a request of a LoRA
-	// adapter (AdapterLoaded, AdapterSpread, AdapterBusy, AdapterCached, AdapterSlot,
-	// AdapterFull); "" for the base model.
+	// adapter (AdapterLoaded, AdapterSpread, AdapterSlotWait, AdapterBusy,
+	// AdapterCached, AdapterSlot, AdapterFull); "" for the base model.
 	Adapter string `json:"adapter,omitempty"`
 }
 

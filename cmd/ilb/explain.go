@@ -218,12 +218,13 @@ func printReplica(p func(label, format string, args ...any), rd *decision.Replic
 	p("", "~%d prompt tokens cached %s; %d in flight, %d prefill tokens queued, %.0f of decode work; cost %.0f tokens of work", c.Cached, from, c.InFlight, c.Awaiting, c.Decode, c.Cost)
 	if c.Adapter != "" {
 		tier := map[string]string{
-			picker.AdapterLoaded: "has the adapter in a GPU slot (its engine runs it, or it is among the last max_lora adapters ILB sent there) and is not saturated",
-			picker.AdapterBusy:   "has the adapter in a GPU slot but is saturated, and no more replicas hold it than its share of the cluster's requests asks for: it waits there rather than load it on another replica",
-			picker.AdapterCached: "ILB sent it the adapter before (its engine likely keeps it in CPU memory: a copy into a slot, not a load from disk), its slot free or not: no replica had it loaded with headroom",
-			picker.AdapterSlot:   "a free adapter slot (or the adapter, but saturated, with more of its requests than the replicas holding it take): no replica had it loaded with headroom",
-			picker.AdapterFull:   "every replica's adapter slots are taken by other adapters: it waits for one",
-			picker.AdapterSpread: "a free adapter slot, ranked with the replicas holding the adapter: its share of the cluster's requests asks for more replicas than hold it, and their engines are compute-bound (requests wait there for the batch, none for an adapter slot)",
+			picker.AdapterLoaded:   "has the adapter in a GPU slot (its engine runs it, or it is among the last max_lora adapters ILB sent there) and is not saturated",
+			picker.AdapterBusy:     "has the adapter in a GPU slot but is saturated, and no more replicas hold it than its share of the cluster's requests asks for: it waits there rather than load it on another replica",
+			picker.AdapterCached:   "ILB sent it the adapter before (its engine likely keeps it in CPU memory: a copy into a slot, not a load from disk), its slot free or not: no replica had it loaded with headroom",
+			picker.AdapterSlot:     "a free adapter slot (or the adapter, but saturated, with more of its requests than the replicas holding it take): no replica had it loaded with headroom",
+			picker.AdapterFull:     "every replica's adapter slots are taken by other adapters: it waits for one",
+			picker.AdapterSlotWait: "has the adapter's requests, but its engine ran max_lora other adapters at its last scrape: they wait there for a slot; no replica ran the adapter with headroom, and the others would load it",
+			picker.AdapterSpread:   "a free adapter slot, ranked with the replicas holding the adapter: its share of the cluster's requests asks for more replicas than hold it, and their engines are compute-bound (requests wait there for the batch, none for an adapter slot)",
 		}[c.Adapter]
 		p("", "adapter tier %s: %s; only replicas of that tier were candidates", c.Adapter, tier)
 	}
