@@ -57,7 +57,8 @@ type Load struct {
 	// Running is the number of admitted requests (vllm:num_requests_running), >= 0.
 	Running int
 	// Waiting is the number of queued, not yet admitted requests
-	// (vllm:num_requests_waiting), >= 0.
+	// (vllm:num_requests_waiting), >= 0; vLLM reports its scheduler's
+	// queue at the end of the last step.
 	Waiting int
 	// KVCacheUsage is the fraction of the KV cache in use
 	// (vllm:kv_cache_usage_perc), in [0, 1].

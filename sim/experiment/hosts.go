@@ -169,7 +169,7 @@ func (r *runner) prefixScorer(cluster int, q *workload.Request) int {
 	blocks := r.gieBlocks(q.Prefix)
 	minQ, maxQ := math.MaxInt, 0
 	for _, ri := range u {
-		w := r.replicas[ri].m.Load().Waiting
+		w := r.replicas[ri].m.Load().ReportedWaiting
 		minQ, maxQ = min(minQ, w), max(maxQ, w)
 	}
 	best, bestScore, ties := -1, math.Inf(-1), 0
@@ -178,7 +178,7 @@ func (r *runner) prefixScorer(cluster int, q *workload.Request) int {
 		l := rep.m.Load()
 		queue := 1.0
 		if maxQ > minQ {
-			queue = float64(maxQ-l.Waiting) / float64(maxQ-minQ)
+			queue = float64(maxQ-l.ReportedWaiting) / float64(maxQ-minQ)
 		}
 		prefix := 0.0
 		if len(blocks) > 0 {

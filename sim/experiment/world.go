@@ -176,7 +176,7 @@ func (r *runner) scrape(rep *simReplica, at time.Time, secs float64) signals.Rep
 	}
 	sr.LastScrape = at
 	sr.Metrics = signals.Metrics{
-		Waiting: float64(l.Waiting), Running: float64(l.Running), KVUsage: l.KVUsage, KVKnown: true, // the model always knows its KV
+		Waiting: float64(l.ReportedWaiting), Running: float64(l.Running), KVUsage: l.KVUsage, KVKnown: true, // the model always knows its KV
 		PromptTokens: float64(l.PromptTokens), GenerationTokens: float64(l.GenerationTokens),
 		TokensPerSecond:       float64(dPrompt+dGen) / secs,
 		PromptTokensPerSecond: float64(dPrompt) / secs, GenerationTokensPerSecond: float64(dGen) / secs, RatesKnown: true,

@@ -167,8 +167,9 @@ func (b *Backend) Generate(ctx context.Context, req engine.GenRequest) (<-chan e
 	return out, nil
 }
 
-// Load implements [engine.Backend]: the model's running and waiting
-// requests and KV cache usage, as of now.
+// Load implements [engine.Backend]: the model's running requests and KV
+// cache usage as of now, and its waiting requests as vLLM reports them
+// (Load.ReportedWaiting: the queue the last step left).
 func (b *Backend) Load() engine.Load {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -176,7 +177,7 @@ func (b *Backend) Load() engine.Load {
 		b.collect(b.elapsed())
 	}
 	l := b.model.Load()
-	return engine.Load{Running: l.Running, Waiting: l.Waiting, KVCacheUsage: l.KVUsage}
+	return engine.Load{Running: l.Running, Waiting: l.ReportedWaiting, KVCacheUsage: l.KVUsage}
 }
 
 // ReplicaLoad returns the model's full [Load] (beyond what engine.Load carries), as of now.

@@ -163,21 +163,25 @@ func TestBackendLoad(t *testing.T) {
 		}
 		chans = append(chans, ch)
 	}
+	// waiting is what the gauge shows (the queue the last step left, as
+	// vLLM reports it), queued the requests waiting now.
 	steps := []struct {
-		name                     string
-		advance                  time.Duration
-		running, waiting, tokens int
+		name                             string
+		advance                          time.Duration
+		running, waiting, queued, tokens int
 	}{
-		// The first request found the replica idle: its step started at once.
-		{"first step", 0, 1, 3, 1000},
-		{"second step: a decode and a second prompt", p.StepTime(1000, 0), 2, 2, 1001},
+		// The first request found the replica idle: its step started at
+		// once; the other three came during it.
+		{"first step", 0, 1, 0, 3, 1000},
+		{"second step: a decode and a second prompt", p.StepTime(1000, 0), 2, 0, 2, 1001},
+		{"third step: the second left two waiting", p.StepTime(1001, 1001), 2, 2, 2, 2},
 	}
 	for _, s := range steps {
 		clock.add(s.advance)
 		l, ml := b.Load(), b.ReplicaLoad()
-		if l.Running != s.running || l.Waiting != s.waiting || l.KVCacheUsage != ml.KVUsage || l.KVCacheUsage <= 0 || ml.BatchTokens != s.tokens {
-			t.Errorf("%s: Load %+v, model %+v; want %d running, %d waiting, %d tokens in the step",
-				s.name, l, ml, s.running, s.waiting, s.tokens)
+		if l.Running != s.running || l.Waiting != s.waiting || ml.Waiting != s.queued || l.KVCacheUsage != ml.KVUsage || l.KVCacheUsage <= 0 || ml.BatchTokens != s.tokens {
+			t.Errorf("%s: Load %+v, model %+v; want %d running, %d waiting reported, %d queued, %d tokens in the step",
+				s.name, l, ml, s.running, s.waiting, s.queued, s.tokens)
 		}
 	}
 	clock.add(time.Second)

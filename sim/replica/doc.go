@@ -40,6 +40,13 @@
 //     waiting requests, as vLLM's vllm:lora_requests_info is built from.
 //   - A step of T tokens whose decoding sequences hold C context tokens in
 //     all takes [Profile.StepTime](T, C), plus adapter loading.
+//   - The waiting count the engine reports ([Load.ReportedWaiting], what
+//     the simulated engine exports as vllm:num_requests_waiting) is the
+//     queue the last step left unadmitted: vLLM makes its scheduler
+//     statistics at the end of each step (Scheduler.make_stats, from
+//     update_from_output), and its engine core adds a request that
+//     arrives during a step to the queue before the next. [Load.Waiting]
+//     is the queue now.
 //
 // Lifecycle states ([State]) are set by the caller with [Replica.SetState].
 //

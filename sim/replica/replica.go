@@ -72,11 +72,15 @@ type Replica struct {
 
 	// now is the time of the last event: the end of the last step, or a
 	// later Submit or SetState while idle. The next step starts at now.
-	now                 time.Duration
-	stepping            bool
-	stepEnd             time.Duration
-	nSched              int // the step's sequences are running[:nSched]
-	batchTokens, batchN int // the step's tokens and sequences, for Load
+	now      time.Duration
+	stepping bool
+	stepEnd  time.Duration
+	nSched   int // the step's sequences are running[:nSched]
+	// reported is the waiting count the engine's metrics show: its
+	// scheduler's queue at the end of the last step; unadmitted, the
+	// queue the step in progress left (see Load.ReportedWaiting).
+	reported, unadmitted int
+	batchTokens, batchN  int // the step's tokens and sequences, for Load
 
 	running []*seq // admission order; vLLM preempts from the end
 	waiting seqQueue
@@ -173,15 +177,16 @@ func (r *Replica) Advance(until time.Duration, out []Result) []Result {
 // Load returns the replica's state in O(1).
 func (r *Replica) Load() Load {
 	return Load{
-		State:         r.state,
-		Waiting:       r.waiting.len(),
-		Running:       len(r.running),
-		KVUsage:       float64(r.kv.used) / float64(r.kv.total),
-		KVBlocksUsed:  r.kv.used,
-		KVBlocks:      r.kv.total,
-		PendingTokens: r.pendingTokens,
-		Preemptions:   r.preemptions,
-		PromptTokens:  r.promptTokens, GenerationTokens: r.generationTokens,
+		State:           r.state,
+		Waiting:         r.waiting.len(),
+		ReportedWaiting: min(r.reported, r.waiting.len()),
+		Running:         len(r.running),
+		KVUsage:         float64(r.kv.used) / float64(r.kv.total),
+		KVBlocksUsed:    r.kv.used,
+		KVBlocks:        r.kv.total,
+		PendingTokens:   r.pendingTokens,
+		Preemptions:     r.preemptions,
+		PromptTokens:    r.promptTokens, GenerationTokens: r.generationTokens,
 		BatchTokens: r.batchTokens,
 		BatchSeqs:   r.batchN,
 	}

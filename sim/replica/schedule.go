@@ -106,6 +106,7 @@ func (r *Replica) startStep() bool {
 	if n == 0 {
 		return false
 	}
+	r.unadmitted = r.waiting.len()
 	d := r.p.StepTime(tokens, context)
 	if f := r.slowdown(r.now); f > 1 {
 		d = time.Duration(float64(d) * f)
@@ -170,6 +171,7 @@ func (r *Replica) finishStep(out []Result) []Result {
 	clear(r.running[keep:])
 	r.running = r.running[:keep]
 	r.stepping, r.nSched, r.batchTokens, r.batchN = false, 0, 0, 0
+	r.reported = r.unadmitted
 	return out
 }
 
@@ -224,6 +226,7 @@ func (r *Replica) failAll(now time.Duration) []Result {
 	r.lora.reset()
 	r.pendingTokens = 0
 	r.stepping, r.nSched, r.batchTokens, r.batchN = false, 0, 0, 0
+	r.reported, r.unadmitted = 0, 0
 	r.now = max(r.now, now)
 	return out
 }

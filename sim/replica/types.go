@@ -79,8 +79,15 @@ type Result struct {
 type Load struct {
 	State State
 	// Waiting is the number of queued requests, not admitted (or preempted
-	// and not yet readmitted); vLLM's num_requests_waiting.
+	// and not yet readmitted), now.
 	Waiting int
+	// ReportedWaiting is what vLLM's num_requests_waiting shows: its
+	// scheduler's queue at the end of the last step — the requests that
+	// step did not admit (Scheduler.make_stats, called at the end of
+	// update_from_output). A request that arrived during the step is not
+	// in it: the engine core adds new requests between steps. At most
+	// Waiting (a request cancelled since has left).
+	ReportedWaiting int
 	// Running is the number of admitted requests (vLLM's
 	// num_requests_running), <= the profile's MaxSeqs.
 	Running int
