@@ -12,6 +12,14 @@ import (
 // without admitting it; one the batch cannot take is reported once the
 // step that left it ends.
 func TestReportedWaiting(t *testing.T) {
+	// twoForOne submits two requests at 0 to a replica whose batch takes
+	// one, and returns the end of the step that admits the first.
+	twoForOne := func(r *Replica) time.Duration {
+		r.Submit(0, Request{ID: 1, Prompt: 10, Output: 5})
+		r.Submit(0, Request{ID: 2, Prompt: 10, Output: 5})
+		at, _ := r.Next()
+		return at
+	}
 	tests := []struct {
 		name                      string
 		maxSeqs                   int
@@ -46,10 +54,7 @@ func TestReportedWaiting(t *testing.T) {
 			name:    "left by a full batch: reported once that step ends",
 			maxSeqs: 1,
 			run: func(r *Replica) {
-				r.Submit(0, Request{ID: 1, Prompt: 10, Output: 5})
-				r.Submit(0, Request{ID: 2, Prompt: 10, Output: 5})
-				at, _ := r.Next() // admits request 1 only
-				r.Advance(at, nil)
+				r.Advance(twoForOne(r), nil)
 			},
 			wantWaiting: 1, wantReported: 1,
 		},
@@ -57,9 +62,7 @@ func TestReportedWaiting(t *testing.T) {
 			name:    "left by a full batch, the step in progress: not yet reported",
 			maxSeqs: 1,
 			run: func(r *Replica) {
-				r.Submit(0, Request{ID: 1, Prompt: 10, Output: 5})
-				r.Submit(0, Request{ID: 2, Prompt: 10, Output: 5})
-				r.Next()
+				twoForOne(r)
 				r.Advance(100*time.Microsecond, nil)
 			},
 			wantWaiting: 1, wantReported: 0,
@@ -68,9 +71,7 @@ func TestReportedWaiting(t *testing.T) {
 			name:    "a failure clears it",
 			maxSeqs: 1,
 			run: func(r *Replica) {
-				r.Submit(0, Request{ID: 1, Prompt: 10, Output: 5})
-				r.Submit(0, Request{ID: 2, Prompt: 10, Output: 5})
-				at, _ := r.Next()
+				at := twoForOne(r)
 				r.Advance(at, nil)
 				r.SetState(at, Failed)
 			},
