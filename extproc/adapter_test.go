@@ -44,26 +44,31 @@ func TestAdapterRouting(t *testing.T) {
 		wantTier            string
 		wantStatus          int
 		full                string // replica whose engine runs max_lora other adapters, this one's requests waiting ("" none)
+		lasting             bool   // the loaded replica's engine left requests waiting at its last two scrapes
 	}{
-		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", false, "", 0, "eu-west-vllm", "", picker.AdapterSlot, 0, ""},
-		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", false, "", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0, ""},
-		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", false, "", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0, ""},
+		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", false, "", 0, "eu-west-vllm", "", picker.AdapterSlot, 0, "", false},
+		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", false, "", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0, "", false},
+		{"an adapter of every cluster: the base model's draw", "edge-eu", "chat-lora", "127.0.0.1:18121", false, "", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0, "", false},
 		// A fifth of the cluster's requests: one replica of two is what
 		// its share asks for, so it waits where it is loaded.
-		{"saturated with it, a small share: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "sql-lora", 4, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0, ""},
+		{"saturated with it, a small share: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "sql-lora", 4, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0, "", false},
 		// Its only request so far: its share asks for both replicas, and
 		// its requests wait there for the batch.
-		{"saturated with it, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "sql-lora", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0, ""},
-		{"not saturated, requests of it waiting for the batch, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", false, "sql-lora", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0, ""},
+		{"saturated with it, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "sql-lora", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0, "", false},
+		// A fifth of the requests, but its holder's engine kept a queue
+		// over two scrapes, of adapters it runs: it admits no more.
+		{"a small share, requests of it waiting for the batch, a queue that lasts: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", false, "sql-lora", 4, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0, "", true},
+		{"a small share, requests of it waiting for the batch, a queue at one scrape: it stays", "edge-eu", "sql-lora", "127.0.0.1:18122", false, "sql-lora", 4, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0, "", false},
+		{"not saturated, requests of it waiting for the batch, all the requests: it spreads", "edge-eu", "sql-lora", "127.0.0.1:18122", false, "sql-lora", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterSpread, 0, "", false},
 		// A request of another adapter waits there for a slot: spreading
 		// would take a slot another adapter lacks.
-		{"saturated with it and a request waiting for a slot, all the requests: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "chat-lora", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0, ""},
+		{"saturated with it and a request waiting for a slot, all the requests: it waits there", "edge-eu", "sql-lora", "127.0.0.1:18122", true, "chat-lora", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterBusy, 0, "", false},
 		// Its requests wait for a slot on one replica, whose batch runs
 		// four other adapters: there, rather than load it on the other.
-		{"waiting for a slot beats a free slot", "edge-eu", "sql-lora", "", false, "", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterSlotWait, 0, "127.0.0.1:18122"},
+		{"waiting for a slot beats a free slot", "edge-eu", "sql-lora", "", false, "", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterSlotWait, 0, "127.0.0.1:18122", false},
 		// Running on one replica, waiting for a slot on the other: where
 		// it runs.
-		{"running beats waiting for a slot", "edge-eu", "sql-lora", "127.0.0.1:18121", false, "", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0, "127.0.0.1:18122"},
+		{"running beats waiting for a slot", "edge-eu", "sql-lora", "127.0.0.1:18121", false, "", 0, "eu-west-vllm", "127.0.0.1:18121", picker.AdapterLoaded, 0, "127.0.0.1:18122", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,7 +79,9 @@ func TestAdapterRouting(t *testing.T) {
 					r.LoRA, r.Saturated = &signals.LoRA{Running: []string{tc.model}, Max: 4}, tc.saturated
 					if tc.waiting != "" {
 						r.LoRA.Waiting = []string{tc.waiting}
+						r.Waiting = 1
 					}
+					r.QueueLasting = tc.lasting
 				}
 				if r.Address == tc.full {
 					r.LoRA = &signals.LoRA{Running: []string{"a-lora", "b-lora", "c-lora", "d-lora"}, Waiting: []string{tc.model}, Max: 4}

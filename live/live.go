@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,6 +101,14 @@ type Replica struct {
 	// stale): its decode load for the replica picker.
 	Running   float64   `json:"running,omitempty"`
 	ScrapedAt time.Time `json:"scraped_at,omitzero"`
+	// Waiting is the requests its engine reported waiting at ScrapedAt:
+	// the queue its last step left (vLLM's num_requests_waiting), 0 when
+	// unknown. QueueLasting: it reported one (Waiting >= 1) at its scrape
+	// before that one too, as the previous view saw it: a queue across
+	// scrapes, which requests of one step's burst never make (see
+	// picker.Replica.QueueLasting).
+	Waiting      float64 `json:"waiting,omitempty"`
+	QueueLasting bool    `json:"queue_lasting,omitempty"`
 	// LoRA is its engine's report of its LoRA adapters at ScrapedAt (nil:
 	// none, or not fresh).
 	LoRA *signals.LoRA `json:"lora,omitempty"`
@@ -164,8 +173,13 @@ func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning, prev *Stat
 		if !c.PrefillKnown && prev != nil {
 			cl.PrefillPerToken = prev.Clusters[name].PrefillPerToken
 		}
+		var before []Replica // the previous view's, in address order
+		if prev != nil {
+			before = prev.Clusters[name].Replicas
+		}
 		for _, r := range snap.Endpoints(name) {
 			rl := replicaOf(r)
+			rl.QueueLasting = queueLasting(rl, before)
 			if rl.Out == "" {
 				cl.Serving++
 			}
@@ -189,6 +203,7 @@ func replicaOf(r signals.Replica) Replica {
 		}
 		if (r.State == signals.StateReady || r.State == signals.StateWarming) && !r.LastScrape.IsZero() && r.LastError == "" {
 			rl.Running, rl.ScrapedAt = r.Metrics.Running, r.LastScrape // fresh: the engine's decode load
+			rl.Waiting = r.Metrics.Waiting
 			rl.LoRA = r.Metrics.LoRA
 		}
 	case signals.StateUnhealthy:
@@ -197,6 +212,25 @@ func replicaOf(r signals.Replica) Replica {
 		rl.Out = string(r.State)
 	}
 	return rl
+}
+
+// queueLasting reports whether rl's engine reported a queue at its last
+// scrape and at the one before, as before (the previous view's replicas
+// of its cluster, in address order) saw it. A view of the same scrape
+// keeps what the view before said.
+func queueLasting(rl Replica, before []Replica) bool {
+	if rl.ScrapedAt.IsZero() || !(rl.Waiting >= 1) {
+		return false
+	}
+	i, ok := slices.BinarySearchFunc(before, rl.Address, func(r Replica, addr string) int { return strings.Compare(r.Address, addr) })
+	if !ok {
+		return false
+	}
+	was := before[i]
+	if was.ScrapedAt.Equal(rl.ScrapedAt) {
+		return was.QueueLasting
+	}
+	return !was.ScrapedAt.IsZero() && was.ScrapedAt.Before(rl.ScrapedAt) && was.Waiting >= 1
 }
 
 // excludedWhy says why a cluster with no serving replica is out.

@@ -23,8 +23,8 @@ func TestFromSignalsReplicas(t *testing.T) {
 		rep  signals.Replica
 		want live.Replica
 	}{
-		{"ready, scraped", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1, Running: 3, ScrapedAt: at}},
-		{"warming keeps its ramp", signals.Replica{Address: "a:1", State: signals.StateWarming, Ramp: 0.4, LastScrape: at, Metrics: m, Saturated: true}, live.Replica{Address: "a:1", Ramp: 0.4, Saturated: true, Running: 3, ScrapedAt: at}},
+		{"ready, scraped", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1, Running: 3, ScrapedAt: at, Waiting: 6}},
+		{"warming keeps its ramp", signals.Replica{Address: "a:1", State: signals.StateWarming, Ramp: 0.4, LastScrape: at, Metrics: m, Saturated: true}, live.Replica{Address: "a:1", Ramp: 0.4, Saturated: true, Running: 3, ScrapedAt: at, Waiting: 6}},
 		{"ready, last scrape failed: load unknown", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, LastError: "timeout", Metrics: m}, live.Replica{Address: "a:1", Ramp: 1}},
 		{"stale: serves, load unknown", signals.Replica{Address: "a:1", State: signals.StateStale, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1}},
 		{"starting: the fleet that was serving", signals.Replica{Address: "a:1", State: signals.StateStarting}, live.Replica{Address: "a:1", Ramp: 1}},
@@ -37,6 +37,63 @@ func TestFromSignalsReplicas(t *testing.T) {
 			got := live.FromSignals(snap, config.Default().Controller.Capacity, nil).Clusters["c"].Replicas
 			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
 				t.Fatalf("replicas %+v; want [%+v]", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestQueueLasting: a replica's queue lasts when its engine reported
+// requests waiting at its last scrape and at the one before, as the
+// previous view saw it; a view of the same scrape keeps the verdict, and
+// a failed scrape (load unknown) breaks the run.
+func TestQueueLasting(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	type scrape struct {
+		at      time.Time
+		waiting float64
+		failed  bool
+		addr    string // "" a:1
+	}
+	snap := func(s scrape) *signals.Snapshot {
+		r := signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: s.at, Metrics: signals.Metrics{Running: 256, Waiting: s.waiting}}
+		if s.addr != "" {
+			r.Address = s.addr
+		}
+		if s.failed {
+			r.LastError = "timeout"
+		}
+		return signals.NewSnapshot(s.at, []string{"c"}, [][]signals.Replica{{r}})
+	}
+	tests := []struct {
+		name  string
+		views []scrape // in order; the last is now
+		want  bool
+	}{
+		{"a queue at two scrapes in a row", []scrape{{at: sec(0), waiting: 2}, {at: sec(1), waiting: 30}}, true},
+		{"a queue at the last scrape only", []scrape{{at: sec(0)}, {at: sec(1), waiting: 30}}, false},
+		{"no queue at the last scrape", []scrape{{at: sec(0), waiting: 30}, {at: sec(1)}}, false},
+		{"under one request waiting is no queue", []scrape{{at: sec(0), waiting: 30}, {at: sec(1), waiting: 0.5}}, false},
+		{"the same scrape seen again keeps a lasting queue", []scrape{{at: sec(0), waiting: 2}, {at: sec(1), waiting: 30}, {at: sec(1), waiting: 30}}, true},
+		{"the same scrape seen again is not a second one", []scrape{{at: sec(1), waiting: 30}, {at: sec(1), waiting: 30}}, false},
+		{"a failed scrape: load unknown", []scrape{{at: sec(0), waiting: 2}, {at: sec(1), waiting: 30, failed: true}}, false},
+		{"a failed scrape breaks the run", []scrape{{at: sec(0), waiting: 2}, {at: sec(1), waiting: 30, failed: true}, {at: sec(2), waiting: 30}}, false},
+		{"no previous view", []scrape{{at: sec(1), waiting: 30}}, false},
+		{"another replica's queue", []scrape{{at: sec(0), waiting: 30, addr: "a:0"}, {at: sec(1), waiting: 30}}, false},
+	}
+	slo := config.Default().Controller.Capacity
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var l *live.State
+			for _, s := range tt.views {
+				l = live.FromSignals(snap(s), slo, l)
+			}
+			reps := l.Clusters["c"].Replicas
+			if len(reps) != 1 || reps[0].QueueLasting != tt.want {
+				t.Fatalf("replicas %+v; want queue lasting %v", reps, tt.want)
+			}
+			if got := l.Clusters["c"].Candidates(nil); len(got) != 1 || got[0].QueueLasting != tt.want {
+				t.Fatalf("candidates %+v; want queue lasting %v", got, tt.want)
 			}
 		})
 	}
@@ -131,14 +188,14 @@ func TestSignal(t *testing.T) {
 func TestCandidates(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0)
 	c := live.Cluster{Replicas: []live.Replica{
-		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at, LoRA: &signals.LoRA{Running: []string{"sql"}, Waiting: []string{"chat"}, Max: 4}},
+		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at, Waiting: 3, QueueLasting: true, LoRA: &signals.LoRA{Running: []string{"sql"}, Waiting: []string{"chat"}, Max: 4}},
 		{Address: "a:2", Out: "draining"},
 		{Address: "a:3", Ramp: 0.5, Saturated: true},
 		{Address: "a:4", Out: live.OutUnhealthy},
 	}}
 	got := c.Candidates(nil)
 	want := []picker.Replica{
-		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at, Adapters: picker.Adapters{Known: true, Running: []string{"sql"}, Waiting: []string{"chat"}, Max: 4}},
+		{Address: "a:1", Ramp: 1, Running: 2, ScrapedAt: at, QueueLasting: true, Adapters: picker.Adapters{Known: true, Running: []string{"sql"}, Waiting: []string{"chat"}, Max: 4}},
 		{Address: "a:3", Ramp: 0.5, Saturated: true},
 	}
 	if !reflect.DeepEqual(got, want) {

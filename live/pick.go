@@ -10,7 +10,7 @@ import (
 func (c Cluster) Candidates(buf []picker.Replica) []picker.Replica {
 	for _, r := range c.Replicas {
 		if r.Out == "" {
-			pr := picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt}
+			pr := picker.Replica{Address: r.Address, Ramp: r.Ramp, Saturated: r.Saturated, Running: r.Running, ScrapedAt: r.ScrapedAt, QueueLasting: r.QueueLasting}
 			if l := r.LoRA; l != nil {
 				pr.Adapters = picker.Adapters{Known: true, Running: l.Running, Waiting: l.Waiting, Max: l.Max}
 			}

@@ -31,12 +31,27 @@ const (
 	// that scrape (see AdapterSlotWait).
 	AdapterLoaded = "loaded"
 	// AdapterSpread: the replica has a free adapter slot and is not
-	// saturated, and the adapter asks for more replicas than hold it
-	// (its share of the cluster's recent requests × the candidates) while
-	// a replica holding it is compute-bound — its engine reports requests
-	// waiting, and runs every adapter they are of (they wait for the
-	// batch, not for an adapter slot). It then ranks with the holders, by
-	// cost: a holder with compute to spare still costs less. An engine's
+	// saturated, and a replica holding the adapter is compute-bound — its
+	// engine reports requests waiting, and runs every adapter they are of
+	// (they wait for the batch, not for an adapter slot) — while either
+	// the adapter asks for more replicas than hold it (its share of the
+	// cluster's recent requests × the candidates) or that holder's queue
+	// lasts (Replica.QueueLasting), whatever the adapter's share. It then
+	// ranks with the holders, by cost: a holder with compute to spare
+	// still costs less.
+	// A lasting queue is a holder that admits no more, whatever the share
+	// of each adapter it holds: one replica, sole holder of 14 adapters
+	// none of which asked for a second replica, ran its engine's
+	// max_num_seqs (256) with 10–56 requests waiting for two minutes,
+	// TTFT 1–2 s, while the other five ran about 100 with none waiting
+	// (LoRA benchmark, 16 slots, load 1.1, seed 3). Spreading off such a
+	// holder served 3–11% more at 1.1 and 1.3 with 16 slots and with
+	// Zipf 1.3 on seeds 4–9 (0.2–5.9% on seeds 1–3), and at most 1.7%
+	// less elsewhere; its cost is the median past saturation, every
+	// replica queueing a little rather than one a lot (16 slots at 1.3:
+	// 0.138 → 0.281 s). Spreading off any holder reporting a queue at its
+	// last scrape, lasting or not, served 1.5% less with 8 slots at 0.9
+	// and 3.4% less with Zipf 0.8 at 1.1. An engine's
 	// throughput grows with its batch, less
 	// than in proportion: kept on its holders until their engines
 	// reported saturation, the hottest adapter ran batches of 175–213
@@ -68,10 +83,11 @@ const (
 	// and 1.3.
 	AdapterSlotWait = "slot_wait"
 	// AdapterBusy: the replica has the adapter but is saturated, and the
-	// adapter does not spread (see AdapterSpread: the replicas that have
-	// it are no fewer than its share of the cluster's recent requests asks
-	// for, or none of them is compute-bound): its requests wait there
-	// rather than load it on one more replica.
+	// adapter does not spread (see AdapterSpread: none of the replicas
+	// that have it is compute-bound, or they are no fewer than its share
+	// of the cluster's recent requests asks for and no compute-bound one's
+	// queue lasts): its requests wait there rather than load it on one
+	// more replica.
 	// Ranked with free slots instead, a saturated replica's adapter went
 	// to whichever replica had a slot, which loaded it and evicted
 	// another; with 4 adapter slots, where most replicas are saturated,

@@ -102,6 +102,24 @@ func TestAdapterTiers(t *testing.T) {
 			}, map[string]int{"a": 3}, "sql", "a", AdapterLoaded, 1,
 		},
 		{
+			// sql is a quarter of the requests, but its one holder's
+			// engine left requests waiting at its last two scrapes, all
+			// of adapters it runs: it admits no more.
+			"a compute-bound holder whose queue lasts spreads an adapter of a small share", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: bound(4, "sql"), QueueLasting: true},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a": 3}, "sql", "b", AdapterSpread, 2,
+		},
+		{
+			// Its queue lasts, but requests of another adapter wait there
+			// for a slot: spreading would take a slot another adapter
+			// lacks.
+			"a slot-bound holder whose queue lasts keeps the adapter", []Replica{
+				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: Adapters{Known: true, Running: []string{"sql"}, Waiting: []string{"chat", "sql"}, Max: 1}, QueueLasting: true},
+				{Address: "b", Ramp: 1, ScrapedAt: at, Adapters: rep(4, "chat")},
+			}, map[string]int{"a": 3}, "sql", "a", AdapterLoaded, 1,
+		},
+		{
 			// b's batch ran two adapters, its max_lora, at its last
 			// scrape: sql's requests there wait for a slot. a runs sql.
 			"a replica running the adapter beats one where it waits for a slot", []Replica{

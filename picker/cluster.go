@@ -197,24 +197,27 @@ func (c *Cluster) PickInto(candidates []Replica, req Request, hosts []string) (D
 	// that replica would never shed its load.
 	// A request for an adapter has the replicas of its best adapter tier
 	// for candidates (tier stays 0 for the base model: all are).
-	// The adapter spreads beyond the replicas holding it while its share
-	// of the cluster's requests asks for more replicas than hold it and
-	// one of those is compute-bound (AdapterSpread); else a saturated
-	// holder keeps its requests (AdapterBusy).
+	// The adapter spreads beyond the replicas holding it while one of
+	// those is compute-bound and either its share of the cluster's
+	// requests asks for more replicas than hold it or that holder's queue
+	// lasts (AdapterSpread); else a saturated holder keeps its requests
+	// (AdapterBusy).
 	c.shares.add(req.Adapter)
 	tier, spread := 0, false
 	if req.Adapter != "" {
 		tier = len(adapterTiers)
-		holders, bound := 0, false
+		holders, bound, lasting := 0, false, false
 		for _, cand := range candidates {
 			st := c.state(cand.Address)
 			st.scrapedAt(cand)
 			if st.holds(cand, req.Adapter) {
 				holders++
-				bound = bound || computeBound(cand.Adapters)
+				if computeBound(cand.Adapters) {
+					bound, lasting = true, lasting || cand.QueueLasting
+				}
 			}
 		}
-		spread = c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders) && bound
+		spread = bound && (c.shares.share(req.Adapter)*float64(len(candidates)) > float64(holders) || lasting)
 	}
 	shortest := math.MaxInt
 	for _, cand := range candidates {

@@ -32,6 +32,11 @@ type Replica struct {
 	ScrapedAt time.Time
 	// Adapters is its engine's report of its LoRA adapters at ScrapedAt.
 	Adapters Adapters
+	// QueueLasting: its engine reported requests waiting (a queue its
+	// step left unadmitted) at its last two scrapes: a queue that lasts,
+	// which a burst of arrivals admitted by the next step never makes
+	// (see AdapterSpread).
+	QueueLasting bool
 }
 
 // Term is one replica's side of a decision: what it holds of the prompt
