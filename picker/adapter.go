@@ -39,12 +39,15 @@ const (
 	// lasts (Replica.QueueLasting), whatever the adapter's share. It then
 	// ranks with the holders, by cost: a holder with compute to spare
 	// still costs less.
-	// A lasting queue is a holder that admits no more, whatever the share
-	// of each adapter it holds: one replica, sole holder of 14 adapters
+	// A lasting queue is a holder that admits less than comes (its batch
+	// at max_num_seqs, its KV cache full, or its token budget taken by
+	// long prefills for a second or more), whatever the share of each
+	// adapter it holds: one replica, sole holder of 14 adapters
 	// none of which asked for a second replica, ran its engine's
-	// max_num_seqs (256) with 10–56 requests waiting for two minutes,
-	// TTFT 1–2 s, while the other five ran about 100 with none waiting
-	// (LoRA benchmark, 16 slots, load 1.1, seed 3). Spreading off such a
+	// max_num_seqs (256) with requests waiting (up to 56) at 287 of its
+	// 299 scrapes from 300 to 600 s, TTFT 1–2 s, while the other five ran
+	// about 100 with none waiting (LoRA benchmark, 16 slots, load 1.1,
+	// seed 3). Spreading off such a
 	// holder served 3–11% more at 1.1 and 1.3 with 16 slots and with
 	// Zipf 1.3 on seeds 4–9 (0.2–5.9% on seeds 1–3), and at most 1.7%
 	// less elsewhere; its cost is the median past saturation, every

@@ -34,7 +34,7 @@ type Replica struct {
 	Adapters Adapters
 	// QueueLasting: its engine reported requests waiting (a queue its
 	// step left unadmitted) at its last two scrapes: a queue that lasts,
-	// which a burst of arrivals admitted by the next step never makes
+	// which a burst of arrivals admitted within a few steps never makes
 	// (see AdapterSpread).
 	QueueLasting bool
 }
