@@ -104,8 +104,9 @@ type Replica struct {
 	// Waiting is the requests its engine reported waiting at ScrapedAt:
 	// the queue its last step left (vLLM's num_requests_waiting), 0 when
 	// unknown. QueueLasting: it reported one (Waiting >= 1) at its scrape
-	// before that one too, as the previous view saw it: a queue across
-	// scrapes, which requests of one step's burst never make (see
+	// before that one too, as the previous view saw it, and no longer
+	// than this one: a queue across scrapes that does not drain, which a
+	// burst the engine admits within a few steps never makes (see
 	// picker.Replica.QueueLasting).
 	Waiting      float64 `json:"waiting,omitempty"`
 	QueueLasting bool    `json:"queue_lasting,omitempty"`
@@ -216,7 +217,8 @@ func replicaOf(r signals.Replica) Replica {
 
 // queueLasting reports whether rl's engine reported a queue at its last
 // scrape and at the one before, as before (the previous view's replicas
-// of its cluster, in address order) saw it. A view of the same scrape
+// of its cluster, in address order) saw it, no longer then than now: a
+// queue that shrank between them is draining. A view of the same scrape
 // keeps what the view before said.
 func queueLasting(rl Replica, before []Replica) bool {
 	if rl.ScrapedAt.IsZero() || !(rl.Waiting >= 1) {
@@ -230,7 +232,7 @@ func queueLasting(rl Replica, before []Replica) bool {
 	if was.ScrapedAt.Equal(rl.ScrapedAt) {
 		return was.QueueLasting
 	}
-	return !was.ScrapedAt.IsZero() && was.ScrapedAt.Before(rl.ScrapedAt) && was.Waiting >= 1
+	return !was.ScrapedAt.IsZero() && was.ScrapedAt.Before(rl.ScrapedAt) && was.Waiting >= 1 && rl.Waiting >= was.Waiting
 }
 
 // excludedWhy says why a cluster with no serving replica is out.

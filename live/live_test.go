@@ -44,8 +44,9 @@ func TestFromSignalsReplicas(t *testing.T) {
 
 // TestQueueLasting: a replica's queue lasts when its engine reported
 // requests waiting at its last scrape and at the one before, as the
-// previous view saw it; a view of the same scrape keeps the verdict, and
-// a failed scrape (load unknown) breaks the run.
+// previous view saw it, no fewer at the last (a shrinking queue drains);
+// a view of the same scrape keeps the verdict, and a failed scrape (load
+// unknown) breaks the run.
 func TestQueueLasting(t *testing.T) {
 	t0 := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
 	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
@@ -71,6 +72,8 @@ func TestQueueLasting(t *testing.T) {
 		want  bool
 	}{
 		{"a queue at two scrapes in a row", []scrape{{at: sec(0), waiting: 2}, {at: sec(1), waiting: 30}}, true},
+		{"a queue no shorter at the last scrape", []scrape{{at: sec(0), waiting: 30}, {at: sec(1), waiting: 30}}, true},
+		{"a queue that shrank is draining", []scrape{{at: sec(0), waiting: 30}, {at: sec(1), waiting: 29}}, false},
 		{"a queue at the last scrape only", []scrape{{at: sec(0)}, {at: sec(1), waiting: 30}}, false},
 		{"no queue at the last scrape", []scrape{{at: sec(0), waiting: 30}, {at: sec(1)}}, false},
 		{"under one request waiting is no queue", []scrape{{at: sec(0), waiting: 30}, {at: sec(1), waiting: 0.5}}, false},

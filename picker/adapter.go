@@ -47,26 +47,15 @@ const (
 	// max_num_seqs (256) with requests waiting (up to 56) at 287 of its
 	// 299 scrapes from 300 to 600 s, TTFT 1–2 s, while the other five ran
 	// about 100 with none waiting (LoRA benchmark, 16 slots, load 1.1,
-	// seed 3). Spreading off such a
-	// holder served 3–11% more at 1.1 and 1.3 with 16 slots and with
-	// Zipf 1.3 on seeds 4–9 (0.2–5.9% on seeds 1–3), and at most 1.7%
-	// less elsewhere; its cost is the median past saturation, every
-	// replica queueing a little rather than one a lot (16 slots at 1.3:
-	// 0.138 → 0.281 s). Spreading off any holder reporting a queue at its
-	// last scrape, lasting or not, served 1.5% less with 8 slots at 0.9
-	// and 3.4% less with Zipf 0.8 at 1.1. An engine's
-	// throughput grows with its batch, less
-	// than in proportion: kept on its holders until their engines
-	// reported saturation, the hottest adapter ran batches of 175–213
-	// sequences on one replica per cluster while the others ran 22–33
-	// (LoRA benchmark, 8 slots, load 1.1), and ILB served 8% less than the
-	// GIE-style scorer (15% less with 16 slots at 1.3, 13% with Zipf 1.3).
-	// Where the holders are slot-bound (requests of other adapters wait
-	// there for a slot), spreading takes slots the other adapters lack:
-	// with 4 slots that cost 1–5% of goodput, so the rule waits for a
-	// compute-bound holder. Waiting for every holder to be compute-bound
-	// instead cost 7% with Zipf 1.3 at 1.3 (its hottest adapter holds
-	// several replicas, seldom all compute-bound at one scrape).
+	// seed 3). Spreading off such a holder served 3–11% more at 1.1 and
+	// 1.3 with 16 slots and with Zipf 1.3 on seeds 4–9 (1.4–6.2% on seeds
+	// 1–3), and at most 0.5% less elsewhere; its cost is the median past
+	// saturation, every replica queueing a little rather than one a lot
+	// (16 slots at 1.3: 0.138 → 0.216 s). Counting a lasting queue that
+	// shrank (draining) served 0.5% less with 8 slots at 0.9–1.1 and 1.7%
+	// less with Zipf 0.8 at 1.1; spreading off any holder reporting a
+	// queue at its last scrape, lasting or not, 1.5% less with 8 slots at
+	// 0.9 and 3.4% less with Zipf 0.8 at 1.1.
 	AdapterSpread = "spread"
 	// AdapterSlotWait: the replica has the adapter's requests, as far as
 	// ILB can tell, but its engine ran max_lora other adapters at its last

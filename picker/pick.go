@@ -33,9 +33,10 @@ type Replica struct {
 	// Adapters is its engine's report of its LoRA adapters at ScrapedAt.
 	Adapters Adapters
 	// QueueLasting: its engine reported requests waiting (a queue its
-	// step left unadmitted) at its last two scrapes: a queue that lasts,
-	// which a burst of arrivals admitted within a few steps never makes
-	// (see AdapterSpread).
+	// step left unadmitted) at its last two scrapes, no fewer at the last:
+	// a queue that lasts and does not drain — the engine admits less than
+	// comes —, which a burst of arrivals admitted within a few steps never
+	// makes (see AdapterSpread).
 	QueueLasting bool
 }
 
