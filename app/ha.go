@@ -44,8 +44,9 @@ func (a *App) startHA(ctx context.Context, o Options, copts *controller.Options,
 		return fmt.Errorf("app: %w", err)
 	}
 	a.HA = rep
-	// Banned xDS versions live in etcd: every replica bans what one
-	// banned, and a restart forgets none.
+	// Banned xDS versions live in the HA store (etcd, or ConfigMaps with
+	// ha.kubernetes): every replica bans what one banned, and a restart
+	// forgets none.
 	a.XDS.UseBans(ctx, rep.Store())
 	a.haSink = &haSink{pub: rep.Publisher()}
 	a.stopHAClose = context.AfterFunc(ctx, func() { _ = rep.Close() })
