@@ -165,7 +165,7 @@ bench-lora:
 ## golden: regenerate golden files (testdata/ incl. metric expositions, envoy/*.yaml templates, examples/compose/envoy.yaml, examples/istio)
 golden:
 	$(GO) test ./xds/ -update
-	$(GO) test ./envoy/ ./istio/ ./signals/ ./weights/ ./demand/ ./ha/ ./extproc/ -update
+	$(GO) test ./envoy/ ./istio/ ./signals/ ./weights/ ./controller/ ./demand/ ./ha/ ./extproc/ -update
 
 ## fuzz: run every fuzz target of an untrusted input, one after another,
 ## for FUZZTIME each: default 1000000x, a million inputs (about 5 to 30
@@ -186,6 +186,7 @@ FUZZ_TARGETS     ?= \
 	./signals:FuzzParseExposition \
 	./controller:FuzzParseDemandFile \
 	./openai:FuzzRequestBody \
+	./openai:FuzzBodyReadAsEnginesRead \
 	./extproc:FuzzStream \
 	./demand:FuzzReport \
 	./xds:FuzzRequests
