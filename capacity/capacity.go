@@ -44,6 +44,34 @@ type Settings struct {
 // DefaultSmoothTime is the default Settings.SmoothTime.
 const DefaultSmoothTime = 15 * time.Second
 
+// LastingFor is how long a condition the engines' scrapes show (a queue,
+// first tokens over the target) must be seen at every scrape before it is
+// taken as lasting rather than a burst the engines admit within a few
+// steps: a time, so that the rules that read it mean the same at any
+// signals.interval. Two scrapes at the default interval of 1 s (jittered
+// by ±10%) span it, four at 250 ms.
+const LastingFor = 750 * time.Millisecond
+
+// Lasting reports whether a condition seen at every scrape since since (the
+// first of them; zero: not seen at the last) still seen at at has lasted
+// LastingFor.
+func Lasting(since, at time.Time) bool {
+	return !since.IsZero() && at.Sub(since) >= LastingFor
+}
+
+// Since is the start of a run of scrapes that show a condition, after one
+// at at that shows it (on) or not: was, the run's start before it, or at
+// when it starts one; zero when it does not show it.
+func Since(was time.Time, on bool, at time.Time) time.Time {
+	switch {
+	case !on:
+		return time.Time{}
+	case was.IsZero():
+		return at
+	}
+	return was
+}
+
 // minFirstTokens is how many first tokens a window needs before its TTFT
 // quantile is evidence: with fewer, one slow request is noise.
 const minFirstTokens = 20
@@ -135,7 +163,6 @@ type state struct {
 	c      Cluster
 	est    Estimate
 	lastAt time.Time
-	queued bool // the previous observation had a queue
 	// mean is the throughput per replica averaged over SmoothTime
 	// (exponentially), first and slow the first-token rates likewise; calm is
 	// how long the cluster has had no queue.
@@ -163,11 +190,12 @@ type state struct {
 	// busy is the throughput per replica averaged (exponentially, over
 	// SmoothTime) over the busy intervals only (a request waiting per
 	// replica), and busyTime how much of such intervals it has seen
-	// (bounded): busy is read debiased, as sustained is. wasBusy: the
-	// previous interval was busy.
-	busy     float64
-	busyTime time.Duration
-	wasBusy  bool
+	// (bounded): busy is read debiased, as sustained is. busySince and
+	// queuedSince: the first of the run of observations, up to the last,
+	// that were busy (queued); zero when the last was not.
+	busy                   float64
+	busyTime               time.Duration
+	busySince, queuedSince time.Time
 }
 
 // Estimator learns every configured cluster's capacity.
@@ -262,15 +290,15 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	dt := o.At.Sub(st.lastAt)
 	st.lastAt = o.At
 	if o.Replicas <= 0 || !finiteNonNeg(o.Waiting, o.Running, o.KVUsage, o.PromptTokensPerSecond, o.GenerationTokensPerSecond, o.FirstTokensPerSecond, o.SlowFirstTokensPerSecond) {
-		st.queued, st.calm = false, 0
+		st.calm = 0
+		st.busySince, st.queuedSince = time.Time{}, time.Time{}
 		return false
 	}
 	n := float64(o.Replicas)
 	x := (o.PromptTokensPerSecond*st.c.PromptCost + o.GenerationTokensPerSecond*st.c.OutputCost) / n
 	pressure := o.Waiting / max(o.Running, 1)
 	queued := config.Signals{SaturationQueue: e.s.SaturationQueue, SaturationKV: e.s.SaturationKV}.Saturated(o.Waiting, o.Running, o.KVKnown, o.KVUsage)
-	wasQueued := st.queued
-	st.queued = queued
+	st.queuedSince = Since(st.queuedSince, queued, o.At)
 	est := &st.est
 	est.Pressure = pressure
 	if first {
@@ -306,8 +334,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	// request stays small: config.CapacityLearning.OverTarget); their
 	// throughput is then the saturation throughput of the mix.
 	busy := queued || o.Waiting/n >= 1
-	wasBusy := st.wasBusy
-	st.wasBusy = busy
+	st.busySince = Since(st.busySince, busy, o.At)
 	if busy {
 		st.busy += w * (x - st.busy)
 		st.busyTime = min(st.busyTime+dt, 8*e.s.SmoothTime)
@@ -338,7 +365,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	// capacity never shows the headroom that raises it).
 	overload, long := overTarget, overTarget // long: this interval breaks a calm window
 	if !ttftJudged {
-		overload, long = queued && wasQueued, queued
+		overload, long = Lasting(st.queuedSince, o.At), queued
 	}
 	if long {
 		st.calm = 0
@@ -353,15 +380,15 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 		next = min(max(next, from/step), from*step)
 		return min(max(next, lo), hi)
 	}
-	// The saturation throughput is what the engines served while busy two
-	// intervals in a row, averaged over SmoothTime of busy intervals (one
+	// The saturation throughput is what the engines served while busy for
+	// LastingFor or more, averaged over SmoothTime of busy intervals (one
 	// interval's alone is lumpy: an engine counts a prompt's tokens when
 	// its first token comes, so an interval in a long prefill shows
 	// little of the work done, and long-prompt traffic learned its
 	// saturation 30% low from such intervals); and at least what any
 	// window served.
 	switch {
-	case busy && wasBusy:
+	case Lasting(st.busySince, o.At):
 		est.Saturation = move(est.Saturation, st.busyNow(e.s.SmoothTime))
 	case lowMean > est.Saturation:
 		est.Saturation = move(est.Saturation, lowMean)
@@ -386,7 +413,7 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 			if ttftJudged {
 				why = fmt.Sprintf("%.1f%% of first tokens over the %v TTFT target with %.1f requests waiting per replica, at a sustained %.0f token-cost/s per replica: capacity at most that", 100*slowShare, e.s.TTFTTarget, st.waitPer, at)
 			} else {
-				why = fmt.Sprintf("queued two intervals in a row (%.2f waiting per running) at a sustained %.0f token-cost/s per replica: capacity at most that", pressure, at)
+				why = fmt.Sprintf("queued for %v (%.2f waiting per running) at a sustained %.0f token-cost/s per replica: capacity at most that", o.At.Sub(st.queuedSince).Round(time.Millisecond), pressure, at)
 			}
 			est.PerReplica = min(est.PerReplica, move(est.PerReplica, at))
 		}

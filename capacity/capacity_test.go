@@ -21,6 +21,12 @@ func obs(i int, x, waiting, running float64) capacity.Observation {
 	return capacity.Observation{At: t0.Add(time.Duration(i) * time.Second), Replicas: 2, Waiting: waiting, Running: running, PromptTokensPerSecond: 2 * x}
 }
 
+// quarter is o observed at the i-th scrape 250 ms apart.
+func quarter(i int, o capacity.Observation) capacity.Observation {
+	o.At = t0.Add(time.Duration(i) * 250 * time.Millisecond)
+	return o
+}
+
 // withTTFT adds n first tokens a second, slow of them over the target.
 func withTTFT(o capacity.Observation, n, slow float64) capacity.Observation {
 	o.FirstTokensPerSecond, o.SlowFirstTokensPerSecond, o.TTFTKnown = n, slow, true
@@ -95,6 +101,10 @@ func TestEstimate(t *testing.T) {
 		{"headroom never lowers", 4000, 300, func(i int) capacity.Observation { return obs(i, 1200, 0, 10) }, exactly(4000), exactly(4000), capacity.FromPrior},
 		{"a quiet cluster is not a slow one", mu, 300, func(i int) capacity.Observation { return obs(i, 10, 0, 1) }, exactly(mu), exactly(mu), capacity.FromPrior},
 		{"a queue one interval in two is no saturation", 3 * mu, 300, func(i int) capacity.Observation { return obs(i, mu, float64(40*(i%2)), 20) }, exactly(3 * mu), exactly(3 * mu), capacity.FromPrior},
+		// Scrapes every 250 ms: a queue lasts when seen at every scrape
+		// over LastingFor (four of them), whatever the interval.
+		{"a queue at every 250 ms scrape is saturation", 3 * mu, 1200, func(i int) capacity.Observation { return quarter(i, obs(0, mu, 40, 20)) }, near(mu), near(mu), capacity.FromOverload},
+		{"a queue at three 250 ms scrapes in four is no saturation", 3 * mu, 1200, func(i int) capacity.Observation { return quarter(i, obs(0, mu, float64(40*min(i%4, 1)), 20)) }, exactly(3 * mu), exactly(3 * mu), capacity.FromPrior},
 		{"bounded rate: 30 s of evidence moves at most 2^0.5", 3 * mu, 30, func(i int) capacity.Observation { return obs(i, mu/10, 40, 20) }, bounds{3 * mu / math.Sqrt2 * 0.999, 3 * mu}, bounds{3 * mu / math.Sqrt2 * 0.999, 3 * mu}, capacity.FromOverload},
 		{"a lying engine stays within 10x the prior", mu, 3600, func(i int) capacity.Observation { return obs(i, 1e12, 40, 20) }, exactly(mu), exactly(10 * mu), capacity.FromPrior},
 		{"a stalled engine stays above a tenth of the prior", mu, 3600, func(i int) capacity.Observation { return obs(i, 0, 40, 20) }, exactly(mu / 10), exactly(mu / 10), capacity.FromOverload},
@@ -145,7 +155,7 @@ func TestEstimateOutputCost(t *testing.T) {
 	if got, _ := e.PerReplica("c"); got != est.PerReplica {
 		t.Errorf("PerReplica %v; want the estimate's %v", got, est.PerReplica)
 	}
-	if est.Confidence < 0.99 || !strings.Contains(est.Evidence, "queued two intervals") {
+	if est.Confidence < 0.99 || !strings.Contains(est.Evidence, "queued for 10m0s") {
 		t.Errorf("estimate %+v; want confidence ~1, evidence naming the queue", est)
 	}
 }

@@ -21,9 +21,10 @@
 // are the prompts' own prefill time, which no routing shortens: not
 // overload. Only without a histogram (or with too few first tokens in
 // the window to judge) is overload a long queue (waiting ≥
-// saturation_queue × running, or the KV cache ≥ saturation_kv) two
-// intervals in a row: where few requests run at once, a queue long per
-// running request can wait well within the target. A calm window is
+// saturation_queue × running, or the KV cache ≥ saturation_kv) at
+// every scrape over LastingFor (two scrapes at the default interval):
+// where few requests run at once, a queue long per running request can
+// wait well within the target. A calm window is
 // SmoothTime (15 s) without overload in the same terms.
 // Two numbers are learned per cluster:
 //

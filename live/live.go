@@ -40,11 +40,13 @@ type Cluster struct {
 	// overload holds while the queue lasts (see OverloadHold).
 	Overloaded bool `json:"overloaded,omitempty"`
 	// OverTargetAt is the last signals interval whose first tokens were
-	// over the target with a queue, SustainedAt the last that followed
-	// another such interval (zero: none seen, or none since the queue
-	// last fell under a request per replica).
-	OverTargetAt time.Time `json:"over_target_at,omitzero"`
-	SustainedAt  time.Time `json:"sustained_at,omitzero"`
+	// over the target with a queue, OverTargetSince the first of the run
+	// of such intervals in a row that it ends, and SustainedAt the last
+	// at which such a run had lasted capacity.LastingFor (zero: none seen,
+	// or none since the queue last fell under a request per replica).
+	OverTargetAt    time.Time `json:"over_target_at,omitzero"`
+	OverTargetSince time.Time `json:"over_target_since,omitzero"`
+	SustainedAt     time.Time `json:"sustained_at,omitzero"`
 	// Pressure is the cluster's queued requests per running request,
 	// waiting / max(running, 1) over its serving replicas whose load is
 	// known (PressureKnown: at least one); graded steering moves requests
@@ -103,13 +105,15 @@ type Replica struct {
 	ScrapedAt time.Time `json:"scraped_at,omitzero"`
 	// Waiting is the requests its engine reported waiting at ScrapedAt:
 	// the queue its last step left (vLLM's num_requests_waiting), 0 when
-	// unknown. QueueLasting: it reported one (Waiting >= 1) at its scrape
-	// before that one too, as the previous view saw it, and no longer
-	// than this one: a queue across scrapes that does not drain, which a
-	// burst the engine admits within a few steps never makes (see
-	// picker.Replica.QueueLasting).
-	Waiting      float64 `json:"waiting,omitempty"`
-	QueueLasting bool    `json:"queue_lasting,omitempty"`
+	// unknown. QueueSince is the first of the run of its scrapes, up to
+	// ScrapedAt, that each reported a queue (Waiting >= 1) no shorter
+	// than the one before (zero: none at ScrapedAt); QueueLasting: that
+	// run has lasted capacity.LastingFor, a queue that does not drain,
+	// which a burst the engine admits within a few steps never makes
+	// (see picker.Replica.QueueLasting).
+	Waiting      float64   `json:"waiting,omitempty"`
+	QueueSince   time.Time `json:"queue_since,omitzero"`
+	QueueLasting bool      `json:"queue_lasting,omitempty"`
 	// LoRA is its engine's report of its LoRA adapters at ScrapedAt (nil:
 	// none, or not fresh).
 	LoRA *signals.LoRA `json:"lora,omitempty"`
@@ -121,8 +125,8 @@ type Replica struct {
 const OutUnhealthy = string(signals.StateUnhealthy)
 
 // OverloadHold is how long a sustained overload — first tokens over the
-// TTFT target two signals intervals in a row, as the capacity estimator
-// requires of a queue — holds a cluster Overloaded while a request or
+// TTFT target in every signals interval over capacity.LastingFor, as the
+// capacity estimator requires of a queue — holds a cluster Overloaded while a request or
 // more still waits per replica: the estimator's smoothing window
 // (capacity.DefaultSmoothTime), over which it judges the same rule. Such
 // an overload ends when the queue does, not at the first interval whose
@@ -131,7 +135,7 @@ const OutUnhealthy = string(signals.StateUnhealthy)
 // applied the shed on and off, the queue building again in every off
 // interval (tenant flood at 1.3 of the fleet: the other tenants kept
 // 94 % of their goodput within the SLO; 95–96 % with the hold;
-// docs/benchmarks.md). One interval over the target is a burst, not
+// docs/benchmarks.md). A shorter run over the target is a burst, not
 // held: bursty code-completion traffic misses the target in isolated
 // intervals at moderate load, and holding each of them applied a plan
 // that sheds a third of its sheddable requests at load 0.7 (goodput within
@@ -161,9 +165,12 @@ func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning, prev *Stat
 			}
 			switch {
 			case c.TTFTKnown > 0 && slo.OverTarget(c.FirstTokensPerSecond, c.SlowFirstTokensPerSecond, queue):
-				cl.Overloaded, cl.OverTargetAt, cl.SustainedAt = true, snap.At, was.SustainedAt
+				cl.Overloaded, cl.OverTargetAt, cl.OverTargetSince, cl.SustainedAt = true, snap.At, snap.At, was.SustainedAt
 				if prev != nil && was.OverTargetAt.Equal(prev.At) {
-					cl.SustainedAt = snap.At // two intervals in a row
+					cl.OverTargetSince = was.OverTargetSince // the run goes on
+				}
+				if capacity.Lasting(cl.OverTargetSince, snap.At) {
+					cl.SustainedAt = snap.At
 				}
 			case queue >= 1 && !was.SustainedAt.IsZero() && snap.At.Sub(was.SustainedAt) < OverloadHold:
 				cl.Overloaded, cl.SustainedAt = true, was.SustainedAt
@@ -180,7 +187,8 @@ func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning, prev *Stat
 		}
 		for _, r := range snap.Endpoints(name) {
 			rl := replicaOf(r)
-			rl.QueueLasting = queueLasting(rl, before)
+			rl.QueueSince = queueSince(rl, before)
+			rl.QueueLasting = capacity.Lasting(rl.QueueSince, rl.ScrapedAt)
 			if rl.Out == "" {
 				cl.Serving++
 			}
@@ -215,24 +223,27 @@ func replicaOf(r signals.Replica) Replica {
 	return rl
 }
 
-// queueLasting reports whether rl's engine reported a queue at its last
-// scrape and at the one before, as before (the previous view's replicas
-// of its cluster, in address order) saw it, no longer then than now: a
-// queue that shrank between them is draining. A view of the same scrape
-// keeps what the view before said.
-func queueLasting(rl Replica, before []Replica) bool {
+// queueSince is the start of the run of rl's scrapes that reported a
+// queue, each no shorter than the one before, as before (the previous
+// view's replicas of its cluster, in address order) saw it: a queue that
+// shrank between two scrapes is draining and starts no run. A view of the
+// same scrape keeps what the view before said.
+func queueSince(rl Replica, before []Replica) time.Time {
 	if rl.ScrapedAt.IsZero() || !(rl.Waiting >= 1) {
-		return false
+		return time.Time{}
 	}
 	i, ok := slices.BinarySearchFunc(before, rl.Address, func(r Replica, addr string) int { return strings.Compare(r.Address, addr) })
 	if !ok {
-		return false
+		return rl.ScrapedAt
 	}
 	was := before[i]
-	if was.ScrapedAt.Equal(rl.ScrapedAt) {
-		return was.QueueLasting
+	switch {
+	case was.ScrapedAt.Equal(rl.ScrapedAt):
+		return was.QueueSince
+	case !was.QueueSince.IsZero() && was.ScrapedAt.Before(rl.ScrapedAt) && rl.Waiting >= was.Waiting:
+		return was.QueueSince
 	}
-	return !was.ScrapedAt.IsZero() && was.ScrapedAt.Before(rl.ScrapedAt) && was.Waiting >= 1 && rl.Waiting >= was.Waiting
+	return rl.ScrapedAt
 }
 
 // excludedWhy says why a cluster with no serving replica is out.

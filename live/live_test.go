@@ -23,8 +23,8 @@ func TestFromSignalsReplicas(t *testing.T) {
 		rep  signals.Replica
 		want live.Replica
 	}{
-		{"ready, scraped", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1, Running: 3, ScrapedAt: at, Waiting: 6}},
-		{"warming keeps its ramp", signals.Replica{Address: "a:1", State: signals.StateWarming, Ramp: 0.4, LastScrape: at, Metrics: m, Saturated: true}, live.Replica{Address: "a:1", Ramp: 0.4, Saturated: true, Running: 3, ScrapedAt: at, Waiting: 6}},
+		{"ready, scraped", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1, Running: 3, ScrapedAt: at, Waiting: 6, QueueSince: at}},
+		{"warming keeps its ramp", signals.Replica{Address: "a:1", State: signals.StateWarming, Ramp: 0.4, LastScrape: at, Metrics: m, Saturated: true}, live.Replica{Address: "a:1", Ramp: 0.4, Saturated: true, Running: 3, ScrapedAt: at, Waiting: 6, QueueSince: at}},
 		{"ready, last scrape failed: load unknown", signals.Replica{Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: at, LastError: "timeout", Metrics: m}, live.Replica{Address: "a:1", Ramp: 1}},
 		{"stale: serves, load unknown", signals.Replica{Address: "a:1", State: signals.StateStale, Ramp: 1, LastScrape: at, Metrics: m}, live.Replica{Address: "a:1", Ramp: 1}},
 		{"starting: the fleet that was serving", signals.Replica{Address: "a:1", State: signals.StateStarting}, live.Replica{Address: "a:1", Ramp: 1}},
@@ -43,13 +43,15 @@ func TestFromSignalsReplicas(t *testing.T) {
 }
 
 // TestQueueLasting: a replica's queue lasts when its engine reported
-// requests waiting at its last scrape and at the one before, as the
-// previous view saw it, no fewer at the last (a shrinking queue drains);
-// a view of the same scrape keeps the verdict, and a failed scrape (load
-// unknown) breaks the run.
+// requests waiting at every scrape over capacity.LastingFor, as the
+// previous views saw them, no fewer at each than at the one before (a
+// shrinking queue drains): two scrapes at the default 1 s interval, four
+// at 250 ms; a view of the same scrape keeps the verdict, and a failed
+// scrape (load unknown) breaks the run.
 func TestQueueLasting(t *testing.T) {
 	t0 := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
 	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	type scrape struct {
 		at      time.Time
 		waiting float64
@@ -83,6 +85,11 @@ func TestQueueLasting(t *testing.T) {
 		{"a failed scrape breaks the run", []scrape{{at: sec(0), waiting: 2}, {at: sec(1), waiting: 30, failed: true}, {at: sec(2), waiting: 30}}, false},
 		{"no previous view", []scrape{{at: sec(1), waiting: 30}}, false},
 		{"another replica's queue", []scrape{{at: sec(0), waiting: 30, addr: "a:0"}, {at: sec(1), waiting: 30}}, false},
+		{"two scrapes of the default interval's jitter apart", []scrape{{at: ms(0), waiting: 3}, {at: ms(900), waiting: 3}}, true},
+		{"four scrapes 250 ms apart span 750 ms", []scrape{{at: ms(0), waiting: 3}, {at: ms(250), waiting: 3}, {at: ms(500), waiting: 4}, {at: ms(750), waiting: 4}}, true},
+		{"three scrapes 250 ms apart are a burst", []scrape{{at: ms(0), waiting: 3}, {at: ms(250), waiting: 3}, {at: ms(500), waiting: 4}}, false},
+		{"a shrink within the run starts it again", []scrape{{at: ms(0), waiting: 3}, {at: ms(250), waiting: 2}, {at: ms(500), waiting: 4}, {at: ms(750), waiting: 4}}, false},
+		{"a scrape without a queue within the run starts it again", []scrape{{at: ms(0), waiting: 3}, {at: ms(250)}, {at: ms(500), waiting: 4}, {at: ms(750), waiting: 4}, {at: ms(1250), waiting: 4}}, true},
 	}
 	slo := config.Default().Controller.Capacity
 	for _, tt := range tests {
@@ -273,10 +280,12 @@ func TestOverloaded(t *testing.T) {
 	}
 }
 
-// TestOverloadHolds: a cluster over the TTFT target two intervals in a
-// row stays overloaded while a request or more still waits per replica,
-// for at most OverloadHold after the last such pair; the hold ends with
-// the queue; one interval over the target (a burst) is not held.
+// TestOverloadHolds: a cluster over the TTFT target in every interval
+// over capacity.LastingFor (two at the default 1 s interval, four at
+// 250 ms) stays overloaded while a request or more still waits per
+// replica, for at most OverloadHold after the last such run; the hold
+// ends with the queue; a shorter run over the target (a burst) is not
+// held.
 func TestOverloadHolds(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
 	slo := config.Default().Controller.Capacity
@@ -290,6 +299,7 @@ func TestOverloadHolds(t *testing.T) {
 		return signals.NewSnapshot(at, []string{"c"}, [][]signals.Replica{{rep("a:1"), rep("a:2")}})
 	}
 	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	// 20% of first tokens late, 8 waiting per replica, at t0-1s and t0.
 	over0, over := snap(sec(-1), 8, 4, false), snap(t0, 8, 4, false)
 	tests := []struct {
@@ -310,6 +320,9 @@ func TestOverloadHolds(t *testing.T) {
 		{"an isolated interval over the target keeps a hold", []*signals.Snapshot{over0, over, snap(sec(1), 8, 0, false), snap(sec(2), 8, 4, false)}, snap(sec(3), 8, 0, false), true, t0},
 		{"saturation alone is not held", []*signals.Snapshot{snap(sec(-1), 200, 0, true), snap(t0, 200, 0, true)}, snap(sec(1), 8, 0, false), false, time.Time{}},
 		{"no previous view", nil, snap(sec(1), 8, 0, false), false, time.Time{}},
+		{"four intervals of 250 ms in a row: held", []*signals.Snapshot{snap(ms(0), 8, 4, false), snap(ms(250), 8, 4, false), snap(ms(500), 8, 4, false), snap(ms(750), 8, 4, false)}, snap(ms(1000), 3, 0, false), true, ms(750)},
+		{"three intervals of 250 ms in a row are a burst", []*signals.Snapshot{snap(ms(0), 8, 4, false), snap(ms(250), 8, 4, false), snap(ms(500), 8, 4, false)}, snap(ms(750), 3, 0, false), false, time.Time{}},
+		{"an interval within the target breaks the run", []*signals.Snapshot{snap(ms(0), 8, 4, false), snap(ms(250), 8, 0, false), snap(ms(500), 8, 4, false), snap(ms(750), 8, 4, false)}, snap(ms(1000), 3, 0, false), false, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

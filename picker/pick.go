@@ -33,7 +33,9 @@ type Replica struct {
 	// Adapters is its engine's report of its LoRA adapters at ScrapedAt.
 	Adapters Adapters
 	// QueueLasting: its engine reported requests waiting (a queue its
-	// step left unadmitted) at its last two scrapes, no fewer at the last:
+	// step left unadmitted) at every scrape for a while (the live state's
+	// capacity.LastingFor; two scrapes at the default interval), no fewer
+	// at each than at the one before:
 	// a queue that lasts and does not drain — the engine admits less than
 	// comes —, which a burst of arrivals admitted within a few steps never
 	// makes (see AdapterSpread).

@@ -22,10 +22,6 @@ import (
 
 // Timing of the world around the replicas.
 const (
-	// signalsInterval is how often ILB's view of the replicas (the fast
-	// loop's exclusions and saturation, the controller's cluster states)
-	// is refreshed: one scrape interval.
-	signalsInterval = time.Second
 	// probeRetry is how long after a crash ILB's signals see it: the
 	// failed probe's retry (signals.retry_delay, 200 ms) after the first
 	// scrape that finds it down.
@@ -396,7 +392,7 @@ func (r *runner) run(ctx context.Context) error {
 		r.nextTick = r.cfg.Controller.Tick.Std()
 		r.clock.at(r.nextTick, evTick, 0)
 	}
-	r.clock.at(signalsInterval, evSignals, 0)
+	r.clock.at(r.signalsEvery(), evSignals, 0)
 	for i, c := range s.Changes {
 		r.clock.at(c.At, evScenario, i)
 	}
@@ -426,7 +422,7 @@ func (r *runner) run(ctx context.Context) error {
 		case evSignals:
 			r.refreshSignals()
 			if !ended {
-				r.clock.at(e.at+signalsInterval, evSignals, 0)
+				r.clock.at(e.at+r.signalsEvery(), evSignals, 0)
 			}
 		case evTick:
 			if e.at != r.nextTick {

@@ -88,6 +88,12 @@ func (r *runner) lifecycle(ri int) {
 	}
 }
 
+// signalsEvery is how often ILB's view of the replicas (the fast loop's
+// exclusions and saturation, the controller's cluster states) is
+// refreshed: one scrape interval, the configuration's signals.interval
+// (unjittered).
+func (r *runner) signalsEvery() time.Duration { return r.cfg.Signals.Interval.Std() }
+
 // refreshSignals is one round of ILB's engine signals, as package signals
 // sees the replicas: a crash is seen once a probe fails and its retry
 // does too (probeRetry after the failure, at the first scrape after
@@ -100,7 +106,7 @@ func (r *runner) lifecycle(ri int) {
 func (r *runner) refreshSignals() {
 	now := r.clock.now
 	at := epoch.Add(now)
-	secs := signalsInterval.Seconds()
+	secs := r.signalsEvery().Seconds()
 	reps := r.snapBuf
 	for ci, c := range r.clusters {
 		reps[ci] = reps[ci][:0]
