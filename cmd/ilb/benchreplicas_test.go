@@ -30,6 +30,7 @@ func TestBenchReplicas(t *testing.T) {
 			[]string{"--scenario", "lora", "--max-loras", "0", "--max-cpu-loras", "65", "--zipf", "-1"},
 			[]string{"max_loras 0: want 1 to 64", "max_cpu_loras 65: want max_loras (0) to 64", "zipf -1: want 0 to 10"},
 		},
+		{"signals interval under signals.interval's minimum", []string{"--signals-interval", "5ms"}, []string{"--signals-interval 5ms: want a duration ≥ 10ms"}},
 		{"CPU cache below the slots", []string{"--scenario", "lora", "--max-loras", "8", "--max-cpu-loras", "4"}, []string{"max_cpu_loras 4: want max_loras (8) to 64"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	attain := fs.Float64("attain", 0.95, "with --loads: the share of requests within the SLO a load must keep to count as sustained")
 	slo := fs.Duration("slo", 0, "time to first token a request must get to count as good (0: the scenario's, 2s)")
 	seed := fs.Uint64("seed", 1, "seed of the workload and of every random draw")
+	signalsEvery := fs.Duration("signals-interval", 0, "how often ILB's signals scrape the engines (signals.interval; 0: its default, 1s)")
 	duration := fs.Duration("duration", time.Hour, "simulated duration; the scenario's daily cycle and events scale with it")
 	policies := fs.String("policies", "", "comma-separated policies (default all: round_robin, proportional, waterfall, ilb, least_loaded (an oracle), least_loaded_seen (fed what ILB sees); also ilb-slow, ilb-prior)")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of tables")
@@ -44,7 +45,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	o := simOptions{trace: *trace, traceRate: *traceRate, load: *load, attain: *attain, slo: *slo, seed: *seed, duration: *duration, requests: *requests}
+	o := simOptions{trace: *trace, traceRate: *traceRate, load: *load, attain: *attain, slo: *slo, signalsEvery: *signalsEvery, seed: *seed, duration: *duration, requests: *requests}
 	if err := o.check(*format, *loads); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
@@ -72,6 +73,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if o.slo > 0 {
 			s.SLO = o.slo
 		}
+		s.SignalsInterval = o.signalsEvery
 		if o.rows != nil {
 			// With a trace, a scenario is its fleet and its events: two
 			// scenarios alike in both are the same run.
@@ -147,9 +149,11 @@ type simOptions struct {
 	loads     []float64
 	attain    float64
 	slo       time.Duration
-	seed      uint64
-	duration  time.Duration
-	requests  string // directory of per-request CSVs ("": none)
+	// signalsEvery is signals.interval (0: its default).
+	signalsEvery time.Duration
+	seed         uint64
+	duration     time.Duration
+	requests     string // directory of per-request CSVs ("": none)
 }
 
 // check reports every bad flag at once, and fills the defaults that
@@ -185,10 +189,22 @@ func (o *simOptions) check(format, loads string) error {
 	if o.slo < 0 {
 		errs = append(errs, fmt.Errorf("--slo %v: want a duration > 0, or 0 for the scenario's", o.slo))
 	}
+	if err := checkSignalsInterval(o.signalsEvery); err != nil {
+		errs = append(errs, err)
+	}
 	if o.trace != "" && o.traceRate == 0 && o.load == 0 && loads == "" {
 		o.load = 0.5 // a trace's own rate says nothing of this fleet's size
 	}
 	return errors.Join(errs...)
+}
+
+// checkSignalsInterval checks --signals-interval: 0, or what
+// signals.interval accepts.
+func checkSignalsInterval(d time.Duration) error {
+	if d != 0 && d < 10*time.Millisecond {
+		return fmt.Errorf("--signals-interval %v: want a duration ≥ 10ms (signals.interval's minimum), or 0 for its default", d)
+	}
+	return nil
 }
 
 // scenarioNames parses --scenario.

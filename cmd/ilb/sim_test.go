@@ -79,6 +79,7 @@ func TestSimCommandErrors(t *testing.T) {
 		{"trace-rate and load", []string{"--trace-rate", "2", "--load", "0.5"}, "--trace-rate and --load/--loads: give one"},
 		{"bad attain", []string{"--attain", "1.5"}, "--attain 1.5: want a share in (0, 1]"},
 		{"bad slo", []string{"--slo", "-1s"}, "--slo -1s: want a duration > 0"},
+		{"bad signals interval", []string{"--signals-interval", "1ms"}, "--signals-interval 1ms: want a duration ≥ 10ms"},
 		{"every problem at once", []string{"--load", "-1", "--attain", "0"}, "--attain 0"},
 	}
 	for _, tt := range tests {

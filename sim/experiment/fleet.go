@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ilbproject/ilb/config"
 	"github.com/ilbproject/ilb/sim/replica"
@@ -101,6 +102,9 @@ type ControllerSettings struct {
 	CapacityPerReplica map[string]float64
 	// TickSeconds is the controller tick; 0: 5.
 	TickSeconds float64
+	// SignalsInterval is signals.interval (0: its default); the scrape
+	// and probe timeouts are capped at it.
+	SignalsInterval time.Duration
 }
 
 // Config renders f as an ILB configuration for the weights controller:
@@ -167,7 +171,11 @@ func (f Fleet) Config(s ControllerSettings) (*config.Config, error) {
 			c.Name, c.Region, strings.Join(c.Models, ", "), profileName(c.Profile), strings.Join(eps, ", "))
 	}
 	fmt.Fprintf(&b, "controller: {tick: %gs, policy: %s}\n", tick, s.Policy)
-	b.WriteString("signals: {disabled: true}\n")
+	if iv := s.SignalsInterval; iv > 0 {
+		fmt.Fprintf(&b, "signals: {disabled: true, interval: %s, timeout: %s, retry_delay: %s}\n", iv, min(iv, 500*time.Millisecond), min(iv, 200*time.Millisecond))
+	} else {
+		b.WriteString("signals: {disabled: true}\n")
+	}
 	c, err := config.Parse([]byte(b.String()))
 	if err != nil {
 		return nil, fmt.Errorf("fleet: configuration: %w", err)

@@ -243,7 +243,7 @@ func newRunner(o Options) (*runner, error) {
 	if pol == "" {
 		pol = config.PolicyProportional // unused by least_loaded, but the config needs one
 	}
-	cfg, err := f.Config(ControllerSettings{Policy: pol, CapacityPerReplica: o.Capacity})
+	cfg, err := f.Config(ControllerSettings{Policy: pol, CapacityPerReplica: o.Capacity, SignalsInterval: s.SignalsInterval})
 	if err != nil {
 		return nil, err
 	}

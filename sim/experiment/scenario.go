@@ -27,6 +27,9 @@ type Scenario struct {
 	// token and its time per output token are both within its bounds
 	// (goodput as DistServe defines it).
 	Strict SLOClass
+	// SignalsInterval is how often ILB's signals scrape the engines
+	// (signals.interval, unjittered); 0: the configuration's default.
+	SignalsInterval time.Duration
 	// Flood, when set, is a tenant's flood: the run reports every
 	// tenant's goodput before it and during it (Result.Tenants).
 	Flood *Flood

@@ -1,0 +1,38 @@
+package experiment
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSignalsInterval: the simulated signals scrape at the fleet
+// configuration's signals.interval, its default or the one set, with the
+// timeouts capped at it.
+func TestSignalsInterval(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  time.Duration
+		want time.Duration
+	}{
+		{"default", 0, time.Second},
+		{"250 ms", 250 * time.Millisecond, 250 * time.Millisecond},
+		{"50 ms: timeouts capped", 50 * time.Millisecond, 50 * time.Millisecond},
+		{"5 s", 5 * time.Second, 5 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := world().Config(ControllerSettings{Policy: "proportional", SignalsInterval: tt.set, CapacityPerReplica: map[string]float64{
+				"llama-3-8b/h100": 1000, "llama-3-8b/a100-80gb": 500,
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &runner{cfg: cfg}
+			if got := r.signalsEvery(); got != tt.want {
+				t.Errorf("signals every %v; want %v", got, tt.want)
+			}
+			if s := cfg.Signals; s.Timeout.Std() > tt.want || s.RetryDelay.Std() > tt.want {
+				t.Errorf("timeout %v, retry delay %v; want at most the interval %v", s.Timeout, s.RetryDelay, tt.want)
+			}
+		})
+	}
+}
