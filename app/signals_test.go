@@ -61,8 +61,8 @@ func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
 
 // TestOverloadHoldsAcrossSnapshots: the fast loop's view carries an
 // overload from one snapshot to the next (live.FromSignals' hold): a
-// cluster over the TTFT target two intervals in a row stays overloaded
-// while its queue lasts, then not.
+// cluster over the TTFT target for capacity.LastingFor (two 1 s
+// intervals) stays overloaded while its queue lasts, then not.
 func TestOverloadHoldsAcrossSnapshots(t *testing.T) {
 	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true; c.Envoy.EDSMinInterval = 0 })
 	const name = "eu-west-tgi"

@@ -44,7 +44,7 @@ func TestAdapterRouting(t *testing.T) {
 		wantTier            string
 		wantStatus          int
 		full                string // replica whose engine runs max_lora other adapters, this one's requests waiting ("" none)
-		lasting             bool   // the loaded replica's engine left requests waiting at its last two scrapes
+		lasting             bool   // the loaded replica's engine left requests waiting at every scrape over capacity.LastingFor
 	}{
 		{"an adapter of one cluster goes there", "edge-us", "sql-lora", "", false, "", 0, "eu-west-vllm", "", picker.AdapterSlot, 0, "", false},
 		{"the replica with it loaded", "edge-us", "sql-lora", "127.0.0.1:18122", false, "", 0, "eu-west-vllm", "127.0.0.1:18122", picker.AdapterLoaded, 0, "", false},

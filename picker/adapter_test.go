@@ -103,7 +103,7 @@ func TestAdapterTiers(t *testing.T) {
 		},
 		{
 			// sql is a quarter of the requests, but its one holder's
-			// engine left requests waiting at its last two scrapes, all
+			// engine left requests waiting at every scrape for a while, all
 			// of adapters it runs: it admits no more.
 			"a compute-bound holder whose queue lasts spreads an adapter of a small share", []Replica{
 				{Address: "a", Ramp: 1, ScrapedAt: at, Adapters: bound(4, "sql"), QueueLasting: true},

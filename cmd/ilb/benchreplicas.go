@@ -90,14 +90,14 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(&b, "## %s (%s simulated per run, seeds %s)\n\n", title, *duration, *seedList)
 	b.WriteString("One region, two clusters of 6 H100 replicas (Llama-3-8B, vLLM-like, prefix caching on); ILB routes the clusters in every run, only the replica choice differs. " +
-		"ILB's picker (package picker) sees what ext_proc sees: a request's end at its first token (Envoy closes the ext_proc stream once the response headers are through), the engines' queues, saturation and running requests through the "+scrape+" scrape. " +
+		"ILB's picker (package picker) sees what ext_proc sees: a request's end at its first token (Envoy closes the ext_proc stream once the response headers are through), the engines' queues, saturation and running requests through the " + scrape + " scrape. " +
 		"The GIE-style scorer reads the engines' queues and KV usage live (its 50 ms scrape). " +
 		"Load is the mean demand over the fleet's saturation throughput measured without prefix caching. " +
 		"Figures are means over the seeds. Two SLOs, MLPerf Inference's for Llama-3.1-8B applied to each request: goodput and *within SLO* count requests whose time to first token is within 2 s (its server scenario); " +
 		"*interactive* counts those within 500 ms to the first token and 30 ms per output token after it (its interactive scenario). TPOT p99 is the 99th percentile of requests' time per output token. Hit is the share of prompt tokens the engines' prefix caches held; " +
 		"imbalance is the busiest replica's requests over its cluster's mean. Ratios are to Envoy's least request.\n\n")
 	if hasLoRA {
-		b.WriteString("With LoRA adapters, the GIE-style scorer adds GIE's lora-affinity-scorer (weight 1 beside queue 2, KV 2 and prefix 3: 1 when the adapter runs on the replica, 0.8 when it has a free adapter slot, 0.6 when the adapter only waits there, else 0), reading the engines' `vllm:lora_requests_info` live; ILB's picker reads it through the "+scrape+" scrape. " +
+		b.WriteString("With LoRA adapters, the GIE-style scorer adds GIE's lora-affinity-scorer (weight 1 beside queue 2, KV 2 and prefix 3: 1 when the adapter runs on the replica, 0.8 when it has a free adapter slot, 0.6 when the adapter only waits there, else 0), reading the engines' `vllm:lora_requests_info` live; ILB's picker reads it through the " + scrape + " scrape. " +
 			"*Adapter load* is, per completed request of an adapter, the mean time its engine spent loading adapters (from disk, or into a GPU slot) in the steps that scheduled it; *slot wait* the mean time it waited for an adapter slot (vLLM's `max_loras`); *past a replica with it* the share of adapter requests sent to a replica whose engine did not hold the adapter in a GPU slot while another replica of the cluster did and was not saturated (read live at the decision).\n\n")
 	}
 	start := time.Now()

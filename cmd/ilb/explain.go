@@ -224,7 +224,7 @@ func printReplica(p func(label, format string, args ...any), rd *decision.Replic
 			picker.AdapterSlot:     "a free adapter slot (or the adapter, but saturated, with more of its requests than the replicas holding it take): no replica had it loaded with headroom",
 			picker.AdapterFull:     "every replica's adapter slots are taken by other adapters: it waits for one",
 			picker.AdapterSlotWait: "has the adapter's requests, but its engine ran max_lora other adapters at its last scrape: they wait there for a slot; no replica ran the adapter with headroom, and the others would load it",
-			picker.AdapterSpread:   "a free adapter slot, ranked with the replicas holding the adapter: a holder's engine is compute-bound (requests wait there for the batch, none for an adapter slot), and the adapter's share of the cluster's requests asks for more replicas than hold it or that holder's queue lasted over its last two scrapes without shrinking",
+			picker.AdapterSpread:   "a free adapter slot, ranked with the replicas holding the adapter: a holder's engine is compute-bound (requests wait there for the batch, none for an adapter slot), and the adapter's share of the cluster's requests asks for more replicas than hold it or that holder's queue lasted, at every scrape over 750 ms, without shrinking",
 		}[c.Adapter]
 		p("", "adapter tier %s: %s; only replicas of that tier were candidates", c.Adapter, tier)
 	}

@@ -72,14 +72,14 @@ func TestPrintSignalsDiscoveryStale(t *testing.T) {
 func TestPrintSignalsCapacity(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	v := signalsView{Signals: &signals.Snapshot{At: now}, Capacity: []capacity.Estimate{
-		{Cluster: "us-east-vllm", PerReplica: 4000, Prior: 12000, Saturation: 4100, Backlog: 1600, Confidence: 0.99, From: capacity.FromOverload, Measured: 4050, SlowShare: 0.5, Evidence: "queued two intervals in a row"},
+		{Cluster: "us-east-vllm", PerReplica: 4000, Prior: 12000, Saturation: 4100, Backlog: 1600, Confidence: 0.99, From: capacity.FromOverload, Measured: 4050, SlowShare: 0.5, Evidence: "queued for 12s"},
 		{Cluster: "eu-west-tgi", PerReplica: 6000, Prior: 6000, Saturation: 6000, From: capacity.FromPrior, SlowShare: -1, Evidence: "no evidence yet: the configured profile"},
 	}}
 	var b bytes.Buffer
 	printSignals(&b, v, "", now)
 	for _, w := range []string{
 		"CLUSTER       PLANNED  PRIOR  SATURATION  BACKLOG  CONFIDENCE  FROM      MEASURED  SLOW TTFT  EVIDENCE",
-		"us-east-vllm  4000     12000  4100        1600     99%         overload  4050      50.0%      queued two intervals in a row",
+		"us-east-vllm  4000     12000  4100        1600     99%         overload  4050      50.0%      queued for 12s",
 		"eu-west-tgi   6000     6000   6000        0        0%          prior     0         unknown    no evidence yet: the configured profile",
 	} {
 		if !strings.Contains(b.String(), w) {
