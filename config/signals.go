@@ -15,7 +15,10 @@ type Signals struct {
 	// ready replica, as before any signal.
 	Disabled bool `yaml:"disabled,omitempty" json:"disabled,omitempty"`
 	// Interval between scrapes of one replica (jittered by ±10%); default
-	// 1s.
+	// 1s. The request path's rules read what the scrapes show in time
+	// (a queue or an overload lasts when seen at every scrape over
+	// 750 ms), but rates are over one interval and the health rules count
+	// probes (UnhealthyAfter, StaleAfter), with Timeout at most Interval.
 	Interval Duration `yaml:"interval" json:"interval"`
 	// Timeout of one scrape or probe; default 500ms, at most Interval.
 	Timeout Duration `yaml:"timeout" json:"timeout"`
