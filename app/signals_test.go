@@ -62,7 +62,10 @@ func TestOlderSignalsSnapshotIsDropped(t *testing.T) {
 // TestOverloadHoldsAcrossSnapshots: the fast loop's view carries an
 // overload from one snapshot to the next (live.FromSignals' hold): a
 // cluster over the TTFT target for capacity.LastingFor (two 1 s
-// intervals) stays overloaded while its queue lasts, then not.
+// intervals) stays overloaded while its queue lasts, then not. The
+// monitor publishes a snapshot at every saturation mark's change too, so
+// views come closer together than an interval: two of them over the
+// target 100 ms apart are a burst, not a sustained overload.
 func TestOverloadHoldsAcrossSnapshots(t *testing.T) {
 	a, ctx := startDemo(t, func(c *config.Config) { c.Signals.Disabled = true; c.Envoy.EDSMinInterval = 0 })
 	const name = "eu-west-tgi"
@@ -79,9 +82,12 @@ func TestOverloadHoldsAcrossSnapshots(t *testing.T) {
 		want bool
 	}{
 		{"first tokens late with a queue", snap(t0, 4, 2), true},
-		{"late again", snap(t0.Add(time.Second), 4, 2), true},
-		{"in time, the queue still there", snap(t0.Add(2*time.Second), 3, 0), true},
-		{"the queue gone", snap(t0.Add(3*time.Second), 0, 0), false},
+		{"a view 100 ms later, late", snap(t0.Add(100*time.Millisecond), 4, 2), true},
+		{"in time 100 ms later: not held", snap(t0.Add(200*time.Millisecond), 3, 0), false},
+		{"late from 300 ms", snap(t0.Add(300*time.Millisecond), 4, 2), true},
+		{"late again", snap(t0.Add(1300*time.Millisecond), 4, 2), true},
+		{"in time, the queue still there", snap(t0.Add(2300*time.Millisecond), 3, 0), true},
+		{"the queue gone", snap(t0.Add(3300*time.Millisecond), 0, 0), false},
 	} {
 		a.onSignals(ctx, tc.snap, nil)
 		if got := a.live.Clusters[name].Overloaded; got != tc.want {
