@@ -290,8 +290,9 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 	dt := o.At.Sub(st.lastAt)
 	st.lastAt = o.At
 	if o.Replicas <= 0 || !finiteNonNeg(o.Waiting, o.Running, o.KVUsage, o.PromptTokensPerSecond, o.GenerationTokensPerSecond, o.FirstTokensPerSecond, o.SlowFirstTokensPerSecond) {
-		st.calm = 0
-		st.busySince, st.queuedSince = time.Time{}, time.Time{}
+		// No evidence: a queue's run starts again, a busy one goes on
+		// (as when both were counted in intervals).
+		st.calm, st.queuedSince = 0, time.Time{}
 		return false
 	}
 	n := float64(o.Replicas)

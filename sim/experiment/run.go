@@ -22,10 +22,6 @@ import (
 
 // Timing of the world around the replicas.
 const (
-	// probeRetry is how long after a crash ILB's signals see it: the
-	// failed probe's retry (signals.retry_delay, 200 ms) after the first
-	// scrape that finds it down.
-	probeRetry = 200 * time.Millisecond
 	// detectDelay is how long Envoy keeps sending to a crashed replica
 	// before its health checks (or ILB's EDS) take it out; requests sent
 	// meanwhile are retried once on another host of the cluster.

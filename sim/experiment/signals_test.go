@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -32,6 +33,46 @@ func TestSignalsInterval(t *testing.T) {
 			}
 			if s := cfg.Signals; s.Timeout.Std() > tt.want || s.RetryDelay.Std() > tt.want {
 				t.Errorf("timeout %v, retry delay %v; want at most the interval %v", s.Timeout, s.RetryDelay, tt.want)
+			}
+		})
+	}
+}
+
+// TestSignalsIntervalReachesTheRun: a scenario's SignalsInterval sets
+// when the run's signals rounds happen: over a run of 10.25 s the last
+// round is the first at or past its end, 10.25 s at 250 ms, 11 s at the
+// default 1 s.
+func TestSignalsIntervalReachesTheRun(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		interval time.Duration
+		last     time.Duration
+	}{
+		{"default", 0, 11 * time.Second},
+		{"250 ms", 250 * time.Millisecond, 10250 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := LookupScenario("diurnal", 10250*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.SignalsInterval = tt.interval
+			p, _ := LookupPolicy("ilb")
+			reqs, err := s.Workload(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := newRunner(Options{Scenario: s, Policy: p, Seed: 1, Requests: reqs, Capacity: map[string]float64{
+				"llama-3-8b/h100": 3000, "llama-3-8b/a100-80gb": 1500,
+			}, Window: s.Duration / 60})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.snap.At.Sub(epoch); got != tt.last {
+				t.Errorf("last signals round at %v; want %v", got, tt.last)
 			}
 		})
 	}

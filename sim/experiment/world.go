@@ -96,8 +96,8 @@ func (r *runner) signalsEvery() time.Duration { return r.cfg.Signals.Interval.St
 
 // refreshSignals is one round of ILB's engine signals, as package signals
 // sees the replicas: a crash is seen once a probe fails and its retry
-// does too (probeRetry after the failure, at the first scrape after
-// that); other changes at the next scrape. Each replica's scrape (the
+// does too (signals.retry_delay after the failure, at the first scrape
+// after that); other changes at the next scrape. Each replica's scrape (the
 // network edge: what its engine's /metrics says) is read from its model;
 // from there on, the product's code: the snapshot's summaries
 // (signals.NewSnapshot), the fast loop's live state (live.FromSignals),
@@ -113,7 +113,7 @@ func (r *runner) refreshSignals() {
 		busy := 0
 		for _, ri := range c.replicas {
 			rep := r.replicas[ri]
-			if rep.state != lcFailed || now-rep.since >= probeRetry {
+			if rep.state != lcFailed || now-rep.since >= r.cfg.Signals.RetryDelay.Std() {
 				rep.seen = rep.state
 			}
 			if rep.state == lcReady || rep.state == lcWarming || (rep.state == lcDraining && rep.m.Load().Running+rep.m.Load().Waiting > 0) {
