@@ -105,7 +105,7 @@ func TestSimCommandSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout, _, err := runCmd(t, "sim", "--scenario", "long-prompt", "--duration", "2m", "--policies", "proportional,waterfall,ilb",
-		"--loads", "0.5,0.3", "--slo", "3s", "--report", report)
+		"--loads", "0.5,0.3", "--slo", "3s", "--signals-interval", "500ms", "--report", report)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestSimCommandSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(b)
-	for _, want := range []string{"# Benchmarks", sectionMarker + "results -->", "### drain", sectionMarker + "sweep -->", "### Load sweep: long-prompt (2m0s simulated per load, seed 1)"} {
+	for _, want := range []string{"# Benchmarks", sectionMarker + "results -->", "### drain", sectionMarker + "sweep -->", "## Results (1m0s simulated per scenario, seed 1)\n", "### Load sweep: long-prompt (2m0s simulated per load, seed 1, signals.interval 500ms)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}

@@ -88,11 +88,20 @@ func splitSections(generated string) ([]string, map[string]string) {
 	return names, bodies
 }
 
+// intervalNote names a signals.interval other than the default, for a
+// report's headings ("" at the default).
+func (o simOptions) intervalNote() string {
+	if o.signalsEvery == 0 {
+		return ""
+	}
+	return ", signals.interval " + o.signalsEvery.String()
+}
+
 func writeResults(b *strings.Builder, path, plots, format string, o simOptions, all [][]*experiment.Result) error {
 	if o.load > 0 {
-		fmt.Fprintf(b, "## Results at load %.2f: each workload scaled to %.0f%% of the fleet's measured saturation throughput (%s simulated per scenario, seed %d)\n\n", o.load, 100*o.load, o.duration, o.seed)
+		fmt.Fprintf(b, "## Results at load %.2f: each workload scaled to %.0f%% of the fleet's measured saturation throughput (%s simulated per scenario, seed %d%s)\n\n", o.load, 100*o.load, o.duration, o.seed, o.intervalNote())
 	} else {
-		fmt.Fprintf(b, "## Results (%s simulated per scenario, seed %d)\n\n", o.duration, o.seed)
+		fmt.Fprintf(b, "## Results (%s simulated per scenario, seed %d%s)\n\n", o.duration, o.seed, o.intervalNote())
 	}
 	b.WriteString("ILB's ratios to each baseline (goodput: higher is better; p99 TTFT: lower is better):\n\n")
 	if err := experiment.WriteSummary(b, all); err != nil {
@@ -131,7 +140,7 @@ func writeResults(b *strings.Builder, path, plots, format string, o simOptions, 
 
 func writeSweeps(b *strings.Builder, o simOptions, sweeps []experiment.Sweep) {
 	for _, sw := range sweeps {
-		fmt.Fprintf(b, "### Load sweep: %s (%s simulated per load, seed %d)\n\n", sw.Workload, o.duration, o.seed)
+		fmt.Fprintf(b, "### Load sweep: %s (%s simulated per load, seed %d%s)\n\n", sw.Workload, o.duration, o.seed, o.intervalNote())
 		if n := o.traceNote(); n != "" {
 			fmt.Fprintf(b, "%s. ", n)
 		}
