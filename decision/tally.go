@@ -30,10 +30,14 @@ const (
 	// round trip included (join the shortest queue).
 	ReasonBalanced = "balanced"
 	ReasonSteered  = "steered" // moved off a queued cluster by graded steering
+	// ReasonWithinTarget: the cluster it was going to could not give its
+	// first token within controller.capacity.ttft_target (its queue plus
+	// this prompt's prefill there); another could.
+	ReasonWithinTarget = "within_target"
 )
 
 // RoutedReasons are the reason codes of routed requests.
-var RoutedReasons = [...]string{ReasonWeighted, ReasonSession, ReasonRedrawn, ReasonBalanced, ReasonSteered}
+var RoutedReasons = [...]string{ReasonWeighted, ReasonSession, ReasonRedrawn, ReasonBalanced, ReasonWithinTarget, ReasonSteered}
 
 // Routed is how many of the records counted were routed.
 func (t Tally) Routed() int {

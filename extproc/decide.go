@@ -29,6 +29,7 @@ const (
 	reasonRedrawn  = decision.ReasonRedrawn
 	reasonSteered  = decision.ReasonSteered
 	reasonBalanced = decision.ReasonBalanced
+	reasonTarget   = decision.ReasonWithinTarget
 	// reasonLocalReply: Envoy answered the request itself before ILB
 	// decided (a body over envoy.request_buffer_bytes: 413).
 	reasonLocalReply = "local_reply"
@@ -114,7 +115,8 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	} else {
 		draw = s.opts.Rand()
 	}
-	req := route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost, Prompt: x.prompt}
+	req := route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost, Prompt: x.prompt,
+		Target: s.opts.Config.Controller.Capacity.TTFTTarget.Std().Seconds()}
 	tt := s.tenants[src.name][model]
 	if tt != nil && x.metered() {
 		// A tenant past its budget is refused before anything counts
@@ -190,6 +192,10 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	if d.Balanced {
 		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)
 		rec.Reason = reasonBalanced
+	}
+	if d.Reached {
+		rec.Redrawn = reachedWhy(rec.Redrawn, c.targets[d.ReachedFrom].Cluster, c.targets[d.Chosen].Cluster, req.Prompt, req.Target, d.FirstAt, d.ReachAt, d.ReachAmong)
+		rec.Reason = reasonTarget
 	}
 	if d.Steered { // graded by queue pressure, where the engines give no TTFT
 		from := c.targets[d.SteeredFrom].Cluster
@@ -368,6 +374,21 @@ func (c *cell) noCapacityWhy(ls *live.State, ar *adapterRoute) string {
 func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
 	why := fmt.Sprintf("%s would begin it in %.0f ms (the queue ahead: the work ILB sent there that its engines have not begun, or the queue they report), %s in %.0f ms, the soonest of the clusters the request may use, round trip included: moved there",
 		from, 1000*waitFrom, to, 1000*waitTo)
+	if before != "" {
+		return before + "; then " + why
+	}
+	return why
+}
+
+// reachedWhy says why a request left from, where its first token was
+// predicted past the TTFT target, for to.
+func reachedWhy(before, from, to string, prompt, target, fromAt, toAt float64, among int) string {
+	others := fmt.Sprintf("%d other clusters would give it within the target: drawn among them", among)
+	if among == 1 {
+		others = "one other cluster would give it within the target"
+	}
+	why := fmt.Sprintf("%s would give its first token in about %.0f ms (its queue and the prefill of %.0f prompt tokens), past the %.0f ms TTFT target (controller.capacity.ttft_target); %s: %s, in about %.0f ms",
+		from, 1000*fromAt, prompt, 1000*target, others, to, 1000*toAt)
 	if before != "" {
 		return before + "; then " + why
 	}

@@ -280,6 +280,43 @@ func TestEngineQueueBalances(t *testing.T) {
 	}
 }
 
+// TestSlowPrefillMovesWithinTarget: through a real stream, a request
+// drawn to a cluster whose engines would prefill its prompt past the
+// TTFT target (controller.capacity.ttft_target, 2 s by default) goes to
+// one that gives it within the target, with nothing queued anywhere;
+// the record says why. When every cluster would miss it, the draw stands.
+func TestSlowPrefillMovesWithinTarget(t *testing.T) {
+	h := start(t, true)
+	publishQwen(t, h, weights.ShedFractions{})
+	calm := live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10, PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}
+	ls := allClusters(h.cfg, calm)
+	slow := ls.Clusters["eu-west-vllm"]
+	slow.PrefillPerToken = 0.1 // 100 prompt tokens or so: 10 s
+	ls.Clusters["eu-west-vllm"] = slow
+	h.srv.SetLive(ls)
+	done := respHeaders(":status", "200")
+	// The draw (4242) falls on eu-west-vllm.
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	rec, ok := h.srv.Decisions().Get("req-1")
+	if !ok {
+		t.Fatal("no record")
+	}
+	if rec.Chosen == "eu-west-vllm" || rec.Reason != decision.ReasonWithinTarget || !strings.Contains(rec.Redrawn, "eu-west-vllm would give its first token in about") ||
+		!strings.Contains(rec.Redrawn, "past the 2000 ms TTFT target") || !strings.Contains(rec.Redrawn, "2 other clusters would give it within the target") {
+		t.Errorf("eu-west-vllm prefilling past the target: %s (%s, %q); want moved within the target, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
+	}
+	for _, c := range []string{"us-east-vllm", "eu-west-tgi"} {
+		cl := ls.Clusters[c]
+		cl.PrefillPerToken = 0.1
+		ls.Clusters[c] = cl
+	}
+	h.srv.SetLive(ls)
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	if rec, _ := h.srv.Decisions().Get("req-1"); rec.Chosen != "eu-west-vllm" || rec.Reason != decision.ReasonWeighted {
+		t.Errorf("every cluster past the target: %s (%s, %q); want eu-west-vllm by weight", rec.Chosen, rec.Reason, rec.Redrawn)
+	}
+}
+
 // TestAwaitingWorkBalances: balancing through real streams, by the work
 // ext_proc sent and has not heard back from. With nothing awaiting, the
 // draw (eu-west-tgi) stands; with one of ext_proc's requests awaiting its

@@ -261,6 +261,11 @@ type Request struct {
 	// Prompt is its prompt's estimated tokens (≥ 0): with each cluster's
 	// Signal.PrefillPerToken, how long its prefill takes there.
 	Prompt float64
+	// Target is the time to first token the engines should give the
+	// request, in seconds, network aside (controller.capacity.ttft_target;
+	// 0: none): a request the chosen cluster cannot serve within it moves
+	// to one that can (see reach).
+	Target float64
 	// Tenanted: ShedFraction, in [0, 1], is the planned shed fraction of
 	// this request's tenant in place of the cell's for its priority: the
 	// cell's spread over its tenants, those above their weighted fair
@@ -328,6 +333,15 @@ type Decision struct {
 	// prompt's prefill on the chosen target and on it.
 	Kept                             bool
 	PrefillFirst, PrefillAlternative float64
+	// Reached: the request's first token was predicted at FirstAt
+	// seconds on ReachedFrom (the target drawn, redrawn or balanced to),
+	// past Request.Target, and within it on ReachAmong others; it was
+	// drawn among those, and is predicted at ReachAt on Chosen (see
+	// reach).
+	Reached          bool
+	ReachedFrom      int
+	ReachAmong       int
+	FirstAt, ReachAt float64
 	// OverShare: refused (Overloaded) as part of its tenant's demand
 	// above an equal share, under measured overload (Request.OverShare).
 	OverShare bool

@@ -71,6 +71,7 @@ var reasonMeaning = map[string]string{
 	"session":         "the draw is the session key's hash: the session sticks to one cluster",
 	"redrawn":         "the drawn cluster is excluded now: drawn again among the rest",
 	"balanced":        "another reachable cluster would begin this request sooner, round trip included, by the larger of the work ILB has waiting there and the queue its engines report: it took the request (join the shortest queue)",
+	"within_target":   "the cluster it was going to could not give its first token within the TTFT target (controller.capacity.ttft_target), by its queue and this prompt's prefill there (a slower GPU, a long prompt): drawn again among the clusters that could",
 	"steered":         "the drawn cluster's engines (without a TTFT histogram) queue more per running request than another's: moved to one with less, with the probability the difference justifies",
 	"models":          "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
 	"shed":            "the controller planned to shed part of this priority (its tenant's share of it, with fair shedding) and the engines confirmed the overload: the cluster it would go to was overloaded",

@@ -32,6 +32,11 @@ type Record struct {
 	// (seconds; 0 when it compared none).
 	Balanced                   bool
 	WaitDrawn, WaitAlternative float64
+	// WithinTarget: moved because the cluster it was going to would have
+	// given its first token past the TTFT target (route's reach); FirstAt
+	// is that prediction (seconds; 0 when not moved).
+	WithinTarget bool
+	FirstAt      float64
 	// Predicted is the chosen cluster's predicted TTFT at the decision
 	// (seconds; -1 unknown), Awaiting ILB's requests that awaited their
 	// first token there, FirstTokensPerSecond its engines' rate over the
@@ -61,14 +66,14 @@ var outcomeNames = [...]string{routed: "routed", shedPlanned: "shed", shedSat: "
 // WriteRecords writes records as CSV with a header line.
 func WriteRecords(w io.Writer, recs []Record) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"at_s", "source", "tenant", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good", "replica", "adapter", "adapter_tier", "past_holder"})
+	_ = cw.Write([]string{"at_s", "source", "tenant", "priority", "prompt", "output", "drawn", "cluster", "steered", "keep", "balanced", "wait_drawn_s", "wait_alternative_s", "predicted_ttft_s", "awaiting", "first_tokens_per_s", "overloaded", "outcome", "ttft_s", "good", "replica", "adapter", "adapter_tier", "past_holder", "within_target", "first_at_s"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, r := range recs {
 		_ = cw.Write([]string{
 			f(r.At.Seconds()), r.Source, r.Tenant, r.Priority, strconv.Itoa(r.Prompt), strconv.Itoa(r.Output), r.Drawn, r.Cluster,
 			strconv.FormatBool(r.Steered), f(r.Keep), strconv.FormatBool(r.Balanced), f(r.WaitDrawn), f(r.WaitAlternative), f(r.Predicted), strconv.Itoa(r.Awaiting), f(r.FirstTokensPerSecond),
 			strconv.FormatBool(r.Overloaded), r.Outcome, f(r.TTFT.Seconds()), strconv.FormatBool(r.Good),
-			r.Replica, r.Adapter, r.AdapterTier, strconv.FormatBool(r.PastHolder),
+			r.Replica, r.Adapter, r.AdapterTier, strconv.FormatBool(r.PastHolder), strconv.FormatBool(r.WithinTarget), f(r.FirstAt),
 		})
 	}
 	cw.Flush()
@@ -87,6 +92,7 @@ func (r *runner) noteDecision(i int, d route.Decision, rc *routeCell) {
 	}
 	x.Steered, x.Keep = d.Steered, d.Keep
 	x.Balanced, x.WaitDrawn, x.WaitAlternative = d.Balanced, d.WaitFirst, d.WaitAlternative
+	x.WithinTarget, x.FirstAt = d.Reached, d.FirstAt
 	if d.Chosen < 0 {
 		return
 	}

@@ -39,11 +39,12 @@ func (r *runner) arrive(i int) {
 		var rc *routeCell
 		awaiting, work := r.awaiting()
 		est, prompt := r.limits[mi].Estimate(float64(q.Prompt), true, 0)
+		target := r.slo.TTFTTarget.Std().Seconds()
 		var tt *tenant.Table
 		if r.tenants != nil {
 			tt = r.tenants[si][mi]
 		}
-		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est, Prompt: prompt}, r.live, awaiting, work, r.opts.Policy.FastLoop,
+		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est, Prompt: prompt, Target: target}, r.live, awaiting, work, r.opts.Policy.FastLoop,
 			tt, q.Tenant, epoch.Add(r.clock.now))
 		if r.records != nil {
 			r.noteDecision(i, d, rc)
