@@ -99,7 +99,9 @@ type CapacityLearning struct {
 	Mode string `yaml:"mode" json:"mode"`
 	// TTFTTarget is the time to first token the engines should give,
 	// measured at the engine (the engines' own TTFT histograms), without
-	// the network; default 2s.
+	// the network; default 2s. The capacity estimator learns against it,
+	// and ext_proc moves a request whose predicted first token on the
+	// chosen cluster is past it to a cluster predicted within it.
 	TTFTTarget Duration `yaml:"ttft_target" json:"ttft_target"`
 	// TTFTQuantile is the share of requests that should get it, in
 	// (0, 1); default 0.99.

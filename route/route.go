@@ -37,7 +37,10 @@
 //     moved to the cluster that would begin the request soonest, round
 //     trip included, when that is sooner (balancing: join the shortest
 //     queue, by the work this router sent there and the queue the
-//     engines report).
+//     engines report); then, when the cluster it is going to would give
+//     its first token past the TTFT target (Request.Target) by its wait
+//     and the prompt's prefill there, drawn again among the clusters
+//     predicted within it (see reach).
 //
 // With tenants (Request.Tenanted), the planned fraction of rule 2 is the
 // tenant's share of the cell's (tenant.Table: those above their weighted
