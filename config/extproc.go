@@ -33,9 +33,10 @@ type ExtProc struct {
 	LiveTTL Duration `yaml:"live_ttl" json:"live_ttl"`
 	// Steering moves a request off the cluster Envoy's draw picked when
 	// another cluster it may use would begin it sooner, round trip
-	// included (balancing by the queue ahead), or, where the engines give
-	// no TTFT, has less queue pressure (docs/architecture.md); default
-	// true. false:
+	// included (balancing by the queue ahead), when the drawn one would
+	// give its first token past controller.capacity.ttft_target and
+	// another within it, or, where the engines give no TTFT, when another
+	// has less queue pressure (docs/architecture.md); default true. false:
 	// requests follow the weights (and the redraw off an excluded
 	// cluster) only, e.g. to check a plan or compare with it.
 	Steering bool `yaml:"steering" json:"steering"`

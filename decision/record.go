@@ -84,7 +84,7 @@ type Record struct {
 	// Redrawn says why the first draw's cluster was passed over.
 	Redrawn string `json:"redrawn,omitempty"`
 	// Reason is a short code: a routed reason (RoutedReasons: weighted, session,
-	// redrawn, balanced, steered), the code of
+	// redrawn, balanced, within_target, steered), the code of
 	// a rejection (model_not_found, invalid_json, shed, overloaded,
 	// no_capacity, ...), models (ILB's model list), or local_reply (Envoy
 	// answered, Status, before ILB decided).

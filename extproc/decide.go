@@ -187,7 +187,11 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		rec.Reason = reasonRedrawn
 	}
 	if d.Kept {
-		rec.Redrawn = keptWhy(rec.Redrawn, c.targets[d.Chosen].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative, d.PrefillFirst, d.PrefillAlternative)
+		on := d.Chosen
+		if d.Reached { // kept by balancing, then moved within the target
+			on = d.ReachedFrom
+		}
+		rec.Redrawn = keptWhy(rec.Redrawn, c.targets[on].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative, d.PrefillFirst, d.PrefillAlternative)
 	}
 	if d.Balanced {
 		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)

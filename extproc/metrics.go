@@ -51,7 +51,7 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_decisions_total",
-			Help: "Requests routed by ext_proc, by source, model, chosen cluster and reason (weighted, session).",
+			Help: "Requests routed by ext_proc, by source, model, chosen cluster and reason (weighted, session, redrawn, balanced, within_target, steered).",
 		}, []string{"source", "model", "cluster", "reason"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_rejections_total",

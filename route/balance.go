@@ -22,7 +22,7 @@ func (c *Cell) choose(d *Decision, rem []int, live []Signal, req Request, satura
 	if !saturated {
 		c.balance(d, live, req.Prompt)
 		c.reach(d, live, req)
-		if !live[d.Chosen].TTFTKnown {
+		if !d.Reached && !live[d.Chosen].TTFTKnown {
 			c.grade(d, rem, live, req.Draw)
 		}
 	}

@@ -9,11 +9,12 @@ import "math"
 // prefill there (Request.Prompt × Signal.PrefillPerToken),
 // and when the chosen target's prediction is past the target while
 // others' are within it, the request is drawn again (by weight, with
-// its own draw) among those. Targets excluded, saturated or overloaded
-// are never candidates, and nothing moves when either figure is
-// unknown (no prefill speed measured, no capacity) or when no target
-// can meet the target: a request that misses everywhere stays where
-// the plan put it.
+// its own draw) among those that are also sooner round trip included.
+// Targets excluded, saturated or overloaded are never candidates, and
+// nothing moves when either figure is unknown (no prefill speed
+// measured, no capacity) or when no target can meet the target: a
+// request that misses everywhere stays where the plan put it. Graded
+// steering does not move a request afterwards.
 //
 // Balancing compares queues and only stops a move for a slower prefill
 // (see slower): a long prompt drawn to a slower GPU stays there when no
@@ -36,17 +37,23 @@ func (c *Cell) reach(d *Decision, live []Signal, req Request) {
 		return
 	}
 	first, ok := c.firstToken(d.Chosen, live, req.Prompt)
-	if !ok || first <= req.Target {
+	if !ok || !(first > req.Target) { // NaN: unknown, nothing moves
 		return
 	}
 	var fit [8]int // most cells have fewer targets: no allocation
 	within := fit[:0]
+	weighted := 0
 	for i := range c.weights {
 		if i == d.Chosen || live[i].Excluded || live[i].Saturated || live[i].Overloaded {
 			continue
 		}
-		if at, ok := c.firstToken(i, live, req.Prompt); ok && at <= req.Target {
+		// Within the target, and sooner round trip included: never later
+		// for the client, where a farther cluster is only just faster.
+		if at, ok := c.firstToken(i, live, req.Prompt); ok && at <= req.Target && c.rtt[i]+at < c.rtt[d.Chosen]+first {
 			within = append(within, i)
+			if c.weights[i] > 0 {
+				weighted++
+			}
 		}
 	}
 	if len(within) == 0 {
@@ -54,7 +61,11 @@ func (c *Cell) reach(d *Decision, live []Signal, req Request) {
 	}
 	to, _ := c.pickAmong(within, req.Draw)
 	at, _ := c.firstToken(to, live, req.Prompt)
-	d.Reached, d.ReachedFrom, d.FirstAt, d.ReachAt, d.ReachAmong = true, d.Chosen, first, at, len(within)
+	among := len(within)
+	if weighted > 0 {
+		among = weighted // the draw is by weight: spill targets only when none has any
+	}
+	d.Reached, d.ReachedFrom, d.FirstAt, d.ReachAt, d.ReachAmong = true, d.Chosen, first, at, among
 	d.Chosen = to
 }
 

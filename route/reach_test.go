@@ -29,6 +29,12 @@ func TestReach(t *testing.T) {
 	excluded.Excluded = true
 	infinite := slow
 	infinite.PrefillPerToken = math.Inf(1)
+	nanWork := slow
+	nanWork.Work, nanWork.Awaiting = math.NaN(), 2
+	farQueued := fast
+	farQueued.QueueWait, farQueued.Queued = 0.875, true // 0.875 + 1.025 s
+	pressed := fast
+	pressed.Pressure = 2
 	tests := []struct {
 		name    string
 		ts      []route.Target
@@ -54,6 +60,14 @@ func TestReach(t *testing.T) {
 		{"never without a capacity to tell the wait", []route.Target{at(1000), {Weight: 0, RTT: 0.001}}, []route.Signal{slow, fast}, 60000, 2, 0, 0, 0},
 		// Of two that can, the one with weight takes it (drawn by weight).
 		{"drawn by weight among those within the target", []route.Target{at(1000), at(0), at(500)}, []route.Signal{slow, fast, fast}, 60000, 2, 2, 3, 1.5},
+		{"an unknown wait (NaN work) moves nothing", []route.Target{at(1000), at(0)}, []route.Signal{nanWork, fast}, 60000, 2, 0, 0, 0},
+		// 2.05 s here, 1.9 s at a cluster 300 ms away: within the target
+		// there, but later for the client.
+		{"not farther away for a later first token", []route.Target{at(1000), {Weight: 0, RTT: 0.3, Capacity: 1000}}, []route.Signal{slow, farQueued}, 41000, 2, 0, 0, 0},
+		{"farther away when sooner, round trip included", []route.Target{at(1000), {Weight: 0, RTT: 0.3, Capacity: 1000}}, []route.Signal{slow, fast}, 41000, 2, 1, 2.05, 1.025},
+		// Moved to a cluster whose engines give no TTFT and more queue
+		// pressure: graded steering would send it back.
+		{"graded steering does not take it back", []route.Target{at(1000), at(0)}, []route.Signal{slow, pressed}, 60000, 2, 1, 3, 1.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,5 +101,47 @@ func TestReachNotWhenSteeringIsOff(t *testing.T) {
 	d := route.Decide(c, live, route.Request{Priority: weights.Standard, Draw: 7, Prompt: 60000, Target: 2, NoSteer: true})
 	if d.Chosen != 0 || d.Reached {
 		t.Fatalf("chosen %d, reached %v; want 0, not moved", d.Chosen, d.Reached)
+	}
+}
+
+// TestReachAfterKept: balancing kept the request off a cluster with a
+// shorter queue for its slower prefill; past the target where it was
+// kept, it then moves to a cluster within it, and the decision says
+// both.
+func TestReachAfterKept(t *testing.T) {
+	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}
+	a100 := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-5, QueueWait: 0.5, Queued: true}   // 0.5 + 3 s
+	slowest := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}                              // 0 + 6 s
+	h100 := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 2.5e-5, QueueWait: 0.5, Queued: true} // 0.5 + 1.5 s
+	d := route.Decide(route.NewCell(ts, weights.ShedFractions{}), []route.Signal{a100, slowest, h100}, route.Request{Priority: weights.Standard, Draw: 7, Prompt: 60000, Target: 2})
+	if !d.Kept || d.Alternative != 1 || !d.Reached || d.ReachedFrom != 0 || d.Chosen != 2 {
+		t.Fatalf("kept %v (alternative %d), reached %v from %d, chosen %d; want kept off 1, then moved from 0 to 2", d.Kept, d.Alternative, d.Reached, d.ReachedFrom, d.Chosen)
+	}
+}
+
+// TestReachDrawsByWeight: among several clusters within the target, the
+// request's draw picks by their weights.
+func TestReachDrawsByWeight(t *testing.T) {
+	ts := []route.Target{{Weight: 1000, Capacity: 1000}, {Weight: 100, Capacity: 1000}, {Weight: 900, Capacity: 1000}}
+	slow := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-5}
+	fast := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 2.5e-5}
+	c := route.NewCell(ts, weights.ShedFractions{})
+	counts := make([]int, len(ts))
+	moved := 0
+	for draw := range uint64(20000) {
+		d := route.Decide(c, []route.Signal{slow, fast, fast}, route.Request{Priority: weights.Standard, Draw: draw * 0x9e3779b97f4a7c15, Prompt: 60000, Target: 2})
+		if d.Reached {
+			moved++
+			counts[d.Chosen]++
+			if d.ReachAmong != 2 {
+				t.Fatalf("among %d; want 2", d.ReachAmong)
+			}
+		}
+	}
+	if moved == 0 || counts[0] != 0 {
+		t.Fatalf("moved %d, counts %v; want target 0's draws moved", moved, counts)
+	}
+	if share := float64(counts[2]) / float64(moved); math.Abs(share-0.9) > 0.02 {
+		t.Errorf("target 2 took %.3f of the moved draws; want 0.9 (its weight's share)", share)
 	}
 }

@@ -72,9 +72,9 @@ func TestDecisionParity(t *testing.T) {
 	for _, c := range f.Clusters {
 		names = append(names, c.Name)
 	}
-	rng := rand.New(rand.NewPCG(7, 11))
+	rng := rand.New(rand.NewPCG(8, 11))
 	seen := map[string]int{}
-	const versions, perVersion = 40, 25
+	const versions, perVersion = 100, 25
 	for v := range versions {
 		w := randomWeights(t, f, rng, now)
 		if err := srv.Publish(t.Context(), w); err != nil {
@@ -97,12 +97,15 @@ func TestDecisionParity(t *testing.T) {
 			u := float64(ubits>>11) / (1 << 53) // as extproc turns a draw into [0, 1)
 			q.push(draw, ubits)
 			id := fmt.Sprintf("v%d-r%d", v, n)
+			// Prompts from a few tokens to tens of thousands, so that some
+			// would miss the TTFT target by their prefill alone.
+			content := strings.Repeat("x", rng.IntN(4)*rng.IntN(60000)+2)
 			resps := extproctest.Send(t, client, f.Sources[si].Name,
 				&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 					Headers: extproctest.Headers(":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id, header.Priority, prio.String()),
 				}}},
 				&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
-					Body: []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`), EndOfStream: true,
+					Body: []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"` + content + `"}]}`), EndOfStream: true,
 				}}},
 			)
 			rec, ok := srv.Decisions().Get(id)
@@ -112,7 +115,7 @@ func TestDecisionParity(t *testing.T) {
 			// The request's cost is ext_proc's estimate (recorded): the
 			// benchmark's comes from the workload's prompt count, which
 			// this request does not have.
-			req := route.Request{Priority: prio, Draw: draw, Uniform: u, Cost: rec.TokenCost}
+			req := route.Request{Priority: prio, Draw: draw, Uniform: u, Cost: rec.TokenCost, Prompt: float64(rec.PromptTokens), Target: r.slo.TTFTTarget.Std().Seconds()}
 			ci, out, _, _ := tab.route(cellKey{si, 0}, req, r.live, make([]int, len(f.Clusters)), make([]float64, len(f.Clusters)), true, nil, "", time.Time{})
 			got := outcomeOf(rec)
 			var want string
@@ -142,7 +145,7 @@ func TestDecisionParity(t *testing.T) {
 		}
 	}
 	// Every branch of the decision was taken, or the comparison proves little.
-	for _, b := range []string{"routed weighted", "routed redrawn", "routed balanced", "routed graded", "429 shed", "429 overloaded", "503 no_capacity"} {
+	for _, b := range []string{"routed weighted", "routed redrawn", "routed balanced", "routed within_target", "routed graded", "429 shed", "429 overloaded", "503 no_capacity"} {
 		if seen[b] == 0 {
 			t.Errorf("no request took the branch %q (seen %v)", b, seen)
 		}
@@ -184,6 +187,9 @@ func randomSnapshot(f Fleet, rng *rand.Rand, now time.Time) *signals.Snapshot {
 					TTFTKnown: rng.Float64() < 0.8, FirstTokensPerSecond: float64(rng.IntN(3)) * 5,
 				}
 				rep.Metrics.SlowFirstTokensPerSecond = rep.Metrics.FirstTokensPerSecond * float64(rng.IntN(2)) * rng.Float64()
+				// Prompt tokens per first token from 0 to 4,000: a
+				// prefill time per token measured, or unknown.
+				rep.Metrics.PromptTokensPerSecond, rep.Metrics.RatesKnown = rep.Metrics.FirstTokensPerSecond*float64(rng.IntN(4000)), true
 			}
 			reps[ci] = append(reps[ci], rep)
 		}
