@@ -115,8 +115,10 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	} else {
 		draw = s.opts.Rand()
 	}
-	req := route.Request{Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost, Prompt: x.prompt,
-		Target: s.opts.Config.Controller.Capacity.TTFTTarget.Std().Seconds()}
+	req := route.Request{
+		Priority: x.prio, Draw: draw, Uniform: s.uniform(), NoSteer: !s.opts.Config.ExtProc.Steering, Cost: x.cost, Prompt: x.prompt,
+		Target: s.opts.Config.Controller.Capacity.TTFTTarget.Std().Seconds(),
+	}
 	tt := s.tenants[src.name][model]
 	if tt != nil && x.metered() {
 		// A tenant past its budget is refused before anything counts
