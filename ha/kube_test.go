@@ -19,7 +19,7 @@ func TestKubeFailStatic(t *testing.T) {
 	g := newKubeGroup(t)
 	ms := []*member{g.start("a", memberOpts{}), g.start("b", memberOpts{}), g.start("c", memberOpts{})}
 	w1 := routing(t, 5000, time.Now())
-	publish(t, leaderOf(t, ms...), w1)
+	publishViaLeader(t, ms, w1)
 	serving(t, w1.Version(), ms...)
 
 	lost := time.Now()
@@ -48,11 +48,10 @@ func TestKubeFailStatic(t *testing.T) {
 func TestKubeObjects(t *testing.T) {
 	g := newKubeGroup(t)
 	a := g.start("a", memberOpts{history: 2, demand: fixedDemand(nil)})
-	l := leaderOf(t, a)
 	var vs []string
 	for i := range 4 {
 		w := routing(t, uint32(1000*(i+1)), time.Now())
-		publish(t, l, w)
+		publishViaLeader(t, []*member{a}, w)
 		vs = append(vs, w.Version())
 	}
 	serving(t, vs[3], a)
@@ -85,14 +84,17 @@ func TestKubeObjects(t *testing.T) {
 // without its chunk 0 (a collection cut short): every replica serves the
 // version published again, read from its own chunks. Each encoding has
 // ConfigMaps of its own, named after its hash, and the record names the
-// one it publishes.
+// one it publishes. Whichever replica leads publishes: on a loaded
+// machine the API server can answer a Lease renewal too late, and the
+// term ends (met in a loaded test run), which is not what this test is
+// about.
 func TestKubeVersionEncodings(t *testing.T) {
 	g := newKubeGroup(t)
 	a, b := g.start("a", memberOpts{}), g.start("b", memberOpts{})
-	l := leaderOf(t, a, b)
+	ms := []*member{a, b}
 	big := func(computed time.Time) *weights.Weights { return bigRouting(t, 3, computed) }
 	v1 := big(time.Unix(1000, 0))
-	publish(t, l, v1)
+	publishViaLeader(t, ms, v1)
 	serving(t, v1.Version(), a, b)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -109,13 +111,13 @@ func TestKubeVersionEncodings(t *testing.T) {
 		}
 	}
 	other := routing(t, 4000, time.Now())
-	publish(t, l, other)
+	publishViaLeader(t, ms, other)
 	serving(t, other.Version(), a, b)
 	again := big(time.Unix(2000, 0)) // the same routing: the same version, other bytes
 	if again.Version() != v1.Version() {
 		t.Fatalf("versions %s and %s: the routing is the same", again.Version(), v1.Version())
 	}
-	publish(t, l, again)
+	publishViaLeader(t, ms, again)
 	serving(t, v1.Version(), a, b)
 	for _, m := range []*member{a, b} {
 		if got := m.Current().Computed(); !got.Equal(time.Unix(2000, 0)) {
