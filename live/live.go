@@ -69,12 +69,21 @@ type Cluster struct {
 	// one before the engines' metrics show a burst.
 	FirstTokensPerSecond float64 `json:"first_tokens_per_second,omitempty"`
 	// PrefillPerToken is the time its engines take per prompt token to
-	// give a first token, queue aside, in seconds (signals.Cluster's
-	// PrefillSecondsPerToken), kept from the previous view through an
-	// interval without first tokens; 0: unknown. Balancing does not move
-	// a request to a cluster whose prefill of its prompt loses more than
-	// the queue it saves (route.Signal.PrefillPerToken).
+	// give a first token, queue aside, in seconds: PrefillSeconds over
+	// PrefillTokens, the intervals' figures (signals.Cluster's
+	// PrefillSecondsPerToken) pooled over the last PrefillWindow; 0:
+	// unknown. Balancing does not move a request to a cluster whose
+	// prefill of its prompt loses more than the queue it saves, and
+	// moves one that its chosen cluster cannot begin within the TTFT
+	// target (route.Signal.PrefillPerToken).
 	PrefillPerToken float64 `json:"prefill_per_token,omitempty"`
+	// PrefillSeconds and PrefillTokens are the pooled figures: the
+	// engines' time to first token, queue aside, summed over the first
+	// tokens of each interval, and those first tokens' prompt tokens,
+	// each interval weighted by its length and by exp(−age /
+	// PrefillWindow).
+	PrefillSeconds float64 `json:"prefill_seconds,omitempty"`
+	PrefillTokens  float64 `json:"prefill_tokens,omitempty"`
 	// Serving is how many of Replicas may be picked (Out == ""): with
 	// TTFT, the rate at which they give first tokens when the engines
 	// gave none over the last interval (route.PredictTTFT).
@@ -177,10 +186,7 @@ func FromSignals(snap *signals.Snapshot, slo config.CapacityLearning, prev *Stat
 			}
 		}
 		cl.TTFT, cl.TTFTKnown, cl.FirstTokensPerSecond = c.TTFTSeconds, c.TTFTSecondsKnown, c.FirstTokensPerSecond
-		cl.PrefillPerToken = c.PrefillSecondsPerToken
-		if !c.PrefillKnown && prev != nil {
-			cl.PrefillPerToken = prev.Clusters[name].PrefillPerToken
-		}
+		cl.prefill(c, snap.At, prev, name)
 		var before []Replica // the previous view's, in address order
 		if prev != nil {
 			before = prev.Clusters[name].Replicas

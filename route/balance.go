@@ -20,7 +20,7 @@ func (c *Cell) choose(d *Decision, rem []int, live []Signal, req Request, satura
 	// traffic it cost 2.7 points of goodput within the SLO, and made a
 	// proportional plan worse than with no steering).
 	if !saturated {
-		c.balance(d, live, req.Prompt)
+		c.balance(d, live, req.Prompt, req.Target)
 		c.reach(d, live, req)
 		if !d.Reached && !live[d.Chosen].TTFTKnown {
 			c.grade(d, rem, live, req.Draw)
@@ -62,7 +62,7 @@ func (c *Cell) choose(d *Decision, rem []int, live []Signal, req Request, satura
 // The chosen target is compared on the same terms, so a request moves
 // only off a queue. Nothing here is random: a session moves only when
 // the loads change.
-func (c *Cell) balance(d *Decision, live []Signal, prompt float64) {
+func (c *Cell) balance(d *Decision, live []Signal, prompt, target float64) {
 	wa, ok := c.wait(d.Chosen, live)
 	if !ok {
 		return
@@ -79,6 +79,9 @@ func (c *Cell) balance(d *Decision, live []Signal, prompt float64) {
 		wb, okb := c.wait(i, live)
 		if !okb || wb >= wa {
 			continue
+		}
+		if beyond(prompt, target, live[i]) && !beyond(prompt, target, live[d.Chosen]) {
+			continue // its prefill alone misses there, not here
 		}
 		if slower(prompt, live[d.Chosen], live[i], wa-wb) {
 			if at := c.rtt[i] + wb; at < keptAt {
@@ -120,6 +123,15 @@ func slower(prompt float64, a, b Signal, saved float64) bool {
 		return false
 	}
 	return prompt*(b.PrefillPerToken-a.PrefillPerToken) >= saved
+}
+
+// beyond reports whether a prompt of prompt tokens takes longer than
+// target seconds to prefill on a cluster measured as l, queue aside: a
+// request sent there misses the TTFT target whatever the wait (false when
+// the target or the prefill speed is unknown).
+func beyond(prompt, target float64, l Signal) bool {
+	p := l.PrefillPerToken
+	return target > 0 && prompt > 0 && p > 0 && !math.IsInf(p, 0) && prompt*p > target
 }
 
 // wait is when a request sent to target i now would begin there, in
