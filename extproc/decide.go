@@ -193,7 +193,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		if d.Reached { // kept by balancing, then moved within the target
 			on = d.ReachedFrom
 		}
-		rec.Redrawn = keptWhy(rec.Redrawn, c.targets[on].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative, d.PrefillFirst, d.PrefillAlternative)
+		rec.Redrawn = keptWhy(rec.Redrawn, c.targets[on].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative, d.PrefillFirst, d.PrefillAlternative, req.Target)
 	}
 	if d.Balanced {
 		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)
@@ -403,10 +403,15 @@ func reachedWhy(before, from, to string, prompt, target, fromAt, toAt float64, a
 
 // keptWhy says why a request stayed on at although to would begin it
 // sooner: its prompt's prefill there is longer by more than the queue
-// saves.
-func keptWhy(before, at, to string, waitAt, waitTo, prefillAt, prefillTo float64) string {
+// saves, or past the TTFT target (target seconds, 0: none) where at's is
+// not.
+func keptWhy(before, at, to string, waitAt, waitTo, prefillAt, prefillTo, target float64) string {
 	why := fmt.Sprintf("%s would begin it in %.0f ms, %s in %.0f ms, but its engines prefill this prompt in %.0f ms against %.0f ms here: kept on %s",
 		at, 1000*waitAt, to, 1000*waitTo, 1000*prefillTo, 1000*prefillAt, at)
+	if target > 0 && prefillTo > target && prefillAt <= target {
+		why = fmt.Sprintf("%s would begin it in %.0f ms, %s in %.0f ms, but its engines prefill this prompt in %.0f ms, past the TTFT target of %.0f ms, against %.0f ms here: kept on %s",
+			at, 1000*waitAt, to, 1000*waitTo, 1000*prefillTo, 1000*target, 1000*prefillAt, at)
+	}
 	if before != "" {
 		return before + "; then " + why
 	}

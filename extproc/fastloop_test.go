@@ -273,6 +273,22 @@ func TestEngineQueueBalances(t *testing.T) {
 	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" || !strings.Contains(rec.Redrawn, "but its engines prefill this prompt in") || !strings.Contains(rec.Redrawn, "kept on eu-west-vllm") {
 		t.Errorf("with the queue, the others' prefill slower: %s (%s, %q); want eu-west-vllm by weight, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
+	// The others prefill this prompt in 3 s: less than the 4 s queue
+	// saves, but past the 2 s TTFT target (controller.capacity.ttft_target)
+	// where eu-west-vllm's prefill is not: the draw stands, saying so.
+	prompt := float64(chosen().PromptTokens)
+	if !(prompt > 0) {
+		t.Fatalf("no prompt estimate in %+v", chosen())
+	}
+	past := calm
+	past.PrefillPerToken = 3 / prompt
+	ls = allClusters(h.cfg, past)
+	ls.Clusters["eu-west-vllm"] = queued
+	h.srv.SetLive(ls)
+	h.run(t, "edge-us", append(qwenRequest(""), done)...)
+	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" || !strings.Contains(rec.Redrawn, "prefill this prompt in 3000 ms, past the TTFT target of 2000 ms") {
+		t.Errorf("with the queue, the others' prefill past the target: %s (%s, %q); want eu-west-vllm by weight, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
+	}
 	h.srv.SetLive(allClusters(h.cfg, calm))
 	h.run(t, "edge-us", append(qwenRequest(""), done)...)
 	if rec := chosen(); rec.Chosen != "eu-west-vllm" || rec.Reason != "weighted" {

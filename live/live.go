@@ -71,8 +71,9 @@ type Cluster struct {
 	// PrefillPerToken is the time its engines take per prompt token to
 	// give a first token, queue aside, in seconds: PrefillSeconds over
 	// PrefillTokens, the intervals' figures (signals.Cluster's
-	// PrefillSecondsPerToken) pooled over the last PrefillWindow; 0:
-	// unknown. Balancing does not move a request to a cluster whose
+	// PrefillSecondsPerToken) pooled over the last PrefillWindow, or the
+	// last interval's when it is slower (contention); 0: unknown.
+	// Balancing does not move a request to a cluster whose
 	// prefill of its prompt loses more than the queue it saves, and
 	// moves one that its chosen cluster cannot begin within the TTFT
 	// target (route.Signal.PrefillPerToken).

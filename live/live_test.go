@@ -387,3 +387,63 @@ func TestPrefillPerToken(t *testing.T) {
 		t.Errorf("after a quiet interval: %v; want the last figure %v", got, 0.4/2000)
 	}
 }
+
+// TestPrefillPooled: a cluster's prefill speed pools its intervals —
+// their time over their prompt tokens, each interval weighted by its
+// length and fading over live.PrefillWindow — and an interval slower
+// than the pool counts at once (contention), a faster one only through
+// the pool.
+func TestPrefillPooled(t *testing.T) {
+	at := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	cfg := config.Default().Controller.Capacity
+	// interval is a snapshot at at+sec of one replica giving 5 first
+	// tokens a second of prompt tokens each, in ttft seconds, no queue:
+	// its figure is ttft/prompt seconds a token, over 5×prompt tokens a
+	// second.
+	interval := func(sec, ttft, prompt float64) *signals.Snapshot {
+		first := 5.0
+		if prompt == 0 {
+			first = 0 // a quiet interval
+		}
+		when := at.Add(time.Duration(sec * float64(time.Second)))
+		return signals.NewSnapshot(when, []string{"c"}, [][]signals.Replica{{{
+			Address: "a:1", State: signals.StateReady, Ramp: 1, LastScrape: when, Metrics: signals.Metrics{
+				Running: 4, TTFTKnown: true, FirstTokensPerSecond: first, TTFTMeanSeconds: ttft, TTFTMeanKnown: true,
+				RatesKnown: true, PromptTokensPerSecond: first * prompt,
+			},
+		}}})
+	}
+	fade := func(s float64) float64 { return math.Exp(-s / live.PrefillWindow.Seconds()) }
+	tests := []struct {
+		name  string
+		snaps []*signals.Snapshot
+		want  float64
+	}{
+		{"one interval: its figure", []*signals.Snapshot{interval(0, 0.4, 2000)}, 0.4 / 2000},
+		{
+			"a faster interval: pooled by prompt tokens",
+			[]*signals.Snapshot{interval(0, 0.4, 2000), interval(1, 0.3, 6000)},
+			(0.4*5*fade(1) + 0.3*5) / (2000*5*fade(1) + 6000*5),
+		},
+		{"a slower interval: its figure at once", []*signals.Snapshot{interval(0, 0.4, 2000), interval(1, 0.9, 2000)}, 0.9 / 2000},
+		{"a quiet interval: the pool stands", []*signals.Snapshot{interval(0, 0.4, 2000), interval(1, 0, 0)}, 0.4 / 2000},
+		{
+			"the pool fades: a minute on, the old weighs e⁻⁴ of what it did",
+			[]*signals.Snapshot{interval(0, 0.8, 2000), interval(60, 0.2, 2000)},
+			(0.8*5*fade(60) + 0.2*5*60) / (2000*5*fade(60) + 2000*5*60),
+		},
+		{"a view of the same instant adds nothing", []*signals.Snapshot{interval(0, 0.4, 2000), interval(0, 0.2, 2000)}, 0.4 / 2000},
+		{"a view out of order adds nothing", []*signals.Snapshot{interval(1, 0.4, 2000), interval(0, 0.2, 2000)}, 0.4 / 2000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var l *live.State
+			for _, s := range tt.snaps {
+				l = live.FromSignals(s, cfg, l)
+			}
+			if got := l.Clusters["c"].Signal(0, 0).PrefillPerToken; math.Abs(got-tt.want) > 1e-12 {
+				t.Errorf("prefill per token %v; want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -489,22 +489,28 @@ func TestBalancePrefill(t *testing.T) {
 		name   string
 		live   []route.Signal
 		prompt float64
+		target float64 // the TTFT target, seconds (0: none)
 		moves  bool
 	}{
-		{"a long prompt stays: 8 s more of prefill for 4 s of queue", []route.Signal{busyFast, slow}, 20000, false},
-		{"a short prompt moves: 0.4 s more of prefill for 4 s of queue", []route.Signal{busyFast, slow}, 1000, true},
-		{"just as long either way: it stays", []route.Signal{busyFast, slow}, 10000, false},
-		{"the slower cluster's prefill unknown: it moves by the queue", []route.Signal{busyFast, unknown}, 20000, true},
-		{"the prompt unknown: it moves by the queue", []route.Signal{busyFast, slow}, 0, true},
-		{"to a faster cluster with a shorter queue: it moves", []route.Signal{busySlow, fast}, 20000, true},
-		{"never for the prefill alone: no queue, it stays on the slower", []route.Signal{slow, fast}, 20000, false},
+		{"a long prompt stays: 8 s more of prefill for 4 s of queue", []route.Signal{busyFast, slow}, 20000, 0, false},
+		{"a short prompt moves: 0.4 s more of prefill for 4 s of queue", []route.Signal{busyFast, slow}, 1000, 0, true},
+		{"just as long either way: it stays", []route.Signal{busyFast, slow}, 10000, 0, false},
+		{"the slower cluster's prefill unknown: it moves by the queue", []route.Signal{busyFast, unknown}, 20000, 0, true},
+		{"the prompt unknown: it moves by the queue", []route.Signal{busyFast, slow}, 0, 0, true},
+		{"to a faster cluster with a shorter queue: it moves", []route.Signal{busySlow, fast}, 20000, 0, true},
+		{"never for the prefill alone: no queue, it stays on the slower", []route.Signal{slow, fast}, 20000, 0, false},
+		// 5,000 tokens: 0.5 s here after 4 s of queue, 2.5 s there after none.
+		{"past the target by its prefill alone there, not here: it stays", []route.Signal{busyFast, slow}, 5000, 2, false},
+		{"the same without a target: it moves by the queue", []route.Signal{busyFast, slow}, 5000, 0, true},
+		{"past the target by its prefill on both: it moves by the queue", []route.Signal{busyFast, slow}, 5000, 0.4, true},
+		{"within the target on both: it moves by the queue", []route.Signal{busyFast, slow}, 5000, 3, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := route.NewCell(ts, weights.ShedFractions{})
-			d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: 7, Cost: 1000, Prompt: tt.prompt})
-			if d.Outcome != route.Routed || d.Drawn != 0 {
-				t.Fatalf("decision %+v; want routed, drawn to target 0", d)
+			d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: 7, Cost: 1000, Prompt: tt.prompt, Target: tt.target})
+			if d.Outcome != route.Routed || d.Drawn != 0 || d.Reached {
+				t.Fatalf("decision %+v; want routed, drawn to target 0, not moved within the target", d)
 			}
 			if d.Balanced != tt.moves || (d.Chosen == 1) != tt.moves {
 				t.Errorf("balanced %v, chosen %d; want moved %v", d.Balanced, d.Chosen, tt.moves)
