@@ -426,6 +426,11 @@ func (e *Estimator) observe(st *state, o Observation) bool {
 			calm := "without a queue"
 			if ttftJudged {
 				calm = fmt.Sprintf("within the %v TTFT target", e.s.TTFTTarget)
+				if slowShare > 1-e.s.TTFTQuantile {
+					// Past the target with no queue: the prompts' own
+					// prefill (config.CapacityLearning.OverTarget).
+					calm = fmt.Sprintf("with %.1f%% of first tokens over the %v TTFT target but %.1f requests waiting per replica", 100*slowShare, e.s.TTFTTarget, st.waitPer)
+				}
 			}
 			why = fmt.Sprintf("served %.0f token-cost/s per replica (at least %.0f, two standard errors down) over %v %s, more than the %.0f planned with: capacity at least that", st.mean, lowMean, e.s.SmoothTime, calm, est.PerReplica)
 			est.PerReplica = max(est.PerReplica, move(est.PerReplica, lowMean))

@@ -160,6 +160,36 @@ func TestEstimateOutputCost(t *testing.T) {
 	}
 }
 
+// TestHeadroomSaysWhatItSaw: a calm window's evidence says whether its
+// first tokens came within the TTFT target or past it with no queue (the
+// prompts' own prefill, which config.CapacityLearning.OverTarget does not
+// count as overload).
+func TestHeadroomSaysWhatItSaw(t *testing.T) {
+	tests := []struct {
+		name string
+		slow float64 // first tokens a second over the target, of 10
+		want string
+	}{
+		{"within the target", 0, "within the 1s TTFT target"},
+		{"past it, no queue", 3, "with 30.0% of first tokens over the 1s TTFT target but 0.0 requests waiting per replica"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := capacity.New(settings(), []capacity.Cluster{{Name: "c", Prior: 1000, PromptCost: 1, OutputCost: 4}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 301 {
+				e.Observe("c", withTTFT(obs(i, 1200, 0, 10), 10, tt.slow))
+			}
+			est := e.Estimates()[0]
+			if est.From != capacity.FromHeadroom || !strings.Contains(est.Evidence, tt.want) {
+				t.Errorf("estimate from %s, %q; want from headroom, saying %q", est.From, est.Evidence, tt.want)
+			}
+		})
+	}
+}
+
 func TestObserveIgnoresTheOldAndTheUnknown(t *testing.T) {
 	e, err := capacity.New(settings(), []capacity.Cluster{{Name: "c", Prior: 1000, PromptCost: 1, OutputCost: 4}})
 	if err != nil {
