@@ -325,11 +325,11 @@ func (s *Server) signals(c *cell, ls *live.State, out []route.Signal) []route.Si
 	out = slices.Grow(out[:0], len(c.targets))[:len(c.targets)]
 	for i, t := range c.targets {
 		var awaiting int64
-		var work float64
+		var work, prompt float64
 		if a := s.awaiting[t.Cluster]; a != nil {
-			awaiting, work = a.load()
+			awaiting, work, prompt = a.load()
 		}
-		out[i] = ls.Clusters[t.Cluster].Signal(awaiting, work)
+		out[i] = ls.Clusters[t.Cluster].Signal(awaiting, work, prompt)
 	}
 	return out
 }

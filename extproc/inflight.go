@@ -15,9 +15,10 @@ import (
 type inflight struct {
 	n atomic.Int64
 	// work is the sum of the requests' costs in thousandths of a
-	// token-cost unit (an integer, so that adding and removing the same
+	// token-cost unit, prompt the sum of their prompts' estimated tokens
+	// in thousandths (integers, so that adding and removing the same
 	// request leaves no rounding behind).
-	work atomic.Int64
+	work, prompt atomic.Int64
 }
 
 // maxMilliCost bounds one request's share of work (thousandths of a
@@ -25,25 +26,37 @@ type inflight struct {
 // keeps the sum far from overflowing whatever the estimate.
 const maxMilliCost = 1 << 40
 
-// add counts a request of the given cost and returns the amount to pass
-// to remove when its response comes.
-func (f *inflight) add(cost float64) int64 {
-	m := int64(0)
-	if cost > 0 { // NaN and negative costs count as 0
-		m = int64(math.Min(cost*1000, maxMilliCost))
-	}
+// booked is what add counted of one request, to pass to remove.
+type booked struct{ work, prompt int64 }
+
+// add counts a request of the given cost and prompt tokens and returns
+// what to pass to remove when its response comes.
+func (f *inflight) add(cost, prompt float64) booked {
+	b := booked{work: milli(cost), prompt: milli(prompt)}
 	f.n.Add(1)
-	f.work.Add(m)
-	return m
+	f.work.Add(b.work)
+	f.prompt.Add(b.prompt)
+	return b
 }
 
-// remove stops counting a request add counted (m is what add returned).
-func (f *inflight) remove(m int64) {
+// milli is v in thousandths, bounded by maxMilliCost; NaN and negative
+// values count as 0.
+func milli(v float64) int64 {
+	if v > 0 {
+		return int64(math.Min(v*1000, maxMilliCost))
+	}
+	return 0
+}
+
+// remove stops counting a request add counted (b is what add returned).
+func (f *inflight) remove(b booked) {
 	f.n.Add(-1)
-	f.work.Add(-m)
+	f.work.Add(-b.work)
+	f.prompt.Add(-b.prompt)
 }
 
-// load is the requests in flight and their cost, in token-cost units.
-func (f *inflight) load() (int64, float64) {
-	return f.n.Load(), float64(max(f.work.Load(), 0)) / 1000
+// load is the requests in flight, their cost, in token-cost units, and
+// their prompts' tokens.
+func (f *inflight) load() (n int64, work, prompt float64) {
+	return f.n.Load(), float64(max(f.work.Load(), 0)) / 1000, float64(max(f.prompt.Load(), 0)) / 1000
 }

@@ -87,9 +87,9 @@ type exchange struct {
 	span trace.Span
 	// awaitingOn is the awaiting counter of the cluster the request was
 	// routed to, until its response headers come or the stream ends, and
-	// awaitingWork what the request added to its work.
+	// awaitingWork what the request added to it.
 	awaitingOn   *inflight
-	awaitingWork int64
+	awaitingWork booked
 	// streamed is true when Envoy sends the request body in chunks. In
 	// BUFFERED mode (what ILB configures) the one body message is the
 	// whole body, whether or not end_of_stream is set (it is not when
@@ -389,7 +389,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 		s.opts.Meter.Add(x.key, provisional, false)
 	}
 	if a := s.awaiting[x.rec.Chosen]; a != nil {
-		x.awaitingWork = a.add(x.cost)
+		x.awaitingWork = a.add(x.cost, x.prompt)
 		x.awaitingOn = a
 	}
 }

@@ -282,12 +282,14 @@ func excludedWhy(c signals.Cluster, blind *signals.Blind) string {
 // response: with the engines' first-token rate they predict the TTFT of
 // the next one (route.PredictTTFT); work is their estimated cost, in
 // token-cost units, which balancing divides by the serving replicas'
-// capacity (route.Signal.Work).
-func (c Cluster) Signal(awaiting int64, work float64) route.Signal {
+// capacity (route.Signal.Work), and prompt their prompts' estimated
+// tokens, which it multiplies by the cluster's prefill time per token
+// (route.Signal.Prompt).
+func (c Cluster) Signal(awaiting int64, work, prompt float64) route.Signal {
 	s := route.Signal{
 		Excluded: c.Excluded != "", Saturated: c.Saturated, Overloaded: c.Overloaded, Pressure: c.Pressure, PressureKnown: c.PressureKnown,
 		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
-		Serving: c.Serving, Work: max(work, 0), Awaiting: max(awaiting, 0), PrefillPerToken: c.PrefillPerToken,
+		Serving: c.Serving, Work: max(work, 0), Prompt: max(prompt, 0), Awaiting: max(awaiting, 0), PrefillPerToken: c.PrefillPerToken,
 	}
 	// A request or more waiting per serving replica, at the engines or
 	// among this router's own requests (then more than the engines'

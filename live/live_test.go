@@ -184,12 +184,12 @@ func TestSignal(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.c.Signal(tt.awaiting, tt.work); got != tt.want {
+			if got := tt.c.Signal(tt.awaiting, tt.work, 0); got != tt.want {
 				t.Fatalf("%+v; want %+v", got, tt.want)
 			}
 		})
 	}
-	if a, b := c.Signal(0, 0).TTFT, c.Signal(20, 0).TTFT; !(b > a) {
+	if a, b := c.Signal(0, 0, 0).TTFT, c.Signal(20, 0, 0).TTFT; !(b > a) {
 		t.Errorf("20 requests awaiting predict %v s, none %v s: want more", b, a)
 	}
 }
@@ -273,7 +273,7 @@ func TestOverloaded(t *testing.T) {
 			if c.Overloaded != tt.want {
 				t.Fatalf("overloaded %v; want %v (%+v)", c.Overloaded, tt.want, snap.Clusters["c"])
 			}
-			if got := c.Signal(0, 0).Overloaded; got != tt.want {
+			if got := c.Signal(0, 0, 0).Overloaded; got != tt.want {
 				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)
 			}
 		})
@@ -334,7 +334,7 @@ func TestOverloadHolds(t *testing.T) {
 			if c.Overloaded != tt.want || !c.SustainedAt.Equal(tt.since) {
 				t.Fatalf("overloaded %v, sustained since %v; want %v since %v", c.Overloaded, c.SustainedAt, tt.want, tt.since)
 			}
-			if got := c.Signal(0, 0).Overloaded; got != tt.want {
+			if got := c.Signal(0, 0, 0).Overloaded; got != tt.want {
 				t.Fatalf("the route signal says overloaded %v; want %v", got, tt.want)
 			}
 		})
@@ -372,7 +372,7 @@ func TestPrefillPerToken(t *testing.T) {
 				t.Errorf("signals: %v (known %v); want %v", c.PrefillSecondsPerToken, c.PrefillKnown, tt.want)
 			}
 			l := live.FromSignals(snap, cfg, nil)
-			if got := l.Clusters["c"].Signal(0, 0).PrefillPerToken; math.Abs(got-tt.want) > 1e-12 {
+			if got := l.Clusters["c"].Signal(0, 0, 0).PrefillPerToken; math.Abs(got-tt.want) > 1e-12 {
 				t.Errorf("route signal: %v; want %v", got, tt.want)
 			}
 		})
@@ -441,7 +441,7 @@ func TestPrefillPooled(t *testing.T) {
 			for _, s := range tt.snaps {
 				l = live.FromSignals(s, cfg, l)
 			}
-			if got := l.Clusters["c"].Signal(0, 0).PrefillPerToken; math.Abs(got-tt.want) > 1e-12 {
+			if got := l.Clusters["c"].Signal(0, 0, 0).PrefillPerToken; math.Abs(got-tt.want) > 1e-12 {
 				t.Errorf("prefill per token %v; want %v", got, tt.want)
 			}
 		})

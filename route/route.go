@@ -214,6 +214,11 @@ type Signal struct {
 	// the engines' metrics show it. Balancing divides it by the target's
 	// capacity (Target.Capacity × Serving).
 	Work float64
+	// Prompt is the prompt tokens of those same requests, as ext_proc
+	// estimated each (0 ≤ Prompt): their prefill, at the cluster's
+	// PrefillPerToken, is the other bound of the wait balancing takes
+	// (see Cell.wait).
+	Prompt float64
 }
 
 // PredictTTFT is a cluster's time to first token for the next request,

@@ -479,12 +479,12 @@ func TestBalancePrefill(t *testing.T) {
 	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}
 	fast := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}
 	busyFast := fast
-	busyFast.Work, busyFast.Awaiting = 8000, 4 // 4 s ahead
+	busyFast.Work, busyFast.Prompt, busyFast.Awaiting = 8000, 100000, 4 // 4 s ahead (their prefill: 5 s)
 	slow := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-4}
 	unknown := slow
 	unknown.PrefillPerToken = 0
 	busySlow := slow
-	busySlow.Work, busySlow.Awaiting = 8000, 4
+	busySlow.Work, busySlow.Prompt, busySlow.Awaiting = 8000, 100000, 4
 	tests := []struct {
 		name   string
 		live   []route.Signal
@@ -518,6 +518,50 @@ func TestBalancePrefill(t *testing.T) {
 			// Kept for its prefill: it says so, with the prefill on both.
 			if wantKept := !tt.moves && tt.live[0].Awaiting > 0; d.Kept != wantKept || wantKept && (d.Alternative != 1 || !(d.PrefillAlternative > d.PrefillFirst)) {
 				t.Errorf("kept %v (alternative %d, prefill %v against %v); want kept %v", d.Kept, d.Alternative, d.PrefillAlternative, d.PrefillFirst, wantKept)
+			}
+		})
+	}
+}
+
+// TestWaitBounds: the wait balancing takes of this router's own requests
+// on a cluster is the smaller of its two bounds — their cost over the
+// serving replicas' capacity, and their prompts at the cluster's
+// measured prefill time per token — and the engines' queue when longer.
+func TestWaitBounds(t *testing.T) {
+	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}
+	// 4 requests of 8,000 token-cost in all on 2 replicas of 1,000
+	// token-cost/s: 4 s by cost.
+	busy := func(prompt, perToken float64) route.Signal {
+		return route.Signal{PressureKnown: true, Serving: 2, Awaiting: 4, Work: 8000, Prompt: prompt, PrefillPerToken: perToken}
+	}
+	other := func(queue float64) route.Signal { // the engines' queue alone
+		return route.Signal{PressureKnown: true, Serving: 2, QueueWait: queue, Queued: queue > 0}
+	}
+	tests := []struct {
+		name  string
+		live  []route.Signal
+		moves bool
+		wait  float64 // the chosen target's, when compared
+	}{
+		{"their prefill (5 s) past the cost bound: 4 s, moves to a 3 s queue", []route.Signal{busy(100000, 1e-4), other(3)}, true, 4},
+		{"long prompts: their prefill, 1 s, stays off a 3 s queue", []route.Signal{busy(20000, 1e-4), other(3)}, false, 0},
+		{"long prompts: their prefill, 1 s, moves to a 0.5 s queue", []route.Signal{busy(20000, 1e-4), other(0.5)}, true, 1},
+		{"the prefill speed unknown: the cost bound", []route.Signal{busy(20000, 0), other(3)}, true, 4},
+		{"an infinite prefill speed: the cost bound", []route.Signal{busy(20000, math.Inf(1)), other(3)}, true, 4},
+		{"the engines' queue longer than both: it", []route.Signal{func() route.Signal { s := busy(20000, 1e-4); s.QueueWait = 6; return s }(), other(3)}, true, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := route.NewCell(ts, weights.ShedFractions{})
+			d := route.Decide(c, tt.live, route.Request{Priority: weights.Standard, Draw: 7, Cost: 1000, Prompt: 100})
+			if d.Outcome != route.Routed || d.Drawn != 0 {
+				t.Fatalf("decision %+v; want routed, drawn to target 0", d)
+			}
+			if d.Balanced != tt.moves || (d.Chosen == 1) != tt.moves {
+				t.Fatalf("balanced %v, chosen %d; want moved %v", d.Balanced, d.Chosen, tt.moves)
+			}
+			if tt.moves && math.Abs(d.WaitFirst-tt.wait) > 1e-9 {
+				t.Errorf("wait on the chosen target %v s; want %v s", d.WaitFirst, tt.wait)
 			}
 		})
 	}

@@ -100,6 +100,6 @@ func (r *runner) noteDecision(i int, d route.Decision, rc *routeCell) {
 	l := r.live[ci]
 	x.Awaiting, x.FirstTokensPerSecond, x.Overloaded = r.clusters[ci].awaiting, l.FirstTokensPerSecond, l.Overloaded
 	if l.TTFTKnown {
-		x.Predicted = l.Signal(int64(x.Awaiting), r.clusters[ci].awaitingWork).TTFT
+		x.Predicted = l.Signal(int64(x.Awaiting), r.clusters[ci].awaitingWork, r.clusters[ci].awaitingPrompt).TTFT
 	}
 }

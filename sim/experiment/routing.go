@@ -37,14 +37,14 @@ func (r *runner) arrive(i int) {
 		var out outcome
 		var d route.Decision
 		var rc *routeCell
-		awaiting, work := r.awaiting()
+		awaiting, work, prompts := r.awaiting()
 		est, prompt := r.limits[mi].Estimate(float64(q.Prompt), true, 0)
 		target := r.slo.TTFTTarget.Std().Seconds()
 		var tt *tenant.Table
 		if r.tenants != nil {
 			tt = r.tenants[si][mi]
 		}
-		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est, Prompt: prompt, Target: target}, r.live, awaiting, work, r.opts.Policy.FastLoop,
+		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est, Prompt: prompt, Target: target}, r.live, awaiting, work, prompts, r.opts.Policy.FastLoop,
 			tt, q.Tenant, epoch.Add(r.clock.now))
 		if r.records != nil {
 			r.noteDecision(i, d, rc)
@@ -127,13 +127,14 @@ func (r *runner) send(i, rep int, cost float64, retried bool, deliverAt time.Dur
 		r.inflight = append(r.inflight, pending{})
 	}
 	q := &r.reqs[i]
-	est, _ := r.limits[r.models[q.Model]].Estimate(float64(q.Prompt), true, 0)
-	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried, alt: -1, est: est}
+	est, prompt := r.limits[r.models[q.Model]].Estimate(float64(q.Prompt), true, 0)
+	r.inflight[pi] = pending{req: i, replica: rep, rtt: rtt, retried: retried, alt: -1, est: est, prompt: prompt}
 	r.replicas[rep].active++
 	r.clusters[cl].outstanding += cost
 	r.clusters[cl].estimated += est
 	r.clusters[cl].awaiting++
 	r.clusters[cl].awaitingWork += est
+	r.clusters[cl].awaitingPrompt += prompt
 	r.clock.at(deliverAt, evDeliver, pi)
 	return pi
 }
@@ -175,15 +176,16 @@ func (r *runner) retryOrFail(pi int) {
 }
 
 // awaiting is, per cluster, the requests routed there without a first
-// token yet and their estimated cost (scratch slices, valid until the
-// next call).
-func (r *runner) awaiting() ([]int, []float64) {
-	r.waitBuf, r.workBuf = r.waitBuf[:0], r.workBuf[:0]
+// token yet, their estimated cost and their prompts' estimated tokens
+// (scratch slices, valid until the next call).
+func (r *runner) awaiting() ([]int, []float64, []float64) {
+	r.waitBuf, r.workBuf, r.promptBuf = r.waitBuf[:0], r.workBuf[:0], r.promptBuf[:0]
 	for _, c := range r.clusters {
 		r.waitBuf = append(r.waitBuf, c.awaiting)
 		r.workBuf = append(r.workBuf, max(c.awaitingWork, 0))
+		r.promptBuf = append(r.promptBuf, max(c.awaitingPrompt, 0))
 	}
-	return r.waitBuf, r.workBuf
+	return r.waitBuf, r.workBuf, r.promptBuf
 }
 
 // firstToken counts a first token of replica ri, for the engine TTFT
@@ -200,6 +202,7 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	r.inflight[pi].ticket.Done()
 	r.clusters[rep.cluster].awaiting--
 	r.clusters[rep.cluster].awaitingWork -= r.inflight[pi].est
+	r.clusters[rep.cluster].awaitingPrompt -= r.inflight[pi].prompt
 	if at-r.inflight[pi].reached > r.ttftTarget {
 		rep.slow++
 	}
@@ -219,6 +222,7 @@ func (r *runner) release(pi int) float64 {
 	if !p.first {
 		r.clusters[rep.cluster].awaiting--
 		r.clusters[rep.cluster].awaitingWork -= p.est
+		r.clusters[rep.cluster].awaitingPrompt -= p.prompt
 	}
 	r.free = append(r.free, pi)
 	return cost

@@ -111,10 +111,12 @@ type simCluster struct {
 	// response headers (streaming responses start with the first token).
 	awaiting int
 	// awaitingWork is their estimated cost (pending.est), token-cost
-	// units: what ext_proc sums of its own requests awaiting a response.
-	awaitingWork float64
-	rr           int             // round robin's counter
-	picker       *picker.Cluster // ILB's replica picker (host policy ilb)
+	// units, and awaitingPrompt their prompts' estimated tokens
+	// (pending.prompt): what ext_proc sums of its own requests awaiting a
+	// response.
+	awaitingWork, awaitingPrompt float64
+	rr                           int             // round robin's counter
+	picker                       *picker.Cluster // ILB's replica picker (host policy ilb)
 }
 
 // pending is a request on its way to a replica, or in it.
@@ -128,23 +130,25 @@ type pending struct {
 	alt     int           // the replica a retry goes to (-1: the fallback's pick)
 	ticket  picker.Ticket // ILB's replica picker's booking
 	est     float64       // ext_proc's estimate of its cost (simCluster.estimated)
+	prompt  float64       // and of its prompt's tokens
 }
 
 type runner struct {
-	opts     Options
-	cfg      *config.Config
-	clock    clock
-	reqs     []workload.Request
-	replicas []*simReplica
-	clusters []*simCluster
-	sources  map[string]int
-	models   map[string]int
-	cnames   map[string]int
-	rtt      [][]time.Duration // source region × cluster region
-	waitBuf  []int
-	workBuf  []float64
-	egress   [][]float64 // USD per GB
-	allowed  [][]bool    // source × cluster
+	opts      Options
+	cfg       *config.Config
+	clock     clock
+	reqs      []workload.Request
+	replicas  []*simReplica
+	clusters  []*simCluster
+	sources   map[string]int
+	models    map[string]int
+	cnames    map[string]int
+	rtt       [][]time.Duration // source region × cluster region
+	waitBuf   []int
+	workBuf   []float64
+	promptBuf []float64
+	egress    [][]float64 // USD per GB
+	allowed   [][]bool    // source × cluster
 	// snap is the last signals round as ILB's monitor publishes it, and
 	// live its fast loop's view by cluster index; clusterNames index the
 	// clusters; snapBuf is the round's scratch.
