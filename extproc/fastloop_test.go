@@ -2,6 +2,7 @@ package extproc_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -378,6 +379,47 @@ func TestAwaitingWorkBalances(t *testing.T) {
 	}
 	if _, rec := send("third"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
 		t.Errorf("after the response: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
+	}
+}
+
+// TestAwaitingPromptsBound: with the clusters' prefill speed measured,
+// the wait of ext_proc's own requests awaiting a first token is at most
+// their prompts' prefill there (route.Signal.Prompt), through real
+// streams: a request of some 10,000 prompt tokens awaiting at
+// eu-west-tgi, prefilled at 10 µs a token, puts 100 ms ahead of the
+// next, however much its whole cost would take at the planned capacity.
+func TestAwaitingPromptsBound(t *testing.T) {
+	h := start(t, true)
+	publishCells(t, h, func(source, model string, cell *weights.Cell) {
+		if source == "edge-eu" && model == "qwen2.5-7b-instruct" {
+			cell.Targets = []weights.Target{{Cluster: "eu-west-tgi", Weight: 5000}, {Cluster: "eu-west-vllm", Weight: 5000}}
+		}
+	})
+	h.srv.SetLive(allClusters(h.cfg, live.Cluster{PressureKnown: true, Serving: 1, PrefillPerToken: 1e-5}))
+	send := func(id string) decision.Record {
+		t.Helper()
+		st, _ := openStream(t, h, "edge-eu")
+		for _, m := range []*extprocv3.ProcessingRequest{
+			reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id),
+			reqBody(`{"model":"qwen-7b","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("x", 40000) + `"}]}`),
+		} {
+			if _, err := exchangeOne(t, st, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec, ok := h.srv.Decisions().Get(id)
+		if !ok {
+			t.Fatalf("no record %s", id)
+		}
+		return rec
+	}
+	first := send("first")
+	if first.Chosen != "eu-west-tgi" || !(first.PromptTokens > 0) {
+		t.Fatalf("nothing awaiting: %s (prompt %d); want eu-west-tgi, with a prompt estimate", first.Chosen, first.PromptTokens)
+	}
+	want := fmt.Sprintf("eu-west-tgi would begin it in %.0f ms", 1000*float64(first.PromptTokens)*1e-5)
+	if rec := send("second"); rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, want) {
+		t.Errorf("one awaiting at eu-west-tgi: %s (%s, %q); want balanced to eu-west-vllm, saying %q", rec.Chosen, rec.Reason, rec.Redrawn, want)
 	}
 }
 
