@@ -352,20 +352,7 @@ func TestAwaitingWorkBalances(t *testing.T) {
 	h.srv.SetLive(allClusters(h.cfg, live.Cluster{PressureKnown: true, Serving: 1}))
 	send := func(id string) (extprocv3.ExternalProcessor_ProcessClient, decision.Record) {
 		t.Helper()
-		st, _ := openStream(t, h, "edge-eu")
-		for _, m := range []*extprocv3.ProcessingRequest{
-			reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id),
-			reqBody(`{"model":"qwen-7b","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("x", 40000) + `"}]}`),
-		} {
-			if _, err := exchangeOne(t, st, m); err != nil {
-				t.Fatal(err)
-			}
-		}
-		rec, ok := h.srv.Decisions().Get(id)
-		if !ok {
-			t.Fatalf("no record %s", id)
-		}
-		return st, rec
+		return sendLongPrompt(t, h, id)
 	}
 	held, rec := send("first")
 	if rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
@@ -380,6 +367,27 @@ func TestAwaitingWorkBalances(t *testing.T) {
 	if _, rec := send("third"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
 		t.Errorf("after the response: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
 	}
+}
+
+// sendLongPrompt sends edge-eu's request id for qwen-7b with a prompt of
+// 40,000 bytes, leaves its stream open (awaiting its response) and
+// returns the stream and the request's decision record.
+func sendLongPrompt(t *testing.T, h *harness, id string) (extprocv3.ExternalProcessor_ProcessClient, decision.Record) {
+	t.Helper()
+	st, _ := openStream(t, h, "edge-eu")
+	for _, m := range []*extprocv3.ProcessingRequest{
+		reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id),
+		reqBody(`{"model":"qwen-7b","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("x", 40000) + `"}]}`),
+	} {
+		if _, err := exchangeOne(t, st, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, ok := h.srv.Decisions().Get(id)
+	if !ok {
+		t.Fatalf("no record %s", id)
+	}
+	return st, rec
 }
 
 // TestAwaitingPromptsBound: with the clusters' prefill speed measured,
@@ -398,19 +406,7 @@ func TestAwaitingPromptsBound(t *testing.T) {
 	h.srv.SetLive(allClusters(h.cfg, live.Cluster{PressureKnown: true, Serving: 1, PrefillPerToken: 1e-5}))
 	send := func(id string) decision.Record {
 		t.Helper()
-		st, _ := openStream(t, h, "edge-eu")
-		for _, m := range []*extprocv3.ProcessingRequest{
-			reqHeaders(false, ":method", "POST", ":path", "/v1/chat/completions", ":authority", "ilb", header.RequestID, id),
-			reqBody(`{"model":"qwen-7b","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("x", 40000) + `"}]}`),
-		} {
-			if _, err := exchangeOne(t, st, m); err != nil {
-				t.Fatal(err)
-			}
-		}
-		rec, ok := h.srv.Decisions().Get(id)
-		if !ok {
-			t.Fatalf("no record %s", id)
-		}
+		_, rec := sendLongPrompt(t, h, id)
 		return rec
 	}
 	first := send("first")
