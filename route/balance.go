@@ -151,9 +151,8 @@ func beyond(prompt, target float64, l Signal) bool {
 // the larger of two views of the queue ahead of it. This router's: the
 // work it sent there that has no first token yet, spread over the
 // serving replicas' capacity (Work / (Capacity × Serving)), or, when
-// shorter and its engines queue nothing, those requests' prompts at the
-// cluster's measured prefill time per token (Prompt × PrefillPerToken /
-// Serving), counted only
+// shorter, those requests' prompts at the cluster's measured prefill
+// time per token (Prompt × PrefillPerToken / Serving), counted only
 // while those requests are at least as many as the replicas (fewer leave
 // a replica free: counting them moved long prompts off a busy fast
 // cluster onto an idle slow one, and the long-prompt workload's p99 TTFT
@@ -176,14 +175,7 @@ func beyond(prompt, target float64, l Signal) bool {
 // awaiting than replicas) but were prefilling at their limit: the
 // residency fleet at 0.9 of its throughput kept 95.3% within the SLO
 // (p99 TTFT 3.92 s) against a least-work router's 96.0% (3.19 s); with
-// the smaller of the two, 96.7% (3.05 s). The prompts' prefill bounds
-// the wait only while the engines admit what comes: requests they queue
-// wait for admission, which comes as running requests finish, decode
-// included, as the cost view counts (with the prefill view taken under
-// a queue too, the long-prompt workload at 1.1 of the fleet's
-// throughput had a p99 TTFT of 1.86 s against 1.82 s without it, the
-// Azure code trace at 0.9 364.7 against 365.8 requests/s within the
-// SLO). The prefill view alone lost
+// the smaller of the two, 96.7% (3.05 s). The prefill view alone lost
 // where the decode the first view counts is the queue, past saturation:
 // on the Azure code trace at 0.9, 365.4 → 362.6 requests/s within the
 // SLO; on the Azure conversation trace at 1.1 (residency fleet), a p99
@@ -196,7 +188,7 @@ func (c *Cell) wait(i int, live []Signal) (float64, bool) {
 	var ahead float64
 	if l.Awaiting >= int64(l.Serving) {
 		ahead = max(l.Work, 0) / (c.capacity[i] * float64(l.Serving))
-		if p := l.PrefillPerToken; p > 0 && !math.IsInf(p, 0) && !(l.QueueWait > 0) {
+		if p := l.PrefillPerToken; p > 0 && !math.IsInf(p, 0) {
 			ahead = min(ahead, max(l.Prompt, 0)*p/float64(l.Serving))
 		}
 	}

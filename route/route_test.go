@@ -525,9 +525,8 @@ func TestBalancePrefill(t *testing.T) {
 
 // TestWaitBounds: the wait balancing takes of this router's own requests
 // on a cluster is the smaller of its two bounds — their cost over the
-// serving replicas' capacity, and, while its engines queue nothing,
-// their prompts at the cluster's measured prefill time per token — and
-// the engines' queue when longer.
+// serving replicas' capacity, and their prompts at the cluster's
+// measured prefill time per token — and the engines' queue when longer.
 func TestWaitBounds(t *testing.T) {
 	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}
 	// 4 requests of 8,000 token-cost in all on 2 replicas of 1,000
@@ -550,10 +549,6 @@ func TestWaitBounds(t *testing.T) {
 		{"the prefill speed unknown: the cost bound", []route.Signal{busy(20000, 0), other(3)}, true, 4},
 		{"an infinite prefill speed: the cost bound", []route.Signal{busy(20000, math.Inf(1)), other(3)}, true, 4},
 		{"the engines' queue longer than both: it", []route.Signal{func() route.Signal { s := busy(20000, 1e-4); s.QueueWait = 6; return s }(), other(3)}, true, 6},
-		// A queue at the engines: ILB's requests wait to be admitted, as
-		// running ones finish: the cost bound, 4 s, longer than the
-		// engines' 2 s.
-		{"the engines queue: the cost bound", []route.Signal{func() route.Signal { s := busy(20000, 1e-4); s.QueueWait = 2; return s }(), other(3)}, true, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
