@@ -179,7 +179,14 @@ func beyond(prompt, target float64, l Signal) bool {
 // where the decode the first view counts is the queue, past saturation:
 // on the Azure code trace at 0.9, 365.4 → 362.6 requests/s within the
 // SLO; on the Azure conversation trace at 1.1 (residency fleet), a p99
-// TTFT of 2.79 → 3.77 s.
+// TTFT of 2.79 → 3.77 s. Taking the prefill view only while the
+// engines queue nothing (a switch) made a cluster's wait jump between the
+// two as its queue came and went, and requests herded onto it: on the
+// held-out trace at 1.3 of the diurnal fleet's throughput ILB kept
+// 0.95–0.98× a least-work router's goodput within the SLO against
+// 1.02–1.03× (seeds 1–3). The smaller of the two costs the long-prompt
+// workload at 1.1 a little of its tail on seed 1 (p99 TTFT 1.79 →
+// 1.86 s), none on seeds 2 and 3 (1.73 → 1.72 s, 1.76 → 1.78 s).
 func (c *Cell) wait(i int, live []Signal) (float64, bool) {
 	l := live[i]
 	if l.Excluded || l.Serving <= 0 || !(c.capacity[i] > 0) {
