@@ -410,7 +410,7 @@ func TestAwaitingPromptsBound(t *testing.T) {
 		return rec
 	}
 	first := send("first")
-	if first.Chosen != "eu-west-tgi" || !(first.PromptTokens > 0) {
+	if first.Chosen != "eu-west-tgi" || first.PromptTokens <= 0 {
 		t.Fatalf("nothing awaiting: %s (prompt %d); want eu-west-tgi, with a prompt estimate", first.Chosen, first.PromptTokens)
 	}
 	want := fmt.Sprintf("eu-west-tgi would begin it in %.0f ms", 1000*float64(first.PromptTokens)*1e-5)
