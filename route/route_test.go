@@ -566,3 +566,48 @@ func TestWaitBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanShedsLate pins rule 2's last test: under confirmed overload the
+// plan refuses only a request predicted to begin past its TTFT target
+// where it goes (wait + prefill there); one predicted in time is routed,
+// the plan waived with its prediction.
+func TestPlanShedsLate(t *testing.T) {
+	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}}
+	// One replica, overloaded in the SLO's terms; this router's requests
+	// awaiting a first token there: 2 of 1,000 token-cost (2 s by cost)
+	// and 10,000 prompt tokens (1 s at 100 µs a token).
+	busy := route.Signal{Overloaded: true, PressureKnown: true, Serving: 1, Awaiting: 2, Work: 2000, Prompt: 10000, PrefillPerToken: 1e-4}
+	tests := []struct {
+		name   string
+		live   route.Signal
+		prio   weights.Priority
+		prompt float64
+		target float64
+		want   route.Outcome
+		at     float64 // WaivedAt when routed
+	}{
+		{"in time (1 s wait + 0.5 s prefill within 2 s): routed, the plan waived", busy, weights.Sheddable, 5000, 2, route.Routed, 1.5},
+		{"late (1 s wait + 1.5 s prefill past 2 s): shed", busy, weights.Sheddable, 15000, 2, route.Shed, 0},
+		{"the engines' queue makes it late: shed", func() route.Signal { s := busy; s.QueueWait = 3; return s }(), weights.Sheddable, 5000, 2, route.Shed, 0},
+		{"no target: the plan stands", busy, weights.Sheddable, 5000, 0, route.Shed, 0},
+		{"no prompt estimate: the plan stands", busy, weights.Sheddable, 0, 2, route.Shed, 0},
+		{"no prefill speed measured: the plan stands", func() route.Signal { s := busy; s.PrefillPerToken = 0; return s }(), weights.Sheddable, 5000, 2, route.Shed, 0},
+		{"saturated, sheddable, in time: refused by saturation, labelled the plan's", func() route.Signal { s := busy; s.Saturated = true; return s }(), weights.Sheddable, 5000, 2, route.Shed, 0},
+		{"saturated, standard, in time: routed, the plan waived", func() route.Signal { s := busy; s.Saturated = true; return s }(), weights.Standard, 5000, 2, route.Routed, 1.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := route.NewCell(ts, shed(0, 1, 1))
+			d := route.Decide(c, []route.Signal{tt.live}, route.Request{Priority: tt.prio, Draw: 7, Uniform: 0.5, Prompt: tt.prompt, Target: tt.target})
+			if d.Outcome != tt.want {
+				t.Fatalf("outcome %v (%+v); want %v", d.Outcome, d, tt.want)
+			}
+			if tt.want != route.Routed {
+				return
+			}
+			if d.Waived != 1 || math.Abs(d.WaivedAt-tt.at) > 1e-9 {
+				t.Errorf("waived %v at %v s; want 1 at %v s", d.Waived, d.WaivedAt, tt.at)
+			}
+		})
+	}
+}
