@@ -20,21 +20,21 @@ import (
 // routed request's entry is about a third of a Record; readers decode a
 // Record from it (decode), filters and tallies read fields in place.
 type entry struct {
-	seq, draw                           uint64
-	start                               int64 // unix nanoseconds (0: zero time)
-	tokenCost, demandBooked, shedWaived float64
-	text                                string           // the inline strings, in field order, each a uvarint length and its bytes
-	candidates                          []Candidate      // shared with every version and reader: never changed
-	replica                             *ReplicaDecision // one without a choice (ext_proc shares them), or one rep cannot hold; never changed once stored (writers copy)
-	rep                                 *replicaEntry    // the replica decision, compact
-	generated                           *Generated
-	slot, totalWeight                   uint32
-	decisionMicros, totalMicros         int32 // totalMicros: Record.TotalMillis × 1000 (it is whole microseconds)
-	size                                int32 // the estimate the log counts
-	maxTokens, promptTokens, status     int32
-	tenant                              *[3]float64        // TenantDemand, TenantFair, TenantShed; nil when all are 0 (most records)
-	codes                               [numStrings]uint16 // per string field: codeInline, codeEmpty or an interned code
-	flags                               uint8
+	seq, draw                                         uint64
+	start                                             int64 // unix nanoseconds (0: zero time)
+	tokenCost, demandBooked, shedWaived, shedWaivedAt float64
+	text                                              string           // the inline strings, in field order, each a uvarint length and its bytes
+	candidates                                        []Candidate      // shared with every version and reader: never changed
+	replica                                           *ReplicaDecision // one without a choice (ext_proc shares them), or one rep cannot hold; never changed once stored (writers copy)
+	rep                                               *replicaEntry    // the replica decision, compact
+	generated                                         *Generated
+	slot, totalWeight                                 uint32
+	decisionMicros, totalMicros                       int32 // totalMicros: Record.TotalMillis × 1000 (it is whole microseconds)
+	size                                              int32 // the estimate the log counts
+	maxTokens, promptTokens, status                   int32
+	tenant                                            *[3]float64        // TenantDemand, TenantFair, TenantShed; nil when all are 0 (most records)
+	codes                                             [numStrings]uint16 // per string field: codeInline, codeEmpty or an interned code
+	flags                                             uint8
 }
 
 const (
@@ -205,7 +205,7 @@ func encodeHinted(r *Record, in *interner, prev, hint *entry) *entry {
 	e := &entry{
 		seq: r.Seq, draw: r.Draw, slot: clamp32u(r.Slot), totalWeight: clamp32u(r.TotalWeight),
 		decisionMicros: clamp32(r.DecisionMicros), totalMicros: clamp32(int64(math.Round(r.TotalMillis * 1000))),
-		tokenCost: r.TokenCost, demandBooked: r.DemandBooked, shedWaived: r.ShedWaived,
+		tokenCost: r.TokenCost, demandBooked: r.DemandBooked, shedWaived: r.ShedWaived, shedWaivedAt: r.ShedWaivedFirstToken,
 		maxTokens: clamp32(int64(r.MaxTokens)), promptTokens: clamp32(int64(r.PromptTokens)),
 		status: clamp32(int64(r.Status)), candidates: r.Candidates, generated: r.Generated,
 	}
@@ -356,7 +356,7 @@ func (e *entry) is(i int, s string, in *interner) bool {
 func (e *entry) decode(in *interner) Record {
 	r := Record{
 		Seq: e.seq, Draw: e.draw, Slot: uint64(e.slot), TotalWeight: uint64(e.totalWeight), DecisionMicros: int64(e.decisionMicros),
-		TokenCost: e.tokenCost, DemandBooked: e.demandBooked, ShedWaived: e.shedWaived, TotalMillis: float64(e.totalMicros) / 1000,
+		TokenCost: e.tokenCost, DemandBooked: e.demandBooked, ShedWaived: e.shedWaived, ShedWaivedFirstToken: e.shedWaivedAt, TotalMillis: float64(e.totalMicros) / 1000,
 		MaxTokens: int(e.maxTokens), PromptTokens: int(e.promptTokens), Status: int(e.status),
 		Replica: e.replica, Generated: e.generated,
 		Stream: e.flags&flagStream != 0, Mismatch: e.flags&flagMismatch != 0, Complete: e.flags&flagComplete != 0,

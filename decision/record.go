@@ -78,9 +78,12 @@ type Record struct {
 	// ShedWaived is the planned shed fraction of the request's priority
 	// that would have refused it but was not enforced: a cluster it may go
 	// to was not overloaded (its engines met the TTFT target, or had no
-	// queue), or there was no live engine state to confirm the overload.
-	// 0 when no plan applied.
-	ShedWaived float64 `json:"shed_waived,omitempty"`
+	// queue), there was no live engine state to confirm the overload, or
+	// the request was predicted to begin within the TTFT target on the
+	// cluster it went to — then ShedWaivedFirstToken is that prediction,
+	// in seconds (its wait and its prefill there). 0 when no plan applied.
+	ShedWaived           float64 `json:"shed_waived,omitempty"`
+	ShedWaivedFirstToken float64 `json:"shed_waived_first_token_s,omitempty"`
 	// Redrawn says why the first draw's cluster was passed over.
 	Redrawn string `json:"redrawn,omitempty"`
 	// Reason is a short code: a routed reason (RoutedReasons: weighted, session,

@@ -142,7 +142,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		s.metrics.tenants.WithLabelValues(src.name, tenant.Label(s.opts.Config.Tenants, rec.Tenant), x.prio.String(), d.Outcome.String()).Inc()
 	}
 	if d.Waived > 0 {
-		rec.ShedWaived = d.Waived
+		rec.ShedWaived, rec.ShedWaivedFirstToken = d.Waived, d.WaivedAt
 		s.metrics.waived.WithLabelValues(src.name, model, x.prio.String()).Inc()
 	}
 	switch d.Outcome {

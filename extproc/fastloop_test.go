@@ -3,6 +3,7 @@ package extproc_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +189,55 @@ func TestFastLoop(t *testing.T) {
 			c := counts[demand.Key{Source: "edge-us", Model: "qwen2.5-7b-instruct", Priority: mustPrio(tt.prio)}]
 			if c.Requests != 1 || c.Shed != 0 || c.TokenCost < 400 || c.TokenCost > 600 {
 				t.Errorf("meter counts %+v; want one routed request of ~500 token-cost", c)
+			}
+		})
+	}
+}
+
+// TestPlanShedsOnlyLate: under overload every cluster confirms, the
+// plan refuses a request through the stream only when its first token
+// would come past the TTFT target (2 s) where it goes; one predicted in
+// time is routed, and its record keeps the plan it waived and the
+// prediction.
+func TestPlanShedsOnlyLate(t *testing.T) {
+	// One serving replica per cluster, nothing of this router's awaiting:
+	// the prediction is the prompt's prefill (~100 tokens).
+	at := func(perToken float64) *live.State {
+		c := late
+		c.Serving, c.PrefillPerToken = 1, perToken
+		return &live.State{At: now, Clusters: map[string]live.Cluster{"us-east-vllm": c, "eu-west-vllm": c, "eu-west-tgi": c}}
+	}
+	tests := []struct {
+		name     string
+		live     *live.State
+		status   int     // 0: routed
+		waivedAt float64 // the record's prediction, when routed
+	}{
+		{"prefill of 100 µs a token: in time, routed", at(1e-4), 0, 0.01},
+		{"prefill of 100 ms a token: past the target, shed", at(0.1), 429, 0},
+		{"prefill speed unknown: the plan stands, shed", at(0), 429, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			publishQwen(t, h, weights.ShedFractions{weights.Sheddable: 1})
+			h.srv.SetLive(tt.live)
+			resps := h.run(t, "edge-us", qwenRequest("sheddable")...)
+			last := resps[len(resps)-1]
+			rec, _ := h.srv.Decisions().Get("req-1")
+			if tt.status != 0 {
+				ir := last.GetImmediateResponse()
+				if ir == nil {
+					t.Fatalf("answer %v; want %d", last, tt.status)
+				}
+				checkImmediate(t, ir, tt.status, "shed", "", "")
+				return
+			}
+			if last.GetImmediateResponse() != nil {
+				t.Fatalf("refused %v; want routed", last.GetImmediateResponse())
+			}
+			if rec.ShedWaived != 1 || math.Abs(rec.ShedWaivedFirstToken-tt.waivedAt) > tt.waivedAt/2 {
+				t.Errorf("record shed_waived %g, first token %g s; want 1, ~%g s", rec.ShedWaived, rec.ShedWaivedFirstToken, tt.waivedAt)
 			}
 		})
 	}

@@ -33,7 +33,7 @@ type metrics struct {
 	// tenant (its label: tenant.Label) and outcome.
 	tenantIgnored, tenants *prometheus.CounterVec
 	// waived counts planned sheds not enforced for want of measured
-	// overload.
+	// overload, or for a request predicted to begin in time.
 	waived   *prometheus.CounterVec
 	logBytes prometheus.GaugeFunc
 	// idleRefused is refused{reason="idle_timeout"}, resolved once.
@@ -128,7 +128,7 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 		}, []string{"source", "tenant", "priority", "outcome"}),
 		waived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_shed_waived_total",
-			Help: "Requests the controller's planned shedding would have refused but ILB routed, because a cluster they may go to was not overloaded (its engines met the TTFT target, or had no queue), or no live engine state confirmed the overload, by source, model and priority.",
+			Help: "Requests the controller's planned shedding would have refused but ILB routed, because a cluster they may go to was not overloaded (its engines met the TTFT target, or had no queue), they were predicted to begin within the TTFT target on the cluster they went to, or no live engine state confirmed the overload, by source, model and priority.",
 		}, []string{"source", "model", "priority"}),
 		logBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ilb_extproc_decision_log_bytes",
