@@ -419,7 +419,8 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	planned := f > 0 && req.Uniform < f
 	over := req.Tenanted && req.Priority != weights.Critical && req.Uniform < req.OverShare
 	confirmed := planned && isOverloaded() // shed unless it would begin in time (see late)
-	if over && isOverloaded() {
+	overConfirmed := over && isOverloaded()
+	if overConfirmed && !planned { // else after the plan's test (below)
 		d.Outcome = Overloaded
 		d.OverShare = true
 		return d
@@ -455,16 +456,17 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 			}
 			d.WaivedAt = at
 		}
-		d.Waived = f
-		return d
 	}
-	// A tenant's cut applies only if the request would still land on an
-	// overloaded cluster.
+	// A tenant's cut applies under overload every cluster confirms, or
+	// if the request would land on an overloaded cluster.
 	if over {
-		if ch := live[d.Chosen]; ch.Overloaded || ch.Saturated {
+		if ch := live[d.Chosen]; overConfirmed || ch.Overloaded || ch.Saturated {
 			shed.Outcome, shed.OverShare = Overloaded, true
 			return shed
 		}
+	}
+	if planned {
+		d.Waived = f
 	}
 	return d
 }
