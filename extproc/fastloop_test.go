@@ -143,20 +143,9 @@ func TestFastLoop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := start(t, true)
-			publishQwen(t, h, tt.shed)
-			if tt.live != nil {
-				h.srv.SetLive(tt.live)
-			}
-			resps := h.run(t, "edge-us", qwenRequest(tt.prio)...)
-			last := resps[len(resps)-1]
-			rec, _ := h.srv.Decisions().Get("req-1")
+			h, last, rec := decideQwen(t, tt.shed, tt.live, tt.prio)
 			if tt.status != 0 {
-				ir := last.GetImmediateResponse()
-				if ir == nil {
-					t.Fatalf("answer %v; want %d", last, tt.status)
-				}
-				checkImmediate(t, ir, tt.status, tt.code, "", "")
+				ir := refused(t, last, tt.status, tt.code)
 				if tt.status == 429 {
 					found := false
 					for _, o := range ir.GetHeaders().GetSetHeaders() {
@@ -219,18 +208,9 @@ func TestPlanShedsOnlyLate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := start(t, true)
-			publishQwen(t, h, weights.ShedFractions{weights.Sheddable: 1})
-			h.srv.SetLive(tt.live)
-			resps := h.run(t, "edge-us", qwenRequest("sheddable")...)
-			last := resps[len(resps)-1]
-			rec, _ := h.srv.Decisions().Get("req-1")
+			_, last, rec := decideQwen(t, weights.ShedFractions{weights.Sheddable: 1}, tt.live, "sheddable")
 			if tt.status != 0 {
-				ir := last.GetImmediateResponse()
-				if ir == nil {
-					t.Fatalf("answer %v; want %d", last, tt.status)
-				}
-				checkImmediate(t, ir, tt.status, "shed", "", "")
+				refused(t, last, tt.status, "shed")
 				return
 			}
 			if last.GetImmediateResponse() != nil {
@@ -241,6 +221,33 @@ func TestPlanShedsOnlyLate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decideQwen sends one qwen request of priority prio from edge-us to a
+// server holding weights with planned shed fractions shed and live state
+// l (nil: none), and returns the harness, the last answer and the
+// decision's record.
+func decideQwen(t *testing.T, shed weights.ShedFractions, l *live.State, prio string) (*harness, *extprocv3.ProcessingResponse, decision.Record) {
+	t.Helper()
+	h := start(t, true)
+	publishQwen(t, h, shed)
+	if l != nil {
+		h.srv.SetLive(l)
+	}
+	resps := h.run(t, "edge-us", qwenRequest(prio)...)
+	rec, _ := h.srv.Decisions().Get("req-1")
+	return h, resps[len(resps)-1], rec
+}
+
+// refused checks that last is an immediate response of status and code.
+func refused(t *testing.T, last *extprocv3.ProcessingResponse, status int, code string) *extprocv3.ImmediateResponse {
+	t.Helper()
+	ir := last.GetImmediateResponse()
+	if ir == nil {
+		t.Fatalf("answer %v; want %d", last, status)
+	}
+	checkImmediate(t, ir, status, code, "", "")
+	return ir
 }
 
 func mustPrio(s string) weights.Priority {
