@@ -74,7 +74,7 @@ var reasonMeaning = map[string]string{
 	"within_target":   "the cluster it was going to could not give its first token within the TTFT target (controller.capacity.ttft_target), by its queue and this prompt's prefill there (a slower GPU, a long prompt): drawn again among the clusters that could",
 	"steered":         "the drawn cluster's engines (without a TTFT histogram) queue more per running request than another's: moved to one with less, with the probability the difference justifies",
 	"models":          "the model list, answered from ILB's configuration: no engine saw it, and it is not demand",
-	"shed":            "the controller planned to shed part of this priority (its tenant's share of it, with fair shedding) and the engines confirmed the overload: the cluster it would go to was overloaded",
+	"shed":            "the controller planned to shed part of this priority (its tenant's share of it, with fair shedding), the engines confirmed the overload (the cluster it would go to was overloaded), and its first token was predicted past the TTFT target there",
 	"overloaded":      "the engines measured an overload no plan sized yet: every cluster saturated (a sheddable request), or its tenant asked for more than an equal share (the part above it refused)",
 	"budget_exceeded": "its tenant's token budget (tenants.budgets) for this minute or day was spent, counting what the requests in flight hold: refused until the window ends, and not demand",
 }
@@ -173,6 +173,9 @@ func printStory(w io.Writer, r decision.Record, traceURL string) {
 		p("answered", "%d by ILB itself (reason %s)", r.Status, r.Reason)
 	default:
 		p("decided", "reason %s, never seen by the client", r.Reason)
+	}
+	if r.ShedWaived > 0 {
+		p("shed", "%s", waivedText(r))
 	}
 	printReplica(p, r.Replica)
 	switch {
@@ -327,4 +330,14 @@ func bookedText(r decision.Record) string {
 		"ended":     "the stream ended before the response did: the client went away",
 	}[g.Outcome]
 	return fmt.Sprintf("%.0f, as the engine generated it: %d tokens (%s); %s", r.DemandBooked, g.Tokens, from, how)
+}
+
+// waivedText says why the plan's shed that applied to a routed request
+// was not enforced.
+func waivedText(r decision.Record) string {
+	why := "no cluster it may use confirmed the overload (their engines met the TTFT target, or had no queue), or ILB had no live engine state"
+	if r.ShedWaivedFirstToken > 0 {
+		why = fmt.Sprintf("its first token was predicted in %.2f s on %s (its wait there and its prompt's prefill), within the TTFT target", r.ShedWaivedFirstToken, orDash(r.Chosen))
+	}
+	return fmt.Sprintf("the plan sheds %.0f%% of %s requests here, waived: %s", 100*r.ShedWaived, orDash(r.Priority), why)
 }

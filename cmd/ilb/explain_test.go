@@ -223,3 +223,37 @@ func TestExplainTenant(t *testing.T) {
 		})
 	}
 }
+
+func TestExplainShedWaived(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  decision.Record
+		want string
+	}{
+		{
+			"predicted in time",
+			decision.Record{RequestID: "r", Priority: "sheddable", Chosen: "us-east-vllm", Reason: "weighted", ShedWaived: 0.4, ShedWaivedFirstToken: 1.234},
+			"shed        the plan sheds 40% of sheddable requests here, waived: its first token was predicted in 1.23 s on us-east-vllm",
+		},
+		{
+			"not confirmed",
+			decision.Record{RequestID: "r", Priority: "standard", Chosen: "us-east-vllm", Reason: "weighted", ShedWaived: 1},
+			"the plan sheds 100% of standard requests here, waived: no cluster it may use confirmed the overload",
+		},
+		{"no plan: no line", decision.Record{RequestID: "r", Priority: "standard", Chosen: "us-east-vllm", Reason: "weighted"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printRecord(&b, tc.rec)
+			if tc.want == "" {
+				if strings.Contains(b.String(), "waived") {
+					t.Errorf("output speaks of a waiver without a plan:\n%s", b.String())
+				}
+				return
+			}
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, b.String())
+			}
+		})
+	}
+}
