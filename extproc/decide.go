@@ -196,7 +196,12 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		rec.Redrawn = keptWhy(rec.Redrawn, c.targets[on].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative, d.PrefillFirst, d.PrefillAlternative, req.Target)
 	}
 	if d.Balanced {
-		rec.Redrawn = balancedWhy(rec.Redrawn, c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster, d.WaitFirst, d.WaitAlternative)
+		from, to := c.targets[d.BalancedFrom].Cluster, c.targets[d.Alternative].Cluster
+		if d.Faster {
+			rec.Redrawn = fasterWhy(rec.Redrawn, from, to, d.WaitFirst, d.PrefillFirst, d.PrefillAlternative)
+		} else {
+			rec.Redrawn = balancedWhy(rec.Redrawn, from, to, d.WaitFirst, d.WaitAlternative)
+		}
 		rec.Reason = reasonBalanced
 	}
 	if d.Reached {
@@ -380,6 +385,22 @@ func (c *cell) noCapacityWhy(ls *live.State, ar *adapterRoute) string {
 func balancedWhy(before, from, to string, waitFrom, waitTo float64) string {
 	why := fmt.Sprintf("%s would begin it in %.0f ms (the queue ahead: the work ILB sent there that its engines have not begun, or the queue they report), %s in %.0f ms, the soonest of the clusters the request may use, round trip included: moved there",
 		from, 1000*waitFrom, to, 1000*waitTo)
+	if before != "" {
+		return before + "; then " + why
+	}
+	return why
+}
+
+// fasterWhy says why a request left from for to, whose queue ahead was
+// as long (wait, seconds): to is nearer and prefills the prompt faster
+// (prefill seconds on each).
+func fasterWhy(before, from, to string, wait, prefillFrom, prefillTo float64) string {
+	was := fmt.Sprintf("%.0f ms", 1000*prefillFrom)
+	if math.IsInf(prefillFrom, 0) {
+		was = "not measured there"
+	}
+	why := fmt.Sprintf("%s and %s would begin it alike, in %.0f ms (the queue ahead), and %s is nearer and prefills this prompt sooner (%.0f ms against %s): moved there",
+		from, to, 1000*wait, to, 1000*prefillTo, was)
 	if before != "" {
 		return before + "; then " + why
 	}

@@ -354,6 +354,49 @@ func TestEngineQueueBalances(t *testing.T) {
 	}
 }
 
+// TestFasterPrefillAtEqualQueue: through a real stream, with no queue
+// anywhere, a request drawn to a cluster abroad moves to a nearer one
+// only when that one also prefills its prompt faster; the record says
+// why.
+func TestFasterPrefillAtEqualQueue(t *testing.T) {
+	calm := live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10, PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}
+	tests := []struct {
+		name    string
+		drawn   float64 // eu-west-vllm's prefill time per token (the draw's)
+		near    float64 // us-east-vllm's (edge-us's own region)
+		to      string
+		reason  string
+		explain string
+	}{
+		{"nearer and faster: moved", 2e-4, 1e-4, "us-east-vllm", "balanced", "eu-west-vllm and us-east-vllm would begin it alike, in 0 ms (the queue ahead), and us-east-vllm is nearer and prefills this prompt sooner"},
+		{"nearer but slower: the draw stands", 1e-4, 2e-4, "eu-west-vllm", "weighted", ""},
+		{"nearer, as fast: the draw stands", 1e-4, 1e-4, "eu-west-vllm", "weighted", ""},
+		{"the drawn one's speed unknown: moved to the measured one", 0, 1e-4, "us-east-vllm", "balanced", "(11 ms against not measured there)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			publishQwen(t, h, weights.ShedFractions{})
+			ls := allClusters(h.cfg, calm)
+			for name, p := range map[string]float64{"eu-west-vllm": tt.drawn, "us-east-vllm": tt.near} {
+				c := ls.Clusters[name]
+				c.PrefillPerToken = p
+				ls.Clusters[name] = c
+			}
+			h.srv.SetLive(ls)
+			// The draw (4242) falls on eu-west-vllm.
+			h.run(t, "edge-us", append(qwenRequest(""), respHeaders(":status", "200"))...)
+			rec, ok := h.srv.Decisions().Get("req-1")
+			if !ok {
+				t.Fatal("no record")
+			}
+			if rec.Chosen != tt.to || rec.Reason != tt.reason || !strings.Contains(rec.Redrawn, tt.explain) {
+				t.Errorf("chosen %s (%s, %q); want %s (%s) saying %q", rec.Chosen, rec.Reason, rec.Redrawn, tt.to, tt.reason, tt.explain)
+			}
+		})
+	}
+}
+
 // TestSlowPrefillMovesWithinTarget: through a real stream, a request
 // drawn to a cluster whose engines would prefill its prompt past the
 // TTFT target (controller.capacity.ttft_target, 2 s by default) goes to
@@ -362,10 +405,14 @@ func TestEngineQueueBalances(t *testing.T) {
 func TestSlowPrefillMovesWithinTarget(t *testing.T) {
 	h := start(t, true)
 	publishQwen(t, h, weights.ShedFractions{})
-	calm := live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10, PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}
+	// The others queue a request per replica (0.2 s at 10 first tokens a
+	// second): longer than the drawn one's queue, so balancing keeps the
+	// request, and the move within the target takes it.
+	calm := live.Cluster{TTFT: 0.05, TTFTKnown: true, FirstTokensPerSecond: 10, PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4, Waiting: 2}
 	ls := allClusters(h.cfg, calm)
 	slow := ls.Clusters["eu-west-vllm"]
 	slow.PrefillPerToken = 0.1 // 100 prompt tokens or so: 10 s
+	slow.Waiting = 0
 	ls.Clusters["eu-west-vllm"] = slow
 	h.srv.SetLive(ls)
 	done := respHeaders(":status", "200")

@@ -60,8 +60,15 @@ func (c *Cell) choose(d *Decision, rem []int, live []Signal, req Request, satura
 // each.
 //
 // The chosen target is compared on the same terms, so a request moves
-// only off a queue. Nothing here is random: a session moves only when
-// the loads change.
+// only off a queue — or, where the queues ahead are as long (none, on a
+// light fleet), to a target that is nearer and prefills the prompt
+// faster (Decision.Faster): better on every count, its first token comes
+// sooner whatever the estimates' errors. Without it a long prompt the
+// plan's shares sent abroad stayed abroad on an idle fleet, to a slower
+// GPU as well: the long-prompt workload at 1.1 of the fleet's throughput
+// had a p99 TTFT of 1.86 s against a least-work router's 1.68 s; with
+// it, 1.79 s (at 0.3, 0.96 → 0.91 s). Nothing here is random: a session
+// moves only when the loads change.
 //
 // A target is passed over for its prefill (Decision.Kept) when the
 // prompt's prefill there is longer than the queue it saves (see slower)
@@ -84,8 +91,8 @@ func (c *Cell) balance(d *Decision, live []Signal, prompt, target float64) {
 			continue // farther away: only off a queued cluster
 		}
 		wb, okb := c.wait(i, live)
-		if !okb || wb >= wa {
-			continue
+		if !okb || wb > wa || wb == wa && !(prefill(prompt, live[i]) < prefill(prompt, live[d.Chosen])) {
+			continue // a longer queue, or as long without a faster prefill
 		}
 		if slower(prompt, live[d.Chosen], live[i], wa-wb) || beyond(prompt, target, live[i]) && !beyond(prompt, target, live[d.Chosen]) {
 			if at := c.rtt[i] + wb; at < keptAt {
@@ -105,7 +112,22 @@ func (c *Cell) balance(d *Decision, live []Signal, prompt, target float64) {
 		return
 	}
 	d.Compared, d.Alternative, d.WaitFirst, d.WaitAlternative = true, best, wa, bestWait
+	if bestWait == wa { // as long a queue: nearer, and a faster prefill
+		d.Faster, d.PrefillFirst, d.PrefillAlternative = true, prefill(prompt, live[d.Chosen]), prefill(prompt, live[best])
+	}
 	d.BalancedFrom, d.Chosen, d.Balanced = d.Chosen, best, true
+}
+
+// prefill is how long a prompt of prompt tokens takes to prefill on a
+// cluster measured as l, in seconds; +Inf when unknown (no prompt, or no
+// prefill speed measured), so that an unknown prefill is never the
+// faster one.
+func prefill(prompt float64, l Signal) float64 {
+	p := l.PrefillPerToken
+	if prompt > 0 && p > 0 && !math.IsInf(p, 0) {
+		return prompt * p
+	}
+	return math.Inf(1)
 }
 
 // slower reports whether a prompt of prompt tokens would get its first

@@ -334,14 +334,18 @@ type Decision struct {
 	// soonest, round trip included, was compared with the chosen one by
 	// their waits, WaitFirst and WaitAlternative (seconds; see balance).
 	// Balanced: it took the request from BalancedFrom (the drawn or
-	// redrawn target). Compared only when some target is sooner.
-	Compared, Balanced         bool
+	// redrawn target). Compared only when some target is sooner. Faster:
+	// the two waits were equal, and Alternative is nearer and prefills
+	// the prompt faster (PrefillFirst and PrefillAlternative, seconds;
+	// PrefillFirst +Inf when not measured).
+	Compared, Balanced, Faster bool
 	Alternative, BalancedFrom  int
 	WaitFirst, WaitAlternative float64
 	// Kept: Alternative was sooner by its queue but stayed out, its
 	// prefill of the request's prompt longer by more than the queue it
 	// saved: PrefillFirst and PrefillAlternative (seconds) are the
-	// prompt's prefill on the chosen target and on it.
+	// prompt's prefill on the chosen target and on it (also set when
+	// Faster).
 	Kept                             bool
 	PrefillFirst, PrefillAlternative float64
 	// Reached: the request's first token was predicted at FirstAt
