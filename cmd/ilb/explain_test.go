@@ -199,60 +199,44 @@ func TestExplainMaxTokens(t *testing.T) {
 	}
 }
 
-func TestExplainTenant(t *testing.T) {
+// TestExplainLines: the lines a record's fields add to ilb explain —
+// the tenant's, and the plan's shed waived for a routed request — and
+// none where there is nothing to say.
+func TestExplainLines(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		rec  decision.Record
-		want string
+		name   string
+		rec    decision.Record
+		want   string // in the output
+		absent string // not in it
 	}{
 		{
 			"shed by the tenant's share",
 			decision.Record{RequestID: "r", Tenant: "acme", TenantFrom: "header", TenantDemand: 0.6, TenantFair: 0.3, TenantShed: 0.5, Reason: "shed", Status: 429},
-			"acme, from x-ilb-tenant: 60% of its priority's demand here, fair share 30%; 50% of its requests shed",
+			"acme, from x-ilb-tenant: 60% of its priority's demand here, fair share 30%; 50% of its requests shed", "",
 		},
-		{"ignored", decision.Record{RequestID: "r", TenantFrom: "ignored-header"}, "its x-ilb-tenant was ignored"},
-		{"named", decision.Record{RequestID: "r", Tenant: "acme", TenantFrom: "header"}, "tenant      acme, from x-ilb-tenant\n"},
-		{"the meaning of shed", decision.Record{RequestID: "r", Reason: "shed", Status: 429}, "its tenant's share of it"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var b strings.Builder
-			printRecord(&b, tc.rec)
-			if !strings.Contains(b.String(), tc.want) {
-				t.Errorf("output lacks %q:\n%s", tc.want, b.String())
-			}
-		})
-	}
-}
-
-func TestExplainShedWaived(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		rec  decision.Record
-		want string
-	}{
+		{"tenant ignored", decision.Record{RequestID: "r", TenantFrom: "ignored-header"}, "its x-ilb-tenant was ignored", ""},
+		{"tenant named", decision.Record{RequestID: "r", Tenant: "acme", TenantFrom: "header"}, "tenant      acme, from x-ilb-tenant\n", ""},
+		{"the meaning of shed", decision.Record{RequestID: "r", Reason: "shed", Status: 429}, "its tenant's share of it", ""},
 		{
-			"predicted in time",
+			"a shed waived: predicted in time",
 			decision.Record{RequestID: "r", Priority: "sheddable", Chosen: "us-east-vllm", Reason: "weighted", ShedWaived: 0.4, ShedWaivedFirstToken: 1.234},
-			"shed        the plan sheds 40% of sheddable requests here, waived: its first token was predicted in 1.23 s on us-east-vllm",
+			"shed        the plan sheds 40% of sheddable requests here, waived: its first token was predicted in 1.23 s on us-east-vllm", "",
 		},
 		{
-			"not confirmed",
+			"a shed waived: not confirmed",
 			decision.Record{RequestID: "r", Priority: "standard", Chosen: "us-east-vllm", Reason: "weighted", ShedWaived: 1},
-			"the plan sheds 100% of standard requests here, waived: no cluster it may use confirmed the overload",
+			"the plan sheds 100% of standard requests here, waived: no cluster it may use confirmed the overload", "",
 		},
-		{"no plan: no line", decision.Record{RequestID: "r", Priority: "standard", Chosen: "us-east-vllm", Reason: "weighted"}, ""},
+		{"no plan: no waiver", decision.Record{RequestID: "r", Priority: "standard", Chosen: "us-east-vllm", Reason: "weighted"}, "chosen", "waived"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
 			printRecord(&b, tc.rec)
-			if tc.want == "" {
-				if strings.Contains(b.String(), "waived") {
-					t.Errorf("output speaks of a waiver without a plan:\n%s", b.String())
-				}
-				return
-			}
 			if !strings.Contains(b.String(), tc.want) {
 				t.Errorf("output lacks %q:\n%s", tc.want, b.String())
+			}
+			if tc.absent != "" && strings.Contains(b.String(), tc.absent) {
+				t.Errorf("output has %q:\n%s", tc.absent, b.String())
 			}
 		})
 	}
