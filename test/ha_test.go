@@ -122,7 +122,11 @@ func TestHAEtcdLossFailsStatic(t *testing.T) {
 
 	etcd.Kill(0)
 	mark := servedOK(s)
-	waitUntil(t, "load with one etcd member down", 30*time.Second, func() bool { return servedOK(s) >= mark+100 })
+	// As long as the wait for fail-static below: the etcd members left
+	// elect a raft leader and the replicas' clients move to them while the
+	// load goes on, which on a machine loaded past its cores (the loaded
+	// make test alongside a benchmark) took more than 30 s once.
+	waitUntil(t, "load with one etcd member down", 60*time.Second, func() bool { return servedOK(s) >= mark+100 })
 	for i, r := range s.Replicas {
 		if st := r.App.HA.Status(); st.FailStatic || i == leader != st.Leader {
 			t.Errorf("one member of three down: replica %d status %+v; want nothing changed (leader %d)", i, st, leader)
