@@ -23,6 +23,7 @@ type entry struct {
 	seq, draw                                         uint64
 	start                                             int64 // unix nanoseconds (0: zero time)
 	tokenCost, demandBooked, shedWaived, shedWaivedAt float64
+	shedWaivedScale                                   float64
 	text                                              string           // the inline strings, in field order, each a uvarint length and its bytes
 	candidates                                        []Candidate      // shared with every version and reader: never changed
 	replica                                           *ReplicaDecision // one without a choice (ext_proc shares them), or one rep cannot hold; never changed once stored (writers copy)
@@ -205,7 +206,7 @@ func encodeHinted(r *Record, in *interner, prev, hint *entry) *entry {
 	e := &entry{
 		seq: r.Seq, draw: r.Draw, slot: clamp32u(r.Slot), totalWeight: clamp32u(r.TotalWeight),
 		decisionMicros: clamp32(r.DecisionMicros), totalMicros: clamp32(int64(math.Round(r.TotalMillis * 1000))),
-		tokenCost: r.TokenCost, demandBooked: r.DemandBooked, shedWaived: r.ShedWaived, shedWaivedAt: r.ShedWaivedFirstToken,
+		tokenCost: r.TokenCost, demandBooked: r.DemandBooked, shedWaived: r.ShedWaived, shedWaivedAt: r.ShedWaivedFirstToken, shedWaivedScale: r.ShedWaivedScale,
 		maxTokens: clamp32(int64(r.MaxTokens)), promptTokens: clamp32(int64(r.PromptTokens)),
 		status: clamp32(int64(r.Status)), candidates: r.Candidates, generated: r.Generated,
 	}
@@ -356,7 +357,7 @@ func (e *entry) is(i int, s string, in *interner) bool {
 func (e *entry) decode(in *interner) Record {
 	r := Record{
 		Seq: e.seq, Draw: e.draw, Slot: uint64(e.slot), TotalWeight: uint64(e.totalWeight), DecisionMicros: int64(e.decisionMicros),
-		TokenCost: e.tokenCost, DemandBooked: e.demandBooked, ShedWaived: e.shedWaived, ShedWaivedFirstToken: e.shedWaivedAt, TotalMillis: float64(e.totalMicros) / 1000,
+		TokenCost: e.tokenCost, DemandBooked: e.demandBooked, ShedWaived: e.shedWaived, ShedWaivedFirstToken: e.shedWaivedAt, ShedWaivedScale: e.shedWaivedScale, TotalMillis: float64(e.totalMicros) / 1000,
 		MaxTokens: int(e.maxTokens), PromptTokens: int(e.promptTokens), Status: int(e.status),
 		Replica: e.replica, Generated: e.generated,
 		Stream: e.flags&flagStream != 0, Mismatch: e.flags&flagMismatch != 0, Complete: e.flags&flagComplete != 0,

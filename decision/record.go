@@ -81,9 +81,12 @@ type Record struct {
 	// queue), there was no live engine state to confirm the overload, or
 	// the request was predicted to begin within the TTFT target on the
 	// cluster it went to — then ShedWaivedFirstToken is that prediction,
-	// in seconds (its wait and its prefill there). 0 when no plan applied.
+	// in seconds (its wait and its prefill there, times ShedWaivedScale:
+	// how far that cluster's first tokens ran below such predictions, in
+	// (0, 1]). 0 when no plan applied.
 	ShedWaived           float64 `json:"shed_waived,omitempty"`
 	ShedWaivedFirstToken float64 `json:"shed_waived_first_token_s,omitempty"`
+	ShedWaivedScale      float64 `json:"shed_waived_scale,omitempty"`
 	// Redrawn says why the first draw's cluster was passed over.
 	Redrawn string `json:"redrawn,omitempty"`
 	// Reason is a short code: a routed reason (RoutedReasons: weighted, session,

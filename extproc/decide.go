@@ -142,7 +142,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 		s.metrics.tenants.WithLabelValues(src.name, tenant.Label(s.opts.Config.Tenants, rec.Tenant), x.prio.String(), d.Outcome.String()).Inc()
 	}
 	if d.Waived > 0 {
-		rec.ShedWaived, rec.ShedWaivedFirstToken = d.Waived, d.WaivedAt
+		rec.ShedWaived, rec.ShedWaivedFirstToken, rec.ShedWaivedScale = d.Waived, d.WaivedAt, d.WaivedScale
 		s.metrics.waived.WithLabelValues(src.name, model, x.prio.String()).Inc()
 	}
 	switch d.Outcome {
@@ -179,6 +179,7 @@ func (s *Server) decide(x *exchange, body *openai.Body) (*extprocv3.HeaderMutati
 	}
 	rec.Draw, rec.Slot, rec.Chosen = draw, d.Slot, c.targets[d.Chosen].Cluster
 	x.cell, x.target = c, d.Chosen
+	x.firstToken, x.rtt, x.decidedAt = d.FirstToken, c.rc.RTT(d.Chosen), s.opts.Now()
 	if d.Redrawn {
 		drawn := c.targets[d.Drawn].Cluster
 		why := excludedWhy(ls, ar, drawn)
@@ -322,7 +323,8 @@ func (c *cell) annotate(ls *live.State) []decision.Candidate {
 // route decision, in out's memory when it has room; nil without live
 // state. A target's TTFT counts
 // ext_proc's own requests still awaiting their response there
-// (route.PredictTTFT).
+// (route.PredictTTFT); its FirstTokenScale is the calibration its
+// followed streaming responses taught (firstEvent).
 func (s *Server) signals(c *cell, ls *live.State, out []route.Signal) []route.Signal {
 	if ls == nil {
 		return nil
@@ -331,10 +333,14 @@ func (s *Server) signals(c *cell, ls *live.State, out []route.Signal) []route.Si
 	for i, t := range c.targets {
 		var awaiting int64
 		var work, prompt float64
-		if a := s.awaiting[t.Cluster]; a != nil {
+		a := s.awaiting[t.Cluster]
+		if a != nil {
 			awaiting, work, prompt = a.load()
 		}
 		out[i] = ls.Clusters[t.Cluster].Signal(awaiting, work, prompt)
+		if a != nil {
+			out[i].FirstTokenScale = a.calib.Scale()
+		}
 	}
 	return out
 }

@@ -123,6 +123,9 @@ func (s *Server) onFollowedBody(x *exchange, body []byte, end bool) (stop bool) 
 	}
 	f.body += int64(len(body))
 	f.scan.feed(body)
+	if f.sse && f.scan.docs > 0 {
+		s.firstEvent(x)
+	}
 	if end {
 		s.settle(x, followComplete)
 		return false

@@ -3,6 +3,8 @@ package extproc
 import (
 	"math"
 	"sync/atomic"
+
+	"github.com/ilbproject/ilb/route"
 )
 
 // inflight is what ext_proc sent to one engine cluster and has not heard
@@ -19,6 +21,10 @@ type inflight struct {
 	// in thousandths (integers, so that adding and removing the same
 	// request leaves no rounding behind).
 	work, prompt atomic.Int64
+	// calib is how the first tokens of ext_proc's followed streaming
+	// responses from the cluster compare with their predictions
+	// (route.Signal.FirstTokenScale).
+	calib route.Calibration
 }
 
 // maxMilliCost bounds one request's share of work (thousandths of a

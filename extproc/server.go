@@ -158,6 +158,11 @@ func New(o Options) (*Server, error) {
 	for _, e := range o.Config.Clusters {
 		awaiting[e.Name] = new(inflight)
 	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(newScaleCollector(awaiting)); err != nil {
+			return nil, fmt.Errorf("extproc: metrics: %w", err)
+		}
+	}
 	pickers := newPickers(o.Config, m)
 	if o.Registry != nil && len(pickers) > 0 {
 		if err := o.Registry.Register(newPickerCollector(pickers)); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/ilbproject/ilb/internal/bound"
 	"github.com/ilbproject/ilb/openai"
 	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/weights"
 )
 
@@ -90,6 +91,15 @@ type exchange struct {
 	// awaitingWork what the request added to it.
 	awaitingOn   *inflight
 	awaitingWork booked
+	// firstToken is the request's first token as the decision predicted
+	// it on the cluster it went to (route.Decision.FirstToken, seconds,
+	// network aside; 0: none), decidedAt when, and rtt the round trip
+	// there (seconds): the first event of a followed streaming response
+	// calibrates that cluster's predictions (route.Calibration) and
+	// clears firstToken.
+	firstToken, rtt float64
+	decidedAt       time.Time
+	calib           *route.Calibration
 	// streamed is true when Envoy sends the request body in chunks. In
 	// BUFFERED mode (what ILB configures) the one body message is the
 	// whole body, whether or not end_of_stream is set (it is not when
@@ -390,7 +400,7 @@ func (s *Server) decided(x *exchange, began time.Time) {
 	}
 	if a := s.awaiting[x.rec.Chosen]; a != nil {
 		x.awaitingWork = a.add(x.cost, x.prompt)
-		x.awaitingOn = a
+		x.awaitingOn, x.calib = a, &a.calib
 	}
 }
 

@@ -291,15 +291,6 @@ func (c Cluster) Signal(awaiting int64, work, prompt float64) route.Signal {
 		TTFT: route.PredictTTFT(c.TTFT, awaiting, c.FirstTokensPerSecond, c.Serving), TTFTKnown: c.TTFTKnown,
 		Serving: c.Serving, Work: max(work, 0), Prompt: max(prompt, 0), Awaiting: max(awaiting, 0), PrefillPerToken: c.PrefillPerToken,
 	}
-	// A request or more waiting per serving replica, at the engines or
-	// among this router's own requests (then more than the engines'
-	// figure explains): the queue rule of config.CapacityLearning's
-	// OverTarget. Fewer of this router's requests in flight than replicas
-	// are the steady state, not a queue: at light load their Little's law
-	// (the sojourn, network included) is a little over the engines' TTFT,
-	// and steering on that moved requests for nothing.
-	per := float64(max(c.Serving, 1))
-	s.Queued = c.Overloaded || c.Saturated || c.Waiting >= per || float64(awaiting) >= per && s.TTFT > c.TTFT
 	s.QueueWait = c.queueWait()
 	return s
 }
@@ -310,7 +301,7 @@ func (c Cluster) Signal(awaiting int64, work, prompt float64) route.Signal {
 // what the serving replicas give at the engines' own TTFT, one prompt at
 // a time each (as route.PredictTTFT). 0 without a queue or a rate, and 0
 // while fewer requests wait than replicas serve: a queue is a request or
-// more waiting per serving replica, as for Queued and the capacity
+// more waiting per serving replica, as for the capacity
 // estimator (fewer are the moment between two steps of a replica that
 // admits them; counting them, a second old, moved requests at light load
 // onto slower clusters, and the synthetic day's p99 TTFT at 0.5 of the

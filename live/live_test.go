@@ -164,21 +164,21 @@ func TestSignal(t *testing.T) {
 		work     float64
 		want     route.Signal
 	}{
-		{"none awaiting", c, 0, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true, Queued: true}},
-		{"20 awaiting", c, 20, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Queued: true, Awaiting: 20}},
+		{"none awaiting", c, 0, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 0, 10, 0), TTFTKnown: true}},
+		{"20 awaiting", c, 20, 0, route.Signal{Saturated: true, Pressure: 1.5, PressureKnown: true, TTFT: route.PredictTTFT(0.4, 20, 10, 0), TTFTKnown: true, Awaiting: 20}},
 		{"excluded", live.Cluster{Excluded: "no replica"}, 3, 0, route.Signal{Excluded: true, Awaiting: 3}},
 		// Four serving replicas giving 5 first tokens a second.
 		{"fewer of ours awaiting than replicas is no queue", idle, 3, 0, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3}},
 		// 4 waiting, admitted at 5 first tokens a second: 0.8 s.
-		{"a request waiting per replica at the engines is a queue", queued, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4, QueueWait: 0.8}},
+		{"a request waiting per replica at the engines is a queue", queued, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Serving: 4, QueueWait: 0.8}},
 		// No first token last interval: four replicas at 0.4 s each admit
 		// 10 a second, so the 4 waiting take 0.4 s.
-		{"a queue without first tokens: the replicas' rate at the engines' TTFT", stalled, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4, QueueWait: 0.4}},
-		{"a queue without a rate: no wait known", blind, 0, 0, route.Signal{Pressure: 0.5, PressureKnown: true, Queued: true, Serving: 4}},
+		{"a queue without first tokens: the replicas' rate at the engines' TTFT", stalled, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Serving: 4, QueueWait: 0.4}},
+		{"a queue without a rate: no wait known", blind, 0, 0, route.Signal{Pressure: 0.5, PressureKnown: true, Serving: 4}},
 		// 3 waiting at 4 replicas: the moment between two steps, no queue.
 		{"fewer waiting than serving replicas: no queue, no wait", short, 0, 0, route.Signal{TTFT: 0.4, TTFTKnown: true, Pressure: 0.5, PressureKnown: true, Serving: 4}},
-		{"a burst: one of ours awaiting per replica, more than the engines explain", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Queued: true, Serving: 4, Awaiting: 4}},
-		{"one of ours awaiting per replica, as the engines explain: no queue", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4, Awaiting: 4}},
+		{"a burst: ours awaiting, more than the engines explain, set the TTFT (Little's law)", idle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4, Awaiting: 4}},
+		{"ours awaiting, as the engines explain: their TTFT", slowIdle, 4, 0, route.Signal{TTFT: 0.8, TTFTKnown: true, Serving: 4, Awaiting: 4}},
 		{"the work of ours awaiting passes through", idle, 3, 1500, route.Signal{TTFT: 0.6, TTFTKnown: true, Serving: 4, Awaiting: 3, Work: 1500}},
 		{"a negative count or work is none", idle, -2, -5, route.Signal{TTFT: 0.4, TTFTKnown: true, Serving: 4}},
 	}

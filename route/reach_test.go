@@ -18,9 +18,9 @@ func TestReach(t *testing.T) {
 	slow := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-5} // an A100: 60k tokens in 3 s
 	fast := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 2.5e-5}
 	queuedFast := fast
-	queuedFast.QueueWait, queuedFast.Queued = 1, true // 1 s + 1.5 s: past the target
+	queuedFast.QueueWait = 1 // 1 s + 1.5 s: past the target
 	slightlyQueuedFast := fast
-	slightlyQueuedFast.QueueWait, slightlyQueuedFast.Queued = 0.2, true // 0.2 + 1.5 s: within it
+	slightlyQueuedFast.QueueWait = 0.2 // 0.2 + 1.5 s: within it
 	unknown := fast
 	unknown.PrefillPerToken = 0
 	saturated, overloaded, excluded := fast, fast, fast
@@ -32,7 +32,7 @@ func TestReach(t *testing.T) {
 	nanWork := slow
 	nanWork.Work, nanWork.Awaiting = math.NaN(), 2
 	farQueued := fast
-	farQueued.QueueWait, farQueued.Queued = 0.875, true // 0.875 + 1.025 s
+	farQueued.QueueWait = 0.875 // 0.875 + 1.025 s
 	pressed := fast
 	pressed.Pressure = 2
 	tests := []struct {
@@ -110,9 +110,9 @@ func TestReachNotWhenSteeringIsOff(t *testing.T) {
 // both.
 func TestReachAfterKept(t *testing.T) {
 	ts := []route.Target{{Weight: 1000, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}, {Weight: 0, RTT: 0.001, Capacity: 1000}}
-	a100 := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-5, QueueWait: 0.5, Queued: true}   // 0.5 + 3 s
-	slowest := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}                              // 0 + 6 s
-	h100 := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 2.5e-5, QueueWait: 0.5, Queued: true} // 0.5 + 1.5 s
+	a100 := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 5e-5, QueueWait: 0.5}   // 0.5 + 3 s
+	slowest := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 1e-4}                // 0 + 6 s
+	h100 := route.Signal{PressureKnown: true, Serving: 2, PrefillPerToken: 2.5e-5, QueueWait: 0.5} // 0.5 + 1.5 s
 	d := route.Decide(route.NewCell(ts, weights.ShedFractions{}), []route.Signal{a100, slowest, h100}, route.Request{Priority: weights.Standard, Draw: 7, Prompt: 60000, Target: 2})
 	if !d.Kept || d.Alternative != 1 || !d.Reached || d.ReachedFrom != 0 || d.Chosen != 2 {
 		t.Fatalf("kept %v (alternative %d), reached %v from %d, chosen %d; want kept off 1, then moved from 0 to 2", d.Kept, d.Alternative, d.Reached, d.ReachedFrom, d.Chosen)

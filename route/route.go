@@ -140,6 +140,9 @@ func NewCell(ts []Target, shed weights.ShedFractions) *Cell {
 // Len is the number of targets.
 func (c *Cell) Len() int { return len(c.weights) }
 
+// RTT is target i's round trip from the cell's source, in seconds.
+func (c *Cell) RTT(i int) float64 { return c.rtt[i] }
+
 // Total is the sum of the weights.
 func (c *Cell) Total() uint64 { return c.total }
 
@@ -191,19 +194,17 @@ type Signal struct {
 	// the last signals round saw them. It counts every router's requests,
 	// where Work counts only this one's; 0 when no queue is known.
 	QueueWait float64
-	// Queued: requests wait there — its engines report a queue, it is
-	// overloaded or saturated, or more of this router's requests await a
-	// first token there than its engines' figure explains (TTFT is then
-	// Little's law's). Balancing moves a request abroad only off a queued
-	// cluster: at light load a move abroad on a small difference of waits
-	// costs a round trip for nothing.
-	Queued bool
 	// PrefillPerToken is how long its engines take per prompt token to
 	// give a first token, their queue aside, in seconds (≥ 0; 0:
 	// unknown): a slower GPU, or a busier batch, shows a larger figure.
 	// Balancing adds a request's prompt times it to the wait of each of
 	// the two clusters it compares (see balance).
 	PrefillPerToken float64
+	// FirstTokenScale is how far the first tokens its engines give run
+	// below this router's prediction of them (Calibration.Scale), in
+	// (0, 1]; 0 counts as 1. The planned shed tests the prediction times
+	// it (see late).
+	FirstTokenScale float64
 	// Serving is how many replicas may take requests there now.
 	Serving int
 	// Awaiting is how many of this router's requests await a first
@@ -364,9 +365,16 @@ type Decision struct {
 	// draw but was not enforced (0 when none was waived): a cluster was
 	// not overloaded, or, with WaivedAt > 0, the request was predicted to
 	// begin within its TTFT target on Chosen, at WaivedAt seconds (see
-	// late).
-	Waived   float64
-	WaivedAt float64
+	// late), WaivedScale the calibration (Signal.FirstTokenScale) that
+	// scaled the prediction.
+	Waived, WaivedAt, WaivedScale float64
+	// FirstToken is the request's first token predicted on Chosen when
+	// routed, in seconds from its arrival there, network aside: the wait
+	// there plus the prompt's prefill, unscaled (see firstToken); 0 when
+	// unknown (no live state, prompt, capacity or prefill speed). The
+	// caller observes it against the first token that came
+	// (Calibration.Observe).
+	FirstToken float64
 }
 
 // Decide decides one request on cell c. live holds one Signal per target
@@ -458,7 +466,7 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 			if late {
 				return shed
 			}
-			d.WaivedAt = at
+			d.WaivedAt, d.WaivedScale = at, scale(live[d.Chosen])
 		}
 	}
 	// A tenant's cut applies under overload every cluster confirms, or
@@ -471,6 +479,11 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 	}
 	if planned {
 		d.Waived = f
+	}
+	if req.Prompt > 0 {
+		if at, ok := c.firstToken(d.Chosen, live, req.Prompt); ok {
+			d.FirstToken = at
+		}
 	}
 	return d
 }
@@ -494,15 +507,30 @@ func Decide(c *Cell, live []Signal, req Request) Decision {
 // critical and standard requests still ahead of sheddable ones. Without
 // a target, a prompt or a prediction (no capacity or prefill speed
 // measured) it is late: the plan stands.
+//
+// The prediction is scaled by the cluster's calibration
+// (Signal.FirstTokenScale, see Calibration): the upper bound brought
+// down to the 0.9 quantile of the first tokens the cluster gave against
+// it, so that it still bounds nine in ten.
 func (c *Cell) late(i int, live []Signal, req Request) (float64, bool) {
 	if !(req.Target > 0) || !(req.Prompt > 0) {
 		return 0, true
 	}
 	at, ok := c.firstToken(i, live, req.Prompt)
+	at *= scale(live[i])
 	if !ok || !(at <= req.Target) {
 		return 0, true
 	}
 	return at, false
+}
+
+// scale is l's calibration of first-token predictions, in
+// [MinFirstTokenScale, 1] (1 when none, or out of range).
+func scale(l Signal) float64 {
+	if s := l.FirstTokenScale; s >= MinFirstTokenScale && s <= 1 {
+		return s
+	}
+	return 1
 }
 
 func allOverloaded(idx []int, live []Signal) bool {

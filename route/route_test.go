@@ -403,10 +403,8 @@ func TestBalance(t *testing.T) {
 	busy.Work, busy.Awaiting = 8000, 4 // 4 s of work over its two replicas
 	half := idle
 	half.Work, half.Awaiting = 4000, 2 // 2 s
-	queued := busy
-	queued.Queued = true
-	engineQueue := idle // the engines queue 3 s of other routers' requests
-	engineQueue.QueueWait, engineQueue.Queued = 3, true
+	engineQueue := idle                // the engines queue 3 s of other routers' requests
+	engineQueue.QueueWait = 3
 	tests := []struct {
 		name      string
 		ts        []route.Target
@@ -424,12 +422,8 @@ func TestBalance(t *testing.T) {
 		// Target 1 looks empty to this router, but its engines queue 5 s:
 		// target 0's draws stay, and target 1's move to target 0 (4 s).
 		{"the engines' queue keeps a burst off a cluster that looks empty to this router", []route.Target{at(500, 0.001), at(500, 0.001)}, []route.Signal{busy, {PressureKnown: true, Serving: 2, QueueWait: 5}}, true, true, "", 1},
-		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{queued, idle}, false, false, "", 0.5},
-		{"farther away, off a queued cluster, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{queued, idle}, true, true, "4.000 0.000", 0},
-		// Without a queue confirmed there, the coarse wait estimate does not
-		// send a request abroad (the farther cluster's draws are compared
-		// with the nearer one, which is slower: they stay).
-		{"farther away, not off a cluster without a queue", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, false, false, "", 0.5},
+		{"not farther away than the time it saves", []route.Target{at(500, 0.001), at(500, 5)}, []route.Signal{busy, idle}, false, false, "", 0.5},
+		{"farther away, when it saves more than the round trip", []route.Target{at(500, 0.001), at(500, 1)}, []route.Signal{busy, idle}, true, true, "4.000 0.000", 0},
 		// The weights give target 1 nothing: every draw is target 0's, and
 		// all of them move.
 		{"a spill target takes a burst when it is sooner", []route.Target{at(1000, 0.001), at(0, 0.001)}, []route.Signal{busy, idle}, true, true, "4.000 0.000", 0},
@@ -535,7 +529,7 @@ func TestWaitBounds(t *testing.T) {
 		return route.Signal{PressureKnown: true, Serving: 2, Awaiting: 4, Work: 8000, Prompt: prompt, PrefillPerToken: perToken}
 	}
 	other := func(queue float64) route.Signal { // the engines' queue alone
-		return route.Signal{PressureKnown: true, Serving: 2, QueueWait: queue, Queued: queue > 0}
+		return route.Signal{PressureKnown: true, Serving: 2, QueueWait: queue}
 	}
 	tests := []struct {
 		name  string
@@ -594,6 +588,12 @@ func TestPlanShedsLate(t *testing.T) {
 		{"no prefill speed measured: the plan stands", func() route.Signal { s := busy; s.PrefillPerToken = 0; return s }(), weights.Sheddable, 5000, 2, route.Shed, 0},
 		{"saturated, sheddable, in time: refused by saturation, labelled the plan's", func() route.Signal { s := busy; s.Saturated = true; return s }(), weights.Sheddable, 5000, 2, route.Shed, 0},
 		{"saturated, standard, in time: routed, the plan waived", func() route.Signal { s := busy; s.Saturated = true; return s }(), weights.Standard, 5000, 2, route.Routed, 1.5},
+		// The cluster's first tokens came at 0.5 of such predictions: 2.5 s
+		// predicted is 1.25 s.
+		{"late by the bound, in time calibrated: routed, the plan waived", func() route.Signal { s := busy; s.FirstTokenScale = 0.5; return s }(), weights.Sheddable, 15000, 2, route.Routed, 1.25},
+		{"late even calibrated: shed", func() route.Signal { s := busy; s.FirstTokenScale = 0.5; return s }(), weights.Sheddable, 35000, 2, route.Shed, 0},
+		{"a calibration above 1 is not taken: shed no more than the bound says", func() route.Signal { s := busy; s.FirstTokenScale = 2; return s }(), weights.Sheddable, 5000, 2, route.Routed, 1.5},
+		{"a calibration below the floor is not taken: the bound stands", func() route.Signal { s := busy; s.FirstTokenScale = 0.01; return s }(), weights.Sheddable, 15000, 2, route.Shed, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -607,6 +607,10 @@ func TestPlanShedsLate(t *testing.T) {
 			}
 			if d.Waived != 1 || math.Abs(d.WaivedAt-tt.at) > 1e-9 {
 				t.Errorf("waived %v at %v s; want 1 at %v s", d.Waived, d.WaivedAt, tt.at)
+			}
+			// The prediction the caller calibrates is the bound, unscaled.
+			if want := 1 + tt.prompt*1e-4; math.Abs(d.FirstToken-want) > 1e-9 {
+				t.Errorf("first token predicted at %v s; want %v s", d.FirstToken, want)
 			}
 		})
 	}

@@ -338,6 +338,10 @@ func waivedText(r decision.Record) string {
 	why := "no cluster it may use confirmed the overload (their engines met the TTFT target, or had no queue), or ILB had no live engine state"
 	if r.ShedWaivedFirstToken > 0 {
 		why = fmt.Sprintf("its first token was predicted in %.2f s on %s (its wait there and its prompt's prefill), within the TTFT target", r.ShedWaivedFirstToken, orDash(r.Chosen))
+		if s := r.ShedWaivedScale; s > 0 && s < 1 {
+			why = fmt.Sprintf("its first token was predicted in %.2f s on %s (its wait there and its prompt's prefill, %.2f s, times %.2f: nine in ten of that cluster's first tokens came within that share of their prediction), within the TTFT target",
+				r.ShedWaivedFirstToken, orDash(r.Chosen), r.ShedWaivedFirstToken/s, s)
+		}
 	}
 	return fmt.Sprintf("the plan sheds %.0f%% of %s requests here, waived: %s", 100*r.ShedWaived, orDash(r.Priority), why)
 }

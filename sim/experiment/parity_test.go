@@ -116,7 +116,7 @@ func TestDecisionParity(t *testing.T) {
 			// benchmark's comes from the workload's prompt count, which
 			// this request does not have.
 			req := route.Request{Priority: prio, Draw: draw, Uniform: u, Cost: rec.TokenCost, Prompt: float64(rec.PromptTokens), Target: r.slo.TTFTTarget.Std().Seconds()}
-			ci, out, _, _ := tab.route(cellKey{si, 0}, req, r.live, make([]int, len(f.Clusters)), make([]float64, len(f.Clusters)), make([]float64, len(f.Clusters)), true, nil, "", time.Time{})
+			ci, out, _, _ := tab.route(cellKey{si, 0}, req, r.live, make([]int, len(f.Clusters)), make([]float64, len(f.Clusters)), make([]float64, len(f.Clusters)), make([]float64, len(f.Clusters)), true, nil, "", time.Time{})
 			got := outcomeOf(rec)
 			var want string
 			switch out {

@@ -60,7 +60,7 @@ func newTable(cfg *config.Config, w *weights.Weights, sources, models, clusters 
 // whatever its state, and no planned shed is confirmed). With a tenant
 // table tt, the request of tenant at now gets its tenant's share of the
 // planned shedding, as ext_proc books it (tenant.Table.Route).
-func (t *table) route(k cellKey, req route.Request, ls []live.Cluster, awaiting []int, work, prompts []float64, fast bool, tt *tenant.Table, tenantName string, now time.Time) (int, outcome, route.Decision, *routeCell) {
+func (t *table) route(k cellKey, req route.Request, ls []live.Cluster, awaiting []int, work, prompts, scales []float64, fast bool, tt *tenant.Table, tenantName string, now time.Time) (int, outcome, route.Decision, *routeCell) {
 	c := t.cells[k]
 	if c == nil {
 		return -1, noCapacity, route.Decision{}, nil
@@ -72,7 +72,9 @@ func (t *table) route(k cellKey, req route.Request, ls []live.Cluster, awaiting 
 	if fast {
 		sig = t.sig[:0]
 		for _, cl := range c.clusters {
-			sig = append(sig, ls[cl].Signal(int64(awaiting[cl]), work[cl], prompts[cl]))
+			sg := ls[cl].Signal(int64(awaiting[cl]), work[cl], prompts[cl])
+			sg.FirstTokenScale = scales[cl]
+			sig = append(sig, sg)
 		}
 		t.sig = sig
 	}

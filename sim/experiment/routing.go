@@ -21,6 +21,7 @@ func (r *runner) arrive(i int) {
 	cost := m.TokenCost(float64(q.Prompt), float64(q.Output))
 
 	var cluster int
+	var predicted float64 // ILB's first token predicted at its decision
 	if r.opts.Policy.LeastLoaded {
 		if cluster = r.leastLoaded(si, mi); cluster < 0 {
 			r.rec.finish(i, -1, noCapacity, 0, 0)
@@ -37,15 +38,16 @@ func (r *runner) arrive(i int) {
 		var out outcome
 		var d route.Decision
 		var rc *routeCell
-		awaiting, work, prompts := r.awaiting()
+		awaiting, work, prompts, scales := r.awaiting()
 		est, prompt := r.limits[mi].Estimate(float64(q.Prompt), true, 0)
 		target := r.slo.TTFTTarget.Std().Seconds()
 		var tt *tenant.Table
 		if r.tenants != nil {
 			tt = r.tenants[si][mi]
 		}
-		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est, Prompt: prompt, Target: target}, r.live, awaiting, work, prompts, r.opts.Policy.FastLoop,
+		cluster, out, d, rc = r.table.route(cellKey{si, mi}, route.Request{Priority: prio, Draw: draw, Uniform: r.rng.Float64(), Cost: est, Prompt: prompt, Target: target}, r.live, awaiting, work, prompts, scales, r.opts.Policy.FastLoop,
 			tt, q.Tenant, epoch.Add(r.clock.now))
+		predicted = d.FirstToken
 		if r.records != nil {
 			r.noteDecision(i, d, rc)
 		}
@@ -73,7 +75,7 @@ func (r *runner) arrive(i int) {
 		x.Replica, x.Adapter, x.AdapterTier, x.PastHolder = r.replicas[hp.replica].addr, q.Adapter, hp.tier, miss
 	}
 	pi := r.send(i, hp.replica, cost, false, r.clock.now+r.rtt[si][r.replicas[hp.replica].cluster]/2)
-	r.inflight[pi].alt, r.inflight[pi].ticket = hp.alt, hp.ticket
+	r.inflight[pi].alt, r.inflight[pi].ticket, r.inflight[pi].predicted = hp.alt, hp.ticket, predicted
 }
 
 // claim is one request's demand as ext_proc books it: its estimate, and
@@ -176,16 +178,18 @@ func (r *runner) retryOrFail(pi int) {
 }
 
 // awaiting is, per cluster, the requests routed there without a first
-// token yet, their estimated cost and their prompts' estimated tokens
-// (scratch slices, valid until the next call).
-func (r *runner) awaiting() ([]int, []float64, []float64) {
-	r.waitBuf, r.workBuf, r.promptBuf = r.waitBuf[:0], r.workBuf[:0], r.promptBuf[:0]
+// token yet, their estimated cost and their prompts' estimated tokens,
+// and the calibration of ILB's first-token predictions there (scratch
+// slices, valid until the next call).
+func (r *runner) awaiting() ([]int, []float64, []float64, []float64) {
+	r.waitBuf, r.workBuf, r.promptBuf, r.scaleBuf = r.waitBuf[:0], r.workBuf[:0], r.promptBuf[:0], r.scaleBuf[:0]
 	for _, c := range r.clusters {
 		r.waitBuf = append(r.waitBuf, c.awaiting)
 		r.workBuf = append(r.workBuf, max(c.awaitingWork, 0))
 		r.promptBuf = append(r.promptBuf, max(c.awaitingPrompt, 0))
+		r.scaleBuf = append(r.scaleBuf, c.calib.Scale())
 	}
-	return r.waitBuf, r.workBuf, r.promptBuf
+	return r.waitBuf, r.workBuf, r.promptBuf, r.scaleBuf
 }
 
 // firstToken counts a first token of replica ri, for the engine TTFT
@@ -194,6 +198,7 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	rep := r.replicas[ri]
 	rep.first++
 	rep.ttftSum += at - r.inflight[pi].reached
+	r.clusters[rep.cluster].calib.Observe(r.inflight[pi].predicted, (at - r.inflight[pi].reached).Seconds())
 	r.inflight[pi].first = true
 	// Envoy closes the ext_proc stream once the response headers are
 	// through (ILB asks for nothing more of the response): ILB's picker

@@ -13,6 +13,7 @@ import (
 	"github.com/ilbproject/ilb/demand"
 	"github.com/ilbproject/ilb/live"
 	"github.com/ilbproject/ilb/picker"
+	"github.com/ilbproject/ilb/route"
 	"github.com/ilbproject/ilb/signals"
 	"github.com/ilbproject/ilb/sim/replica"
 	"github.com/ilbproject/ilb/sim/workload"
@@ -115,8 +116,13 @@ type simCluster struct {
 	// (pending.prompt): what ext_proc sums of its own requests awaiting a
 	// response.
 	awaitingWork, awaitingPrompt float64
-	rr                           int             // round robin's counter
-	picker                       *picker.Cluster // ILB's replica picker (host policy ilb)
+	// calib calibrates ILB's first-token predictions there with the
+	// first tokens of the requests it routed, as ext_proc's does with
+	// the first events of the responses it follows
+	// (route.Signal.FirstTokenScale).
+	calib  route.Calibration
+	rr     int             // round robin's counter
+	picker *picker.Cluster // ILB's replica picker (host policy ilb)
 }
 
 // pending is a request on its way to a replica, or in it.
@@ -131,6 +137,10 @@ type pending struct {
 	ticket  picker.Ticket // ILB's replica picker's booking
 	est     float64       // ext_proc's estimate of its cost (simCluster.estimated)
 	prompt  float64       // and of its prompt's tokens
+	// predicted is ILB's first token predicted at its decision
+	// (route.Decision.FirstToken; 0: none), which its first token
+	// calibrates (simCluster.calib).
+	predicted float64
 }
 
 type runner struct {
@@ -147,6 +157,7 @@ type runner struct {
 	waitBuf   []int
 	workBuf   []float64
 	promptBuf []float64
+	scaleBuf  []float64
 	egress    [][]float64 // USD per GB
 	allowed   [][]bool    // source × cluster
 	// snap is the last signals round as ILB's monitor publishes it, and
