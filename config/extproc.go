@@ -62,8 +62,12 @@ type ExtProc struct {
 	// what engines generate (a request's demand past an ordinary
 	// request's share is booked as it is generated): each keeps its
 	// stream open, and gets every body chunk, until the body ends or the
-	// request's whole estimate is booked. Past it a request counts its
-	// provisional share only. 0 (the default): a quarter of MaxStreams;
+	// request's whole estimate is booked; an event stream with nothing
+	// left to book is followed to its first event, which brings the
+	// first token (a streaming response's headers come before it). Past
+	// it a request counts its provisional share only, and its wait for a
+	// first token ends at the response headers. 0 (the default): a
+	// quarter of MaxStreams;
 	// at most MaxStreams.
 	MaxFollowedStreams int `yaml:"max_followed_streams" json:"max_followed_streams"`
 	// StreamIdleTimeout ends an ext_proc stream on which Envoy owes ILB a

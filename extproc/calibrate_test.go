@@ -1,7 +1,6 @@
 package extproc_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"math"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/ilbproject/ilb/extproc"
 	"github.com/ilbproject/ilb/header"
@@ -38,17 +36,24 @@ func TestFirstEventsCalibrateTheShed(t *testing.T) {
 	ls := &live.State{At: now, Clusters: map[string]live.Cluster{"us-east-vllm": c, "eu-west-vllm": c, "eu-west-tgi": c}}
 	sse := []string{header.ServedCluster, "eu-west-vllm", "content-type", "text/event-stream"}
 	js := []string{header.ServedCluster, "eu-west-vllm", "content-type", "application/json"}
+	// Critical requests (never shed by this plan), streamed: followed, to
+	// book their estimate past the provisional share (max_tokens 4096),
+	// or to their first event only.
+	long := `{"model":"qwen-7b","stream":true,"max_tokens":4096,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`
+	short := `{"model":"qwen-7b","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`
 	tests := []struct {
 		name   string
+		body   string
 		status string
 		resp   []string      // response headers after :status
 		after  time.Duration // the first event after the decision
 		routed bool          // the sheddable request after 300 such
 	}{
-		{"first events at 1 s: calibrated, the shed is waived", "200", sse, time.Second, true},
-		{"first events later than predicted: the bound stands, shed", "200", sse, 3 * time.Second, false},
-		{"JSON bodies say nothing of the first token: shed", "200", js, time.Second, false},
-		{"refused by the engine: shed", "503", sse, time.Second, false},
+		{"first events at 1 s: calibrated, the shed is waived", long, "200", sse, time.Second, true},
+		{"first events at 1 s of requests booked whole at the decision: calibrated, the shed is waived", short, "200", sse, time.Second, true},
+		{"first events later than predicted: the bound stands, shed", long, "200", sse, 3 * time.Second, false},
+		{"JSON bodies say nothing of the first token: shed", long, "200", js, time.Second, false},
+		{"refused by the engine: shed", long, "503", sse, time.Second, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,20 +62,18 @@ func TestFirstEventsCalibrateTheShed(t *testing.T) {
 			h := startWith(t, true, func(o *extproc.Options) { o.Now = func() time.Time { return time.Unix(0, clock.Load()) } })
 			publishQwen(t, h, weights.ShedFractions{weights.Sheddable: 1})
 			h.srv.SetLive(ls)
-			// Critical requests (never shed by this plan), streamed, with
-			// max_tokens past the provisional share: followed.
-			body := `{"model":"qwen-7b","stream":true,"max_tokens":4096,"messages":[{"role":"user","content":"` + strings.Repeat("x", 400) + `"}]}`
 			for range 300 {
 				clock.Store(now.UnixNano())
-				s := open(t, h)
-				s.exchange(t, post("/v1/chat/completions", header.Priority, "critical"))
-				if a := s.exchange(t, reqBody(body)); a.GetImmediateResponse() != nil {
+				st, cancel := openStream(t, h, "edge-us")
+				exchange(t, st, post("/v1/chat/completions", header.Priority, "critical"))
+				if a := exchange(t, st, reqBody(tt.body)); a.GetImmediateResponse() != nil {
 					t.Fatalf("critical request refused: %v", a)
 				}
 				clock.Store(now.Add(tt.after).UnixNano())
-				s.exchange(t, respHeaders(append([]string{":status", tt.status}, tt.resp...)...))
-				s.exchange(t, respChunk(sseEvents(1), false))
-				s.close(t)
+				exchange(t, st, respHeaders(append([]string{":status", tt.status}, tt.resp...)...))
+				exchange(t, st, respChunk(sseEvents(1), false))
+				closeStream(t, st)
+				cancel()
 			}
 			// The fixed draw sends every request to eu-west-vllm: its gauge
 			// shows the calibration, the others' the bound.
@@ -100,46 +103,24 @@ func TestFirstEventsCalibrateTheShed(t *testing.T) {
 	}
 }
 
-// stream is one ext_proc stream from edge-us, one message answered at a
-// time.
-type stream struct {
-	c      extprocv3.ExternalProcessor_ProcessClient
-	cancel context.CancelFunc
-}
-
-func open(t *testing.T, h *harness) *stream {
+// exchange sends m on st and returns its answer.
+func exchange(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient, m *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on a hang
-	c, err := h.client.Process(metadata.AppendToOutgoingContext(ctx, header.Source, "edge-us"))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	return &stream{c: c, cancel: cancel}
-}
-
-// exchange sends m and returns its answer.
-func (s *stream) exchange(t *testing.T, m *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-	t.Helper()
-	if err := s.c.Send(m); err != nil {
-		t.Fatal(err)
-	}
-	a, err := s.c.Recv()
+	a, err := exchangeOne(t, st, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
 }
 
-// close ends the stream and waits for the server to end it.
-func (s *stream) close(t *testing.T) {
+// closeStream ends st and waits for the server to end it.
+func closeStream(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient) {
 	t.Helper()
-	defer s.cancel()
-	if err := s.c.CloseSend(); err != nil {
+	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := s.c.Recv(); err != nil {
+		if _, err := st.Recv(); err != nil {
 			if !errors.Is(err, io.EOF) {
 				t.Fatal(err)
 			}

@@ -441,35 +441,59 @@ func TestSlowPrefillMovesWithinTarget(t *testing.T) {
 // TestAwaitingWorkBalances: balancing through real streams, by the work
 // ext_proc sent and has not heard back from. With nothing awaiting, the
 // draw (eu-west-tgi) stands; with one of ext_proc's requests awaiting its
-// response there (as many as its serving replicas), the next request
+// first token there (as many as its serving replicas), the next request
 // drawn there goes to eu-west-vllm, which has nothing ahead, saying why;
-// once the first is answered, the draw stands again.
+// once the first token came, the draw stands again. A JSON response's
+// headers come with its answer; an event stream's come first (vLLM and
+// SGLang send them as the response starts) and its first event brings
+// the first token.
 func TestAwaitingWorkBalances(t *testing.T) {
-	h := start(t, true)
-	// edge-eu's qwen: the fixed draw (4242) falls in eu-west-tgi's
-	// [0, 5000).
-	publishCells(t, h, func(source, model string, cell *weights.Cell) {
-		if source == "edge-eu" && model == "qwen2.5-7b-instruct" {
-			cell.Targets = []weights.Target{{Cluster: "eu-west-tgi", Weight: 5000}, {Cluster: "eu-west-vllm", Weight: 5000}}
-		}
-	})
-	h.srv.SetLive(allClusters(h.cfg, live.Cluster{PressureKnown: true, Serving: 1}))
-	send := func(id string) (extprocv3.ExternalProcessor_ProcessClient, decision.Record) {
-		t.Helper()
-		return sendLongPrompt(t, h, id)
+	tests := []struct {
+		name   string
+		answer []*extprocv3.ProcessingRequest // the first request's response, up to its first token
+	}{
+		{"a JSON response: its headers", []*extprocv3.ProcessingRequest{respHeaders(":status", "200", "content-type", "application/json")}},
+		{"a response without a content type: its headers", []*extprocv3.ProcessingRequest{respHeaders(":status", "200")}},
+		{"an event stream: its first event, not its headers", []*extprocv3.ProcessingRequest{respHeaders(":status", "200", "content-type", "text/event-stream"), respChunk(sseEvents(1), false)}},
 	}
-	held, rec := send("first")
-	if rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
-		t.Fatalf("nothing awaiting: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
-	}
-	if _, rec := send("second"); rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-tgi would begin it in") || !strings.Contains(rec.Redrawn, "eu-west-vllm in 0 ms") {
-		t.Fatalf("one awaiting at eu-west-tgi: %s (%s, %q); want balanced to eu-west-vllm, saying why", rec.Chosen, rec.Reason, rec.Redrawn)
-	}
-	if _, err := exchangeOne(t, held, respHeaders(":status", "200")); err != nil {
-		t.Fatal(err)
-	}
-	if _, rec := send("third"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
-		t.Errorf("after the response: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			// edge-eu's qwen: the fixed draw (4242) falls in eu-west-tgi's
+			// [0, 5000).
+			publishCells(t, h, func(source, model string, cell *weights.Cell) {
+				if source == "edge-eu" && model == "qwen2.5-7b-instruct" {
+					cell.Targets = []weights.Target{{Cluster: "eu-west-tgi", Weight: 5000}, {Cluster: "eu-west-vllm", Weight: 5000}}
+				}
+			})
+			// eu-west-tgi serves one replica, eu-west-vllm four: the
+			// requests balanced there (three at most) leave it a free one.
+			l := allClusters(h.cfg, live.Cluster{PressureKnown: true, Serving: 1})
+			l.Clusters["eu-west-vllm"] = live.Cluster{PressureKnown: true, Serving: 4}
+			h.srv.SetLive(l)
+			held, rec := sendLongPrompt(t, h, "first")
+			if rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
+				t.Fatalf("nothing awaiting: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
+			}
+			balanced := func(when string) {
+				t.Helper()
+				if _, rec := sendLongPrompt(t, h, "next-"+when); rec.Chosen != "eu-west-vllm" || rec.Reason != "balanced" || !strings.Contains(rec.Redrawn, "eu-west-tgi would begin it in") || !strings.Contains(rec.Redrawn, "eu-west-vllm in 0 ms") {
+					t.Fatalf("one awaiting at eu-west-tgi (%s): %s (%s, %q); want balanced to eu-west-vllm, saying why", when, rec.Chosen, rec.Reason, rec.Redrawn)
+				}
+			}
+			balanced("before any answer")
+			for i, m := range tt.answer {
+				if i > 0 { // the answer so far does not bring the first token
+					balanced(fmt.Sprintf("after %d of its messages", i))
+				}
+				if _, err := exchangeOne(t, held, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, rec := sendLongPrompt(t, h, "after"); rec.Chosen != "eu-west-tgi" || rec.Reason != "weighted" {
+				t.Errorf("after the first token: %s (%s, %q); want eu-west-tgi by weight", rec.Chosen, rec.Reason, rec.Redrawn)
+			}
+		})
 	}
 }
 

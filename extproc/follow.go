@@ -43,14 +43,18 @@ type following struct {
 	// duplex: the body flows through ILB (full-duplex picker exchange),
 	// which must echo it to its end.
 	duplex bool
+	// first: followed only to its first event (the first token), nothing
+	// of its estimate left to book; firstSeen: that event came.
+	first, firstSeen bool
 }
 
 // Outcomes of ilb_extproc_followed_responses_total.
 const (
-	followComplete   = "complete"   // the body's end came through ILB
-	followConfirmed  = "confirmed"  // the whole estimate was generated: ILB stopped following
-	followEnded      = "ended"      // the stream ended before the body's end: the client went away, or Envoy stopped
-	followUnfollowed = "unfollowed" // over extproc.max_followed_streams: provisional share only
+	followComplete   = "complete"    // the body's end came through ILB
+	followConfirmed  = "confirmed"   // the whole estimate was generated: ILB stopped following
+	followEnded      = "ended"       // the stream ended before the body's end: the client went away, or Envoy stopped
+	followUnfollowed = "unfollowed"  // over extproc.max_followed_streams: provisional share only
+	followFirst      = "first_event" // followed to its first event only (the first token): nothing left to book
 )
 
 // generated is the output tokens the response shows so far: the usage's
@@ -78,7 +82,7 @@ func (s *Server) follow(x *exchange, code int, contentType string, endOfStream b
 		if code >= 200 && code <= 299 && x.metered() {
 			s.typical.Observe(x.key, x.cost) // booked whole at the decision
 		}
-		return nil
+		return s.followFirst(x, code, contentType, endOfStream)
 	case code < 200 || code > 299 || endOfStream:
 		// Refused upstream, or nothing generated: the provisional share
 		// stays, the rest is never booked.
@@ -95,6 +99,30 @@ func (s *Server) follow(x *exchange, code int, contentType string, endOfStream b
 	s.metrics.following.Inc()
 	mt, _, _ := strings.Cut(contentType, ";")
 	x.follow = &following{sse: strings.EqualFold(strings.TrimSpace(mt), "text/event-stream"), duplex: x.duplexResp}
+	if x.duplexResp {
+		return nil // the body comes anyway
+	}
+	return followMode
+}
+
+// followFirst follows x's response, nothing of whose estimate is left to
+// book, to its first event: an event stream's first token, which its
+// headers do not mark (onResponseHeaders). It ends the request's wait
+// for its first token there (answered) and calibrates its cluster's
+// predictions (firstEvent); it counts against
+// extproc.max_followed_streams, and past that the wait ends at the
+// headers. nil when not following.
+func (s *Server) followFirst(x *exchange, code int, contentType string, endOfStream bool) *extprocfilterv3.ProcessingMode {
+	mt, _, _ := strings.Cut(contentType, ";")
+	if code < 200 || code > 299 || endOfStream || x.awaitingOn == nil || !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+		return nil
+	}
+	if int(s.followed.Add(1)) > s.opts.Config.ExtProc.FollowedStreamLimit() {
+		s.followed.Add(-1)
+		return nil
+	}
+	s.metrics.following.Inc()
+	x.follow = &following{sse: true, duplex: x.duplexResp, first: true}
 	if x.duplexResp {
 		return nil // the body comes anyway
 	}
@@ -123,8 +151,17 @@ func (s *Server) onFollowedBody(x *exchange, body []byte, end bool) (stop bool) 
 	}
 	f.body += int64(len(body))
 	f.scan.feed(body)
-	if f.sse && f.scan.docs > 0 {
+	if f.sse && !f.firstSeen && (f.scan.docs > 0 || end) {
+		f.firstSeen = true
 		s.firstEvent(x)
+		s.answered(x)
+	}
+	if f.first {
+		if f.firstSeen {
+			s.endFollow(x, followFirst)
+			return !f.duplex
+		}
+		return false
 	}
 	if end {
 		s.settle(x, followComplete)
@@ -168,20 +205,30 @@ func (s *Server) book(x *exchange, final bool) {
 	}
 }
 
+// endFollow stops following x's response (outcome: why).
+func (s *Server) endFollow(x *exchange, outcome string) {
+	x.follow = nil
+	s.followed.Add(-1)
+	s.metrics.following.Dec()
+	s.metrics.followed.WithLabelValues(x.source, outcome).Inc()
+}
+
 // settle books what x's followed response showed, records it and stops
 // following. It runs once: at the body's end, when the whole estimate is
-// booked, or as the stream ends (outcome followEnded).
+// booked, or as the stream ends (outcome followEnded). A response
+// followed only to its first event books and records nothing.
 func (s *Server) settle(x *exchange, outcome string) {
 	f := x.follow
 	if f == nil {
 		x.unconfirmed = 0
 		return
 	}
+	if f.first {
+		s.endFollow(x, outcome)
+		return
+	}
 	s.book(x, true)
-	x.follow = nil
-	s.followed.Add(-1)
-	s.metrics.following.Dec()
-	s.metrics.followed.WithLabelValues(x.source, outcome).Inc()
+	s.endFollow(x, outcome)
 	if x.unconfirmed > 0 {
 		s.metrics.unserved.WithLabelValues(x.source).Add(x.unconfirmed)
 	}

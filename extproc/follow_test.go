@@ -166,6 +166,62 @@ func TestFollowingStopsOnceConfirmed(t *testing.T) {
 	}
 }
 
+// TestFollowedToTheFirstEvent: a streaming response whose request was
+// booked whole at the decision is followed to its first event only (the
+// first token, which its headers do not mark): its headers' answer asks
+// for the body, ILB answers the first event and ends the stream, and
+// books and records nothing more; a JSON response of the same request is
+// not followed.
+func TestFollowedToTheFirstEvent(t *testing.T) {
+	// 8 prompt + 10 output × 4 = 48, under the provisional share.
+	body := `{"model":"llama3-8b","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	tests := []struct {
+		name    string
+		ctype   string
+		follow  bool
+		outcome string // ilb_extproc_followed_responses_total ("" none)
+	}{
+		{"an event stream: to its first event", "text/event-stream", true, "first_event"},
+		{"an event stream, parameters in its type: to its first event", "Text/Event-Stream; charset=utf-8", true, "first_event"},
+		{"a JSON body: not followed", "application/json", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, true)
+			st, cancel := openStream(t, h, "edge-us")
+			defer cancel()
+			exchange(t, st, post("/v1/chat/completions"))
+			exchange(t, st, reqBody(body))
+			a := exchange(t, st, respHeaders(":status", "200", header.ServedCluster, "us-east-vllm", "content-type", tt.ctype))
+			if got := a.GetModeOverride().GetResponseBodyMode() == extprocfilterv3.ProcessingMode_STREAMED; got != tt.follow {
+				t.Fatalf("response headers answer asks for the body: %v; want %v (%v)", got, tt.follow, a)
+			}
+			if !tt.follow {
+				closeStream(t, st)
+				waitStreamsClosed(t, h)
+				if n := countMetric(t, h, "ilb_extproc_followed_responses_total", map[string]string{"source": "edge-us", "outcome": "first_event"}); n != 0 {
+					t.Errorf("followed to the first event: %v; want 0", n)
+				}
+				return
+			}
+			if a := exchange(t, st, respChunk(sseEvents(1), false)); a.GetResponseBody() == nil {
+				t.Fatalf("first event answered %v; want the body unchanged", a)
+			}
+			// ILB ended the stream: the rest of the body flows without it.
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("after the first event: %v; want the stream ended with OK", err)
+			}
+			waitStreamsClosed(t, h)
+			promtest.Check(t, h.reg, "ilb_extproc_followed_responses_total", map[string]string{"source": "edge-us", "outcome": tt.outcome}, 1)
+			promtest.Check(t, h.reg, "ilb_extproc_followed_streams", nil, 0)
+			rec, _ := h.srv.Decisions().Get("req-1")
+			if rec.DemandBooked != 48 || rec.Generated != nil {
+				t.Errorf("booked %v, generated %+v; want 48 at the decision, nothing generated recorded", rec.DemandBooked, rec.Generated)
+			}
+		})
+	}
+}
+
 // TestFollowedStreamsAreBounded: past extproc.max_followed_streams, a
 // response is not followed and its request keeps its provisional share.
 func TestFollowedStreamsAreBounded(t *testing.T) {

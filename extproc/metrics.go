@@ -84,7 +84,7 @@ func newMetrics(reg *prometheus.Registry, log *decision.Log) (*metrics, error) {
 		}, []string{"cluster", "served"}),
 		followed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_followed_responses_total",
-			Help: "Responses whose generation ILB followed to book demand past a request's provisional share, by source and outcome (complete: the body's end came; confirmed: the whole estimate was generated, ILB stopped following; ended: the stream ended first, e.g. the client went away; unfollowed: over extproc.max_followed_streams, only the provisional share counted).",
+			Help: "Responses whose generation ILB followed to book demand past a request's provisional share, or to the first event of an event stream, by source and outcome (complete: the body's end came; confirmed: the whole estimate was generated, ILB stopped following; ended: the stream ended first, e.g. the client went away; unfollowed: over extproc.max_followed_streams, only the provisional share counted; first_event: an event stream booked whole at the decision, followed to its first event only, which brings the first token).",
 		}, []string{"source", "outcome"}),
 		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ilb_extproc_unserved_claim_token_cost_total",

@@ -12,13 +12,20 @@ import (
 	"github.com/ilbproject/ilb/internal/bound"
 )
 
-// onResponseHeaders takes the response headers: the request no longer
-// awaits its first token; its record takes the status and the cluster
-// and host that served it (or, when Envoy answered before ILB decided,
-// the whole local reply), following its body when it reports usage; a
-// debug request gets its decision header.
+// onResponseHeaders takes the response headers: its record takes the
+// status and the cluster and host that served it (or, when Envoy
+// answered before ILB decided, the whole local reply), following its
+// body when it reports usage or streams its first token; a debug request
+// gets its decision header. The request no longer awaits its first token
+// (answered) — unless its body is a followed event stream: vLLM and
+// SGLang send a streaming response's headers as it starts, before the
+// first token, which comes with the first event (firstEvent).
 func (s *Server) onResponseHeaders(x *exchange, m *extprocv3.HttpHeaders, md *corev3.Metadata) *extprocv3.ProcessingResponse {
-	s.answered(x)
+	defer func() {
+		if x.follow == nil || !x.follow.sse {
+			s.answered(x)
+		}
+	}()
 	x.responded = true
 	var hs [len(responseHeaders)]string
 	pickHeaders(m.GetHeaders(), responseHeaders[:], hs[:])

@@ -316,10 +316,10 @@ func finite(v float64) float64 {
 // ILB can tell: its engine's requests running at its last scrape, at
 // unit each, plus those ILB sent it since; or, when that is less (or the
 // engine's count is unknown), the decode work of ILB's own requests
-// whose ext_proc streams are still open. Envoy closes a stream once the
-// response headers are through when ILB asks for nothing more of the
-// response, so ILB's own count ends at the first token: the engine's
-// count is what sees a request decode. A scrape newer than the last one
+// whose ext_proc streams are still open. A stream ends at the first
+// token when ILB follows nothing more of the response (a JSON
+// response's headers, an event stream's first event), so ILB's own
+// count ends there: the engine's count is what sees a request decode. A scrape newer than the last one
 // seen replaces the picks counted since (it counts them itself). Under
 // mu.
 func (st *replicaState) decodeLoad(cand Replica, unit float64) float64 {

@@ -90,7 +90,7 @@ func runBenchReplicas(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(&b, "## %s (%s simulated per run, seeds %s)\n\n", title, *duration, *seedList)
 	b.WriteString("One region, two clusters of 6 H100 replicas (Llama-3-8B, vLLM-like, prefix caching on); ILB routes the clusters in every run, only the replica choice differs. " +
-		"ILB's picker (package picker) sees what ext_proc sees: a request's end at its first token (Envoy closes the ext_proc stream once the response headers are through), the engines' queues, saturation and running requests through the " + scrape + " scrape. " +
+		"ILB's picker (package picker) sees what ext_proc sees: a request's end at its first token (ext_proc's stream ends there: an event stream's first event, or a JSON response's headers), the engines' queues, saturation and running requests through the " + scrape + " scrape. " +
 		"The GIE-style scorer reads the engines' queues and KV usage live (its 50 ms scrape). " +
 		"Load is the mean demand over the fleet's saturation throughput measured without prefix caching. " +
 		"Figures are means over the seeds. Two SLOs, MLPerf Inference's for Llama-3.1-8B applied to each request: goodput and *within SLO* count requests whose time to first token is within 2 s (its server scenario); " +

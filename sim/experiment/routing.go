@@ -200,9 +200,9 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	rep.ttftSum += at - r.inflight[pi].reached
 	r.clusters[rep.cluster].calib.Observe(r.inflight[pi].predicted, (at - r.inflight[pi].reached).Seconds())
 	r.inflight[pi].first = true
-	// Envoy closes the ext_proc stream once the response headers are
-	// through (ILB asks for nothing more of the response): ILB's picker
-	// hears of the request's end then.
+	// ext_proc's stream ends at the first token (a JSON response's
+	// headers, an event stream's first event, after which ILB ends it):
+	// ILB's picker hears of the request's end then.
 	r.inflight[pi].ticket.FirstToken()
 	r.inflight[pi].ticket.Done()
 	r.clusters[rep.cluster].awaiting--
