@@ -18,7 +18,7 @@ func (s *Server) firstEvent(x *exchange) {
 		return
 	}
 	actual := s.opts.Now().Sub(x.decidedAt).Seconds() - x.rtt
-	x.calib.Observe(x.firstToken, max(actual, 0))
+	x.calib.Observe(x.firstToken, max(actual, 0), s.opts.Config.Controller.Capacity.TTFTTarget.Std().Seconds())
 	x.firstToken = 0
 }
 

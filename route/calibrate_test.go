@@ -32,13 +32,14 @@ func TestCalibration(t *testing.T) {
 		{"first tokens at 0.4–0.5: 0.49", ratios(0.4, 0.5, 5000), 0.47, 0.51},
 		{"first tokens later than predicted: never above 1", ratios(1.5, 3, 2000), 1, 1},
 		{"first tokens at once: never below the floor", ratios(0, 0.001, 5000), route.MinFirstTokenScale, route.MinFirstTokenScale},
+		{"predictions within the target teach nothing", [][2]float64{{1, 0}, {0.5, 0}, {1, 0.1}}, 1, 1},
 		{"unreadable observations are ignored", [][2]float64{{0, 1}, {-1, 0}, {nan, 0}, {math.Inf(1), 0}, {1, -1}, {1, nan}, {1, math.Inf(1)}}, 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var c route.Calibration
 			for _, o := range tt.obs {
-				c.Observe(o[0], o[1])
+				c.Observe(o[0], o[1], 1)
 			}
 			if s := c.Scale(); !(s >= tt.lo && s <= tt.hi) {
 				t.Errorf("scale %v; want within [%v, %v]", s, tt.lo, tt.hi)
@@ -56,7 +57,7 @@ func TestCalibrationConcurrent(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 1000 {
-				c.Observe(1, 0.3+0.001*float64((i*31+g)%100)) // 0.3–0.4: quantile 0.39
+				c.Observe(2, 2*(0.3+0.001*float64((i*31+g)%100)), 1) // 0.3–0.4: quantile 0.39
 			}
 		})
 	}

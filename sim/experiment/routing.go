@@ -198,7 +198,7 @@ func (r *runner) firstToken(ri, pi int, at time.Duration) {
 	rep := r.replicas[ri]
 	rep.first++
 	rep.ttftSum += at - r.inflight[pi].reached
-	r.clusters[rep.cluster].calib.Observe(r.inflight[pi].predicted, (at - r.inflight[pi].reached).Seconds())
+	r.clusters[rep.cluster].calib.Observe(r.inflight[pi].predicted, (at - r.inflight[pi].reached).Seconds(), r.slo.TTFTTarget.Std().Seconds())
 	r.inflight[pi].first = true
 	// ext_proc's stream ends at the first token (a JSON response's
 	// headers, an event stream's first event, after which ILB ends it):
