@@ -41,7 +41,7 @@ func newScaleCollector(awaiting map[string]*inflight) *scaleCollector {
 	slices.Sort(names)
 	return &scaleCollector{
 		desc: prometheus.NewDesc("ilb_extproc_first_token_scale",
-			"How far the first tokens of an engine cluster's followed streaming responses came below ILB's prediction of them (its wait there plus the prompt's prefill, an upper bound): the 0.9 quantile of actual ÷ predicted, in [0.125, 1], 1 until first tokens are seen. The planned shed refuses only a request whose prediction times it is past the TTFT target.",
+			"How far the first tokens of an engine cluster's followed streaming responses came below ILB's prediction of them (its wait there plus the prompt's prefill, an upper bound): the 0.9 quantile of actual ÷ predicted over the requests predicted past the TTFT target, in [0.125, 1], 1 until such first tokens are seen. The planned shed refuses only a request whose prediction times it is past the TTFT target.",
 			[]string{"cluster"}, nil),
 		names: names, awaiting: awaiting,
 	}
