@@ -158,21 +158,48 @@ func TestSplitMatchesWeights(t *testing.T) {
 	}
 }
 
+// TestSessionsStick: a session's requests drawn by its key under one
+// weights version all go to one cluster. (The controller may publish a
+// new version while the test runs, which draws the session anew, and
+// balancing moves a session off a queue, so only the requests ext_proc
+// routed by the session's draw, grouped by version, are compared.)
 func TestSessionsStick(t *testing.T) {
 	s := startStack(t, nil)
 	url := envoyURL(t, s, "edge-us")
+	log := s.App.ExtProc.Decisions()
+	drawn := 0
 	for _, session := range []string{"alice", "bob", "carol", "dave"} {
-		seen := map[string]bool{}
+		seen := map[string]map[string]bool{} // weights version → clusters
 		for range 12 {
 			resp, body := chat(t, url, "llama3-8b", map[string]string{"x-ilb-session": session})
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
-			seen[servedBy(resp, body)] = true
+			id := resp.Header.Get(header.RequestID) // Envoy's, echoed
+			rec, ok := log.Get(id)
+			if !ok {
+				t.Fatalf("no decision record for %s", id)
+			}
+			if got := servedBy(resp, body); rec.Chosen != got {
+				t.Errorf("request %s: ext_proc chose %s, the engine was %s", id, rec.Chosen, got)
+			}
+			if rec.Reason != "session" {
+				continue // moved off a queue (the record says why)
+			}
+			drawn++
+			if seen[rec.WeightsVersion] == nil {
+				seen[rec.WeightsVersion] = map[string]bool{}
+			}
+			seen[rec.WeightsVersion][rec.Chosen] = true
 		}
-		if len(seen) != 1 {
-			t.Errorf("session %s was served by %v; want one cluster", session, seen)
+		for v, clusters := range seen {
+			if len(clusters) != 1 {
+				t.Errorf("session %s under weights %s was served by %v; want one cluster", session, v, clusters)
+			}
 		}
+	}
+	if drawn < 24 {
+		t.Errorf("%d of 48 requests routed by their session's draw; want most", drawn)
 	}
 }
 
