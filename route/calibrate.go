@@ -29,7 +29,7 @@ import (
 // within the SLO); on conversations past saturation, at 0.80 and 0.96.
 // Shedding on the raw bound refused requests that would have met the
 // SLO: on the code trace, ILB's goodput within the SLO past saturation
-// rose 5–17% with the calibration (docs/benchmarks.md).
+// rose 0.6–17.5% with the calibration (docs/benchmarks.md).
 //
 // The zero value is ready (scale 1: the raw bound, until first tokens
 // are observed). Safe for concurrent use: lock-free.
